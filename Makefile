@@ -1,0 +1,28 @@
+# Set-up and checks. `make test` builds .venv on a fresh machine and runs the suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU build of torch; installed first and then pinned, so no dependency can
+# pull a CUDA build. Override for a GPU machine, e.g. TORCH_SPEC='torch==2.13.0+cu128'.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: test install bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet '$(TORCH_SPEC)'
+	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
+	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e '.[dev]'
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python bench/bench_metrics.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

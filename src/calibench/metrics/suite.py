@@ -1,0 +1,174 @@
+"""The whole metric suite for many networks in one pass (metrics-spec.md).
+
+``measure_batch`` takes logits of M networks on one shared evaluation set and
+returns every metric for each network. Each network's top-label row is sorted
+once (ECE, ECE_em, MCE, KS, MMCE), its K class rows once with a stable sort
+(cwCE, cwCE_em, ACE, TACE), and the top-2 rows once (the two top-2 KS variants);
+all bin counts reuse those sorts through prefix sums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import binned
+from ._arrays import check_bins, check_logits
+from .kde import kde_ece_from_top_label
+from .ks import ks_from_sorted
+from .mmce import mmce_from_sorted
+from .scores import brier_from_probabilities, nll_from_logits
+
+DEFAULT_BINS = (5, 10, 15, 20, 25, 50, 100, 200, 500)
+DEFAULT_TACE_THRESHOLD = 1e-3
+
+BINNED_METRICS = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace")
+UNBINNED_METRICS = (
+    "ksce",
+    "ks_top2",
+    "ks_within_top2",
+    "kdece",
+    "mmce",
+    "nll",
+    "brier",
+    "accuracy",
+    "mean_conf_correct",
+    "mean_conf_incorrect",
+)
+
+# Elements (M x N x K) measured at once; bounds the memory of the classwise sort
+# (about 40 bytes per element).
+DEFAULT_CHUNK_ELEMENTS = 20_000_000
+
+
+def metric_names(bins=DEFAULT_BINS) -> list[str]:
+    """The keys ``measure`` returns, in a stable order: ``{metric}_{bins}`` then unbinned."""
+    bins = check_bins(bins)
+    return [f"{m}_{b}" for m in BINNED_METRICS for b in bins] + list(UNBINNED_METRICS)
+
+
+@dataclass(frozen=True)
+class TopLabel:
+    """Top-1 and top-2 predictions of M networks: all (M, N)."""
+
+    conf: torch.Tensor
+    hit: torch.Tensor
+    second_conf: torch.Tensor
+    second_hit: torch.Tensor
+
+
+def top_label(probs: torch.Tensor, labels: torch.Tensor) -> TopLabel:
+    """Top-1 by ``argmax`` (ties: lowest index); the 2nd class is the argmax with the 1st masked."""
+    pred = torch.argmax(probs, dim=-1, keepdim=True)
+    conf = torch.gather(probs, -1, pred).squeeze(-1)
+    masked = probs.scatter(-1, pred, float("-inf"))
+    second = torch.argmax(masked, dim=-1, keepdim=True)
+    second_conf = torch.gather(probs, -1, second).squeeze(-1)
+    hit = (pred.squeeze(-1) == labels).to(probs.dtype)
+    second_hit = (second.squeeze(-1) == labels).to(probs.dtype)
+    return TopLabel(conf, hit, second_conf, second_hit)
+
+
+def classwise_rows(probs: torch.Tensor, labels: torch.Tensor) -> binned.SortedRows:
+    """One stably sorted row per (network, class): p_k against 1[y = k]; M*K rows."""
+    m, n, k = probs.shape
+    values = probs.transpose(1, 2).reshape(m * k, n)
+    onehot = (labels[None, :] == torch.arange(k, device=probs.device)[:, None]).to(probs.dtype)
+    targets = onehot.expand(m, k, n).reshape(m * k, n)
+    return binned.sort_rows(values, targets, stable=True)
+
+
+def _measure_chunk(logits: torch.Tensor, labels: torch.Tensor, bins: tuple[int, ...], tace_threshold: float):
+    m, n, k = logits.shape
+    probs = torch.softmax(logits, dim=-1)
+    top = top_label(probs, labels)
+    out: dict[str, torch.Tensor] = {}
+
+    top_rows = binned.sort_rows(top.conf, top.hit)
+    width = binned.segment_sums(top_rows, binned.equal_width_segments(top_rows, bins))
+    mass = binned.segment_sums(top_rows, binned.equal_mass_segments(top_rows, bins))
+    per_bins = {
+        "ece": binned.total_gap(width) / n,
+        "ece_em": binned.total_gap(mass) / n,
+        "mce": binned.max_gap(width),
+    }
+
+    class_rows = classwise_rows(probs, labels)
+    cw = binned.segment_sums(class_rows, binned.equal_width_segments(class_rows, bins))
+    cw_em = binned.segment_sums(class_rows, binned.equal_mass_segments(class_rows, bins))
+    per_bins["cwce"] = (binned.total_gap(cw) / n).reshape(m, k, -1).mean(dim=1)
+    per_bins["cwce_em"] = (binned.total_gap(cw_em) / n).reshape(m, k, -1).mean(dim=1)
+    for name, threshold in (("ace", 0.0), ("tace", tace_threshold)):
+        segments, kept = binned.adaptive_segments(class_rows, bins, threshold)
+        gaps = binned.total_gap(binned.segment_sums(class_rows, segments))
+        per_class = torch.where(kept[:, None] > 0, gaps / kept.clamp(min=1)[:, None], torch.zeros_like(gaps))
+        per_bins[name] = per_class.reshape(m, k, -1).mean(dim=1)
+    for name, values in per_bins.items():
+        for j, b in enumerate(bins):
+            out[f"{name}_{b}"] = values[:, j]
+
+    out["ksce"] = ks_from_sorted(top_rows)
+    top2_rows = binned.sort_rows(
+        torch.cat([top.second_conf, top.conf + top.second_conf]),
+        torch.cat([top.second_hit, top.hit + top.second_hit]),
+    )
+    top2 = ks_from_sorted(top2_rows)
+    out["ks_top2"], out["ks_within_top2"] = top2[:m], top2[m:]
+    out["kdece"] = kde_ece_from_top_label(top.conf, top.hit)
+    out["mmce"] = mmce_from_sorted(top_rows)
+    out["nll"] = nll_from_logits(logits, labels)
+    out["brier"] = brier_from_probabilities(probs, labels)
+    n_correct = top.hit.sum(dim=-1)
+    out["accuracy"] = n_correct / n
+    nan = torch.full_like(n_correct, float("nan"))
+    out["mean_conf_correct"] = torch.where(n_correct > 0, (top.conf * top.hit).sum(-1) / n_correct.clamp(min=1), nan)
+    n_wrong = n - n_correct
+    out["mean_conf_incorrect"] = torch.where(
+        n_wrong > 0, (top.conf * (1 - top.hit)).sum(-1) / n_wrong.clamp(min=1), nan
+    )
+    return out
+
+
+def measure_batch(
+    logits,
+    labels,
+    bins=DEFAULT_BINS,
+    tace_threshold: float = DEFAULT_TACE_THRESHOLD,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> dict[str, np.ndarray]:
+    """Every metric for M networks: logits (M, N, K) on CPU or CUDA, shared labels (N,).
+
+    Returns ``{name: float64 array of shape (M,)}`` with the keys of
+    :func:`metric_names`. Networks are processed in chunks of at most
+    ``chunk_elements`` logits to bound memory; results equal :func:`measure` per network.
+    """
+    z, y = check_logits(logits, labels, batched=True)
+    return measure_validated(z, y, check_bins(bins), tace_threshold, chunk_elements)
+
+
+def measure_validated(
+    z: torch.Tensor,
+    y: torch.Tensor,
+    bins: tuple[int, ...],
+    tace_threshold: float = DEFAULT_TACE_THRESHOLD,
+    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+) -> dict[str, np.ndarray]:
+    """:func:`measure_batch` on already checked float64 logits (M, N, K) and int64 labels."""
+    m, n, k = z.shape
+    per_chunk = max(1, chunk_elements // (n * k))
+    parts: list[dict[str, torch.Tensor]] = []
+    with torch.inference_mode():
+        for start in range(0, m, per_chunk):
+            parts.append(_measure_chunk(z[start : start + per_chunk], y, bins, tace_threshold))
+    return {name: torch.cat([p[name] for p in parts]).cpu().numpy() for name in metric_names(bins)}
+
+
+def measure(
+    logits, labels, bins=DEFAULT_BINS, tace_threshold: float = DEFAULT_TACE_THRESHOLD
+) -> dict[str, float]:
+    """Every metric for one network: logits (N, K), labels (N,). Keys as :func:`metric_names`."""
+    z, y = check_logits(logits, labels)
+    batch = measure_validated(z[None], y, check_bins(bins), tace_threshold)
+    return {name: float(values[0]) for name, values in batch.items()}
