@@ -18,50 +18,72 @@ import torch
 
 @dataclass(frozen=True)
 class SortedRows:
-    """Rows sorted ascending by score, with prefix sums (leading zero column)."""
+    """Rows sorted ascending by score, with inclusive prefix sums of scores and targets."""
 
     values: torch.Tensor  # (R, N) sorted scores
-    targets: torch.Tensor  # (R, N) targets in the same order
-    cum_values: torch.Tensor  # (R, N + 1)
-    cum_targets: torch.Tensor  # (R, N + 1)
+    targets: torch.Tensor | None  # (R, N) targets in the same order, where kept
+    cum_values: torch.Tensor  # (R, N): cumsum of sorted scores
+    cum_targets: torch.Tensor  # (R, N): cumsum of targets, same order
 
     @property
     def n(self) -> int:
         return self.values.shape[-1]
 
 
-def _prefix(x: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.pad(torch.cumsum(x, dim=-1), (1, 0))
+def prefix_at(cum: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Sum of the first ``index`` sorted entries, read from an inclusive cumsum (0 at index 0)."""
+    values = torch.gather(cum, -1, (index - 1).clamp(min=0)).to(torch.float64)
+    return torch.where(index > 0, values, torch.zeros_like(values))
 
 
 def sort_rows(values: torch.Tensor, targets: torch.Tensor, stable: bool = False) -> SortedRows:
     """Sort (R, N) rows by value; ``stable`` keeps sample order inside ties (ACE/TACE)."""
     sorted_values, order = torch.sort(values, dim=-1, stable=stable)
     sorted_targets = torch.gather(targets, -1, order)
-    return SortedRows(sorted_values, sorted_targets, _prefix(sorted_values), _prefix(sorted_targets))
+    return SortedRows(
+        sorted_values, sorted_targets, torch.cumsum(sorted_values, -1), torch.cumsum(sorted_targets, -1)
+    )
+
+
+def sort_class_rows(values: torch.Tensor, labels: torch.Tensor, classes: torch.Tensor) -> SortedRows:
+    """Stably sort one row per class, ``values`` (R, N) against ``1[labels = classes[r]]``.
+
+    The indicator is built in sorted order from the labels (no one-hot matrix), and
+    its cumsum stays integer.
+    """
+    sorted_values, order = torch.sort(values, dim=-1, stable=True)
+    hits = labels[order] == classes[:, None]
+    return SortedRows(sorted_values, None, torch.cumsum(sorted_values, -1), torch.cumsum(hits, -1))
 
 
 @dataclass(frozen=True)
 class Segments:
-    """Bins of several bin counts as index ranges ``[start, end)`` of the sorted rows."""
+    """Bins of several bin counts, as boundary indices into the sorted rows.
 
-    start: torch.Tensor  # (R, S) int64
-    end: torch.Tensor  # (R, S) int64
-    group: torch.Tensor  # (S,) int64: which bin count each range belongs to
+    Bin count g contributes ``B_g + 1`` boundaries ``0 = b_0 <= ... <= b_B = N``;
+    bin j is the index range ``[b_j, b_{j+1})``. ``pairs`` selects, among the
+    differences of neighbouring boundaries, those inside one bin count.
+    """
+
+    boundaries: torch.Tensor  # (R, sum(B_g + 1)) int64
+    pairs: torch.Tensor  # (sum(B_g),) int64: column j means the bin [boundaries[j], boundaries[j+1])
+    group: torch.Tensor  # (sum(B_g),) int64: which bin count each bin belongs to
     n_groups: int
 
 
-def _concat_groups(starts: list[torch.Tensor], ends: list[torch.Tensor]) -> Segments:
-    device = starts[0].device
-    group = torch.cat(
-        [torch.full((s.shape[-1],), g, dtype=torch.int64, device=device) for g, s in enumerate(starts)]
-    )
-    return Segments(torch.cat(starts, dim=-1), torch.cat(ends, dim=-1), group, len(starts))
-
-
 def _segments_from_boundaries(boundaries: list[torch.Tensor]) -> Segments:
-    """Each (R, B + 1) boundary tensor (0 ... N) gives B consecutive ranges."""
-    return _concat_groups([b[..., :-1] for b in boundaries], [b[..., 1:] for b in boundaries])
+    """Each (R, B + 1) boundary tensor (0 ... N) gives B consecutive bins."""
+    device = boundaries[0].device
+    sizes = [b.shape[-1] - 1 for b in boundaries]
+    offsets = np.concatenate([[0], np.cumsum([s + 1 for s in sizes])[:-1]])
+    pairs = np.concatenate([o + np.arange(s) for o, s in zip(offsets, sizes)])
+    group = np.repeat(np.arange(len(sizes)), sizes)
+    return Segments(
+        torch.cat(boundaries, dim=-1),
+        torch.from_numpy(pairs).to(device),
+        torch.from_numpy(group).to(device),
+        len(sizes),
+    )
 
 
 def _with_ends(inner: torch.Tensor, n: int) -> torch.Tensor:
@@ -121,16 +143,14 @@ def adaptive_segments(rows: SortedRows, bins: tuple[int, ...], threshold: float)
     limit = torch.full((r, 1), threshold, dtype=rows.values.dtype, device=device)
     first_kept = torch.searchsorted(rows.values, limit, right=True)  # (R, 1)
     kept = n - first_kept
-    starts, ends = [], []
+    all_boundaries = []
     for b in bins:
         ranges = torch.clamp(kept, max=b)
         size = kept // torch.clamp(ranges, min=1)
         rank = torch.arange(b, device=device).expand(r, -1)
         start = torch.where(rank < ranges, first_kept + rank * size, torch.full_like(rank, n))
-        boundaries = torch.cat([start, torch.full((r, 1), n, dtype=torch.int64, device=device)], dim=-1)
-        starts.append(boundaries[..., :-1])
-        ends.append(boundaries[..., 1:])
-    return _concat_groups(starts, ends), kept.squeeze(-1)
+        all_boundaries.append(torch.cat([start, torch.full((r, 1), n, dtype=torch.int64, device=device)], dim=-1))
+    return _segments_from_boundaries(all_boundaries), kept.squeeze(-1)
 
 
 @dataclass(frozen=True)
@@ -141,9 +161,10 @@ class SegmentSums:
 
 
 def segment_sums(rows: SortedRows, segments: Segments) -> SegmentSums:
-    count = segments.end - segments.start
-    sum_values = torch.gather(rows.cum_values, -1, segments.end) - torch.gather(rows.cum_values, -1, segments.start)
-    sum_targets = torch.gather(rows.cum_targets, -1, segments.end) - torch.gather(rows.cum_targets, -1, segments.start)
+    bounds = segments.boundaries
+    count = torch.diff(bounds, dim=-1)[..., segments.pairs]
+    sum_values = torch.diff(prefix_at(rows.cum_values, bounds), dim=-1)[..., segments.pairs]
+    sum_targets = torch.diff(prefix_at(rows.cum_targets, bounds), dim=-1)[..., segments.pairs]
     return SegmentSums(count, (sum_targets - sum_values).abs(), segments)
 
 

@@ -15,7 +15,7 @@ def ks_from_sorted(rows: SortedRows) -> torch.Tensor:
     independent of the order inside a tie.
     """
     n = rows.n
-    diff = (rows.cum_targets[..., 1:] - rows.cum_values[..., 1:]).abs() / n
+    diff = (rows.cum_targets - rows.cum_values).abs() / n
     end_of_tie = torch.ones_like(rows.values, dtype=torch.bool)
     end_of_tie[..., :-1] = rows.values[..., 1:] != rows.values[..., :-1]
     return torch.where(end_of_tie, diff, torch.zeros_like(diff)).amax(dim=-1)

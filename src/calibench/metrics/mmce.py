@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .binned import SortedRows, _prefix
+from .binned import SortedRows
 
 KERNEL_WIDTH = 0.4  # Laplacian kernel exp(-|x - y| / 0.4), the value netcal reports
 
@@ -20,7 +20,7 @@ def mmce_from_sorted(rows: SortedRows, width: float = KERNEL_WIDTH) -> torch.Ten
     c = rows.values
     d = rows.targets - c
     weighted = d * torch.exp((c - 1.0) / width)
-    before = _prefix(weighted)[..., :-1]  # sum over i < j
+    before = torch.cumsum(weighted, dim=-1) - weighted  # sum over i < j
     cross = (d * torch.exp((1.0 - c) / width) * before).sum(dim=-1)
     total = (d * d).sum(dim=-1) + 2.0 * cross
     return torch.sqrt(total.clamp(min=0.0)) / rows.n

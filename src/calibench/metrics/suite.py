@@ -74,10 +74,9 @@ def top_label(probs: torch.Tensor, labels: torch.Tensor) -> TopLabel:
 def classwise_rows(probs: torch.Tensor, labels: torch.Tensor) -> binned.SortedRows:
     """One stably sorted row per (network, class): p_k against 1[y = k]; M*K rows."""
     m, n, k = probs.shape
-    values = probs.transpose(1, 2).reshape(m * k, n)
-    onehot = (labels[None, :] == torch.arange(k, device=probs.device)[:, None]).to(probs.dtype)
-    targets = onehot.expand(m, k, n).reshape(m * k, n)
-    return binned.sort_rows(values, targets, stable=True)
+    values = probs.transpose(1, 2).reshape(m * k, n).contiguous()  # rows must be contiguous to sort fast
+    classes = torch.arange(k, device=probs.device).repeat(m)
+    return binned.sort_class_rows(values, labels, classes)
 
 
 def _measure_chunk(logits: torch.Tensor, labels: torch.Tensor, bins: tuple[int, ...], tace_threshold: float):

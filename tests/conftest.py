@@ -1,0 +1,28 @@
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def random_logits(rng: np.random.Generator, n: int, k: int, scale: float = 3.0) -> np.ndarray:
+    """Logits whose softmax mixes confident and unsure rows (continuous, no ties)."""
+    return rng.normal(size=(n, k)) * scale * rng.uniform(0.2, 2.0, size=(n, 1))
+
+
+def sample_problem(rng: np.random.Generator, n: int, k: int, label_temperature: float = 1.5, scale: float = 3.0):
+    """Logits and labels drawn from softmax(logits / label_temperature): miscalibrated, not random."""
+    logits = random_logits(rng, n, k, scale)
+    z = logits / label_temperature
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    u = rng.random((n, 1))
+    labels = np.minimum((u > np.cumsum(p, axis=1)).sum(axis=1), k - 1)
+    return logits, labels
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
