@@ -33,7 +33,7 @@ def _first_bad_index(mask: torch.Tensor) -> tuple[int, ...]:
 
 
 def _describe(index: tuple[int, ...], batched: bool) -> str:
-    parts = ("network", "sample", "class")[3 - len(index) :] if batched else ("sample", "class")[2 - len(index) :]
+    parts = ("network", "sample", "class") if batched else ("sample", "class")
     return ", ".join(f"{p} {i}" for p, i in zip(parts, index))
 
 

@@ -1,0 +1,143 @@
+"""Split and temperature scaling (metrics-spec.md, "Temperature scaling")."""
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize_scalar
+from scipy.special import log_softmax
+
+import reference as R
+from calibench import calibration as C
+from conftest import sample_problem
+
+
+def test_split_follows_the_spec_exactly():
+    for n, seed in [(10, 42), (10_000, 42), (6_000, 7), (1_001, 0)]:
+        order = np.arange(n)
+        np.random.RandomState(seed).shuffle(order)
+        val, test = C.split_indices(n, seed=seed)
+        n_val = int(np.floor(0.2 * n))
+        assert len(val) == n_val and len(test) == n - n_val
+        np.testing.assert_array_equal(val, order[:n_val])
+        np.testing.assert_array_equal(test, order[n_val:])
+    val, test = C.split_indices(10)
+    np.testing.assert_array_equal(val, [8, 1])  # RandomState(42) on arange(10)
+    assert sorted(np.r_[val, test]) == list(range(10))
+
+
+def _quasi_sampled(temperature, rows=10, repeats=500, k=10, seed=0):
+    """Logits whose labels follow softmax(logits / T) exactly, up to rounding of the counts.
+
+    Each of ``rows`` logit vectors is repeated ``repeats`` times and its labels are
+    allotted to the classes in proportion to the tempered softmax (largest remainder).
+    """
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(rows, k)) * 3
+    logits, labels = [], []
+    for row in base:
+        p = R.softmax(row[None] / temperature)[0] * repeats
+        counts = np.floor(p).astype(int)
+        for c in np.argsort(-(p - counts))[: repeats - counts.sum()]:
+            counts[c] += 1
+        logits.append(np.repeat(row[None], repeats, axis=0))
+        labels.append(np.repeat(np.arange(k), counts))
+    return np.concatenate(logits), np.concatenate(labels)
+
+
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 1.7, 3.0])
+def test_known_temperature_is_recovered_within_one_percent(temperature):
+    logits, labels = _quasi_sampled(temperature)
+    assert len(labels) == 5000
+    assert C.fit_temperature(logits, labels) == pytest.approx(temperature, rel=0.01)
+
+
+def _scipy_argmin(logits, labels):
+    def nll(beta):
+        return -log_softmax(beta * logits, axis=1)[np.arange(len(labels)), labels].mean()
+
+    res = minimize_scalar(nll, bounds=(1 / 20, 1 / 0.05), method="bounded", options={"xatol": 1e-12})
+    return 1 / res.x
+
+
+@pytest.mark.parametrize("temperature,seed", [(0.6, 1), (1.0, 2), (2.5, 3)])
+def test_fit_is_the_nll_minimiser(temperature, seed):
+    """On randomly sampled labels: the same argmin as scipy's bounded minimiser, near the truth."""
+    logits, labels = sample_problem(np.random.default_rng(seed), 5000, 10, label_temperature=temperature)
+    fitted = C.fit_temperature(logits, labels)
+    assert fitted == pytest.approx(_scipy_argmin(logits, labels), rel=1e-6)
+    assert fitted == pytest.approx(temperature, rel=0.08)  # sampling noise of the MLE at N = 5000
+
+
+def test_all_correct_validation_set_ends_at_the_bound():
+    logits = np.eye(10)[np.arange(200) % 10] * 4.0
+    labels = np.arange(200) % 10
+    assert C.fit_temperature(logits, labels) == pytest.approx(C.T_MIN)
+
+
+def test_uninformative_logits_end_at_the_upper_bound():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(500, 10)) * 5
+    labels = (np.argmax(logits, axis=1) + 1) % 10  # always wrong
+    assert C.fit_temperature(logits, labels) == pytest.approx(C.T_MAX)
+
+
+def test_batched_fit_equals_single_fits():
+    rng = np.random.default_rng(4)
+    logits = np.stack([sample_problem(rng, 400, 10, t)[0] for t in (0.7, 1.3, 2.0)])
+    labels = rng.integers(0, 10, size=400)
+    logits[0, np.arange(400), labels] += 3  # one network that is mostly right
+    batch = C.fit_temperature_batch(logits, labels)
+    for i in range(3):
+        assert batch[i] == pytest.approx(C.fit_temperature(logits[i], labels), rel=1e-9)
+
+
+def _grid_ece_loop(logits, labels):
+    best_t, best = None, np.inf
+    for t in np.arange(1, 101) / 10:
+        e = R.ece(R.softmax(logits / t), labels, 15)
+        if e < best:
+            best_t, best = t, e
+    return best_t
+
+
+def test_grid_ece_reproduces_the_reference_search():
+    for seed, temperature in [(1, 0.5), (2, 2.0)]:
+        logits, labels = sample_problem(np.random.default_rng(seed), 300, 5, label_temperature=temperature)
+        assert C.fit_temperature(logits, labels, method="grid_ece") == pytest.approx(_grid_ece_loop(logits, labels))
+
+
+def test_measure_stages_splits_fits_and_measures():
+    logits, labels = sample_problem(np.random.default_rng(11), 2000, 10, label_temperature=2.0)
+    out = C.measure_stages(logits, labels, bins=(15,))
+    val, test = C.split_indices(2000)
+    t = C.fit_temperature(logits[val], labels[val])
+    assert out["temperature"] == pytest.approx(t, rel=1e-12)
+    assert out["accuracy_full"] == pytest.approx((logits.argmax(1) == labels).mean())
+    pre = R.ece(R.softmax(logits[test]), labels[test], 15)
+    post = R.ece(R.softmax(logits[test] / t), labels[test], 15)
+    assert out["pre"]["ece_15"] == pytest.approx(pre, abs=1e-12)
+    assert out["post"]["ece_15"] == pytest.approx(post, abs=1e-12)
+    assert out["post"]["ece_15"] < out["pre"]["ece_15"] / 2  # scaling fixes a temperature-2 model
+    assert out["pre"]["accuracy"] == out["post"]["accuracy"]
+
+
+def test_measure_stages_batch_matches_single():
+    rng = np.random.default_rng(12)
+    logits = torch.from_numpy(rng.normal(size=(3, 500, 10)) * 3).float()
+    labels = rng.integers(0, 10, size=500)
+    batch = C.measure_stages_batch(logits, labels, bins=(10,))
+    for i in range(3):
+        single = C.measure_stages(logits[i], labels, bins=(10,))
+        assert batch["temperature"][i] == pytest.approx(single["temperature"], rel=1e-12)
+        for stage in ("pre", "post"):
+            for key, value in single[stage].items():
+                assert batch[stage][key][i] == pytest.approx(value, abs=1e-12, nan_ok=True), (stage, key)
+
+
+def test_bad_method_and_split_arguments():
+    with pytest.raises(ValueError, match="method"):
+        C.fit_temperature(np.zeros((4, 2)), [0, 1, 0, 1], method="lbfgs")
+    with pytest.raises(ValueError, match="val_fraction"):
+        C.split_indices(10, val_fraction=1.5)
+    with pytest.raises(ValueError, match="n"):
+        C.split_indices(1)
