@@ -14,7 +14,7 @@ import torch
 
 from .metrics import binned
 from .metrics._arrays import check_bins, check_logits
-from .metrics.suite import DEFAULT_BINS, DEFAULT_CHUNK_ELEMENTS, DEFAULT_TACE_THRESHOLD, measure_validated
+from .metrics.suite import DEFAULT_BINS, DEFAULT_TACE_THRESHOLD, default_chunk_elements, measure_validated
 
 T_MIN, T_MAX = 0.05, 20.0
 BETA_TOLERANCE = 1e-8
@@ -89,9 +89,11 @@ def _ece_rows(conf: torch.Tensor, hit: torch.Tensor, n_bins: int) -> torch.Tenso
     return binned.total_gap(sums)[:, 0] / rows.n
 
 
-def _fit_grid_ece(z: torch.Tensor, y: torch.Tensor, chunk_elements: int) -> torch.Tensor:
+def _fit_grid_ece(z: torch.Tensor, y: torch.Tensor, chunk_elements: int | None) -> torch.Tensor:
     """The reference benchmark's fit: T on 0.1..10.0 minimising 15-bin ECE (first minimum)."""
     m, n, k = z.shape
+    if chunk_elements is None:
+        chunk_elements = default_chunk_elements(z.device)
     temperatures = torch.from_numpy(GRID_TEMPERATURES).to(z.device)
     pred = torch.argmax(z, dim=-1)  # unchanged by any T > 0
     hit = (pred == y).to(z.dtype)
@@ -107,7 +109,7 @@ def _fit_grid_ece(z: torch.Tensor, y: torch.Tensor, chunk_elements: int) -> torc
     return best
 
 
-def fit_temperature_batch(logits_val, labels_val, method: str = "nll", chunk_elements: int = DEFAULT_CHUNK_ELEMENTS):
+def fit_temperature_batch(logits_val, labels_val, method: str = "nll", chunk_elements: int | None = None):
     """One temperature per network: logits (M, N, K), shared labels (N,) -> float64 array (M,).
 
     ``nll``: argmin of the validation NLL over T in [0.05, 20], solved in beta = 1/T
@@ -117,7 +119,7 @@ def fit_temperature_batch(logits_val, labels_val, method: str = "nll", chunk_ele
     return _fit(z, y, method, chunk_elements).cpu().numpy()
 
 
-def _fit(z: torch.Tensor, y: torch.Tensor, method: str, chunk_elements: int = DEFAULT_CHUNK_ELEMENTS) -> torch.Tensor:
+def _fit(z: torch.Tensor, y: torch.Tensor, method: str, chunk_elements: int | None = None) -> torch.Tensor:
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     with torch.inference_mode():
@@ -140,7 +142,7 @@ def measure_stages_batch(
     seed: int = 42,
     method: str = "nll",
     tace_threshold: float = DEFAULT_TACE_THRESHOLD,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    chunk_elements: int | None = None,
 ) -> dict:
     """Pre- and post-temperature-scaling metrics for M networks on a shared evaluation set.
 

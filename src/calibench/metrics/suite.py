@@ -38,9 +38,15 @@ UNBINNED_METRICS = (
     "mean_conf_incorrect",
 )
 
-# Elements (M x N x K) measured at once; bounds the memory of the classwise sort
-# (about 40 bytes per element).
-DEFAULT_CHUNK_ELEMENTS = 20_000_000
+# Logits (M x N x K elements) measured at once, about 40 bytes of working memory
+# each. On CPU, batches beyond about one CIFAR-100 network only add cache misses
+# (bench/bench_metrics.py); a GPU wants large batches.
+CPU_CHUNK_ELEMENTS = 2_000_000
+CUDA_CHUNK_ELEMENTS = 50_000_000
+
+
+def default_chunk_elements(device: torch.device) -> int:
+    return CUDA_CHUNK_ELEMENTS if device.type == "cuda" else CPU_CHUNK_ELEMENTS
 
 
 def metric_names(bins=DEFAULT_BINS) -> list[str]:
@@ -135,13 +141,13 @@ def measure_batch(
     labels,
     bins=DEFAULT_BINS,
     tace_threshold: float = DEFAULT_TACE_THRESHOLD,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    chunk_elements: int | None = None,
 ) -> dict[str, np.ndarray]:
     """Every metric for M networks: logits (M, N, K) on CPU or CUDA, shared labels (N,).
 
     Returns ``{name: float64 array of shape (M,)}`` with the keys of
     :func:`metric_names`. Networks are processed in chunks of at most
-    ``chunk_elements`` logits to bound memory; results equal :func:`measure` per network.
+    ``chunk_elements`` logits (default: by device) to bound memory; results equal :func:`measure` per network.
     """
     z, y = check_logits(logits, labels, batched=True)
     return measure_validated(z, y, check_bins(bins), tace_threshold, chunk_elements)
@@ -152,10 +158,12 @@ def measure_validated(
     y: torch.Tensor,
     bins: tuple[int, ...],
     tace_threshold: float = DEFAULT_TACE_THRESHOLD,
-    chunk_elements: int = DEFAULT_CHUNK_ELEMENTS,
+    chunk_elements: int | None = None,
 ) -> dict[str, np.ndarray]:
     """:func:`measure_batch` on already checked float64 logits (M, N, K) and int64 labels."""
     m, n, k = z.shape
+    if chunk_elements is None:
+        chunk_elements = default_chunk_elements(z.device)
     per_chunk = max(1, chunk_elements // (n * k))
     parts: list[dict[str, torch.Tensor]] = []
     with torch.inference_mode():

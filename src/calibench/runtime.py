@@ -1,0 +1,35 @@
+"""Process-level settings for long-running measurement jobs."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+
+
+@functools.cache
+def keep_freed_memory(threshold_bytes: int = 1 << 30) -> bool:
+    """Let glibc's malloc reuse freed large blocks instead of returning them to the OS.
+
+    By default every array above 128 KiB is a fresh ``mmap`` whose pages fault in on
+    first touch; the metric suite allocates dozens of such arrays per network, and
+    on small VMs the faults cost 10-25 % of its time (BENCHMARKS.md). This is the
+    ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` tuning, applied from inside
+    the process. Entry points of batch jobs call it; a library import never does.
+    Returns False where the C library is not glibc.
+    """
+    name = ctypes.util.find_library("c")
+    if not name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    ok_mmap = mallopt(_M_MMAP_THRESHOLD, min(threshold_bytes, 2**31 - 1))
+    ok_trim = mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    return bool(ok_mmap and ok_trim)
