@@ -12,7 +12,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet '$(TORCH_SPEC)'
+	$(BIN)/pip install --quiet '$(TORCH_SPEC)' numpy
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
 	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e '.[dev]'
 	touch $@
