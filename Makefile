@@ -15,6 +15,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(BIN)/pip install --quiet '$(TORCH_SPEC)' numpy
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
 	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e '.[dev]'
+	# Test oracle for the network definitions; it pins numpy<=1.19.5, so no deps.
+	$(BIN)/pip install --quiet --no-deps xautodl==1.0.0
 	touch $@
 
 test: install

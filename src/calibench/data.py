@@ -287,6 +287,10 @@ def _py2_pickle(obj: object) -> bytes:
     return b"".join(out)
 
 
+def _py2_global(module: str, name: str) -> bytes:
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
 def _py2_emit(obj: object, w: Callable[[bytes], object]) -> None:
     if obj is None:
         w(b"N")
@@ -294,7 +298,7 @@ def _py2_emit(obj: object, w: Callable[[bytes], object]) -> None:
         w(b"\x88" if obj else b"\x89")
     elif isinstance(obj, (str, bytes)):
         raw = obj.encode("latin1") if isinstance(obj, str) else obj
-        w(b"U" + bytes([len(raw)]) + raw if len(raw) < 256 else b"T" + struct.pack("<i", len(raw)) + raw)
+        w((b"U" + bytes([len(raw)]) if len(raw) < 256 else b"T" + struct.pack("<i", len(raw))) + raw)
     elif isinstance(obj, (int, np.integer)):
         v = int(obj)
         if 0 <= v < 256:
@@ -327,16 +331,22 @@ def _py2_emit(obj: object, w: Callable[[bytes], object]) -> None:
             _py2_emit(v, w)
         w(b"u")
     elif isinstance(obj, np.ndarray) and obj.dtype == np.uint8:
-        w(b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n")
-        _py2_emit(((0,), "b"), lambda b: None)  # (no-op: keeps the argument layout explicit below)
-        w(b"K\x00\x85U\x01b\x87R")  # _reconstruct(ndarray, (0,), 'b')
-        w(b"(K\x01")  # state: (1, shape, dtype, fortran, data)
+        # _reconstruct(ndarray, (0,), 'b'), then BUILD with (1, shape, dtype, fortran, data)
+        w(_py2_global("numpy.core.multiarray", "_reconstruct") + _py2_global("numpy", "ndarray"))
+        _py2_emit((0,), w)
+        _py2_emit("b", w)
+        w(b"\x87R(")  # TUPLE3, REDUCE, MARK
+        _py2_emit(1, w)
         _py2_emit(tuple(obj.shape), w)
-        w(b"cnumpy\ndtype\nU\x02u1K\x00K\x01\x87R")  # dtype('u1', 0, 1)
-        w(b"(K\x03U\x01|NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb")  # (3, '|', None, None, None, -1, -1, 0)
-        w(b"\x89")
+        # dtype('u1', 0, 1), then BUILD with its version-3 state
+        w(_py2_global("numpy", "dtype"))
+        _py2_emit(("u1", 0, 1), w)
+        w(b"R")
+        _py2_emit((3, "|", None, None, None, -1, -1, 0), w)
+        w(b"b")
+        _py2_emit(False, w)
         _py2_emit(np.ascontiguousarray(obj).tobytes(), w)
-        w(b"tb")
+        w(b"tb")  # TUPLE, BUILD
     else:
         raise TypeError(f"cannot write {type(obj).__name__} in a Python 2 pickle")
 

@@ -1,0 +1,184 @@
+"""Logits of many NATS networks on one evaluation set (the evaluate job's engine).
+
+For a chunk of architectures of one (space, hp, dataset): weights come from the
+archive (prefetched in the background), each network is built, loaded with
+``strict=True``, converted to its inference form and run over the whole evaluation
+set (held once on the device) and, for CIFAR-10, the OoD sets. One broken
+architecture (missing or corrupt file, state-dict mismatch, non-finite logits)
+becomes a :class:`Failure` naming its index, file and reason; the rest go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import data as data_io
+from .archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
+from .networks import build_network, inference_network
+
+log = logging.getLogger(__name__)
+
+OOD_GAUSSIAN = "gaussian_noise"
+OOD_SVHN = "svhn"
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto``: CUDA when available, else CPU. An explicit ``cuda`` without a GPU is an error."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device {device!r} requested but no CUDA device is visible "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
+            "set device: cpu in the config to run on the CPU instead"
+        )
+    return dev
+
+
+@dataclass
+class EvalData:
+    """An evaluation set, normalised and resident on the device, with its OoD sets."""
+
+    dataset: str
+    images: torch.Tensor  # (N, 3, H, W) float32, normalised, channels-last
+    labels: torch.Tensor  # (N,) int64, on the device
+    source: str
+    ood: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> normalised images
+
+    @property
+    def n(self) -> int:
+        return self.images.shape[0]
+
+
+def _to_device(images_uint8: np.ndarray, dataset: str, device: torch.device) -> torch.Tensor:
+    x = data_io.normalize(images_uint8, dataset, device=device)
+    return x.contiguous(memory_format=torch.channels_last)
+
+
+def load_eval_data(
+    dataset: str,
+    root: str | Path,
+    device: torch.device | str = "cpu",
+    ood: Sequence[str] = (OOD_GAUSSIAN,),
+    svhn_path: str | Path | None = None,
+    noise_severity: int = 5,
+    noise_seed: int = 0,
+) -> EvalData:
+    """Read the test set once; OoD sets (CIFAR-10 only): Gaussian-noise CIFAR-10-C and SVHN."""
+    device = torch.device(device)
+    eval_set = data_io.load_eval_set(dataset, root)
+    out = EvalData(
+        dataset=dataset,
+        images=_to_device(eval_set.images, dataset, device),
+        labels=torch.from_numpy(eval_set.labels).to(device),
+        source=str(eval_set.source),
+    )
+    if dataset == "cifar10":
+        if OOD_GAUSSIAN in ood:
+            noisy = data_io.gaussian_noise(eval_set.images, severity=noise_severity, seed=noise_seed)
+            out.ood[OOD_GAUSSIAN] = _to_device(noisy, dataset, device)
+        if OOD_SVHN in ood and svhn_path is not None:
+            out.ood[OOD_SVHN] = _to_device(data_io.load_svhn_test(svhn_path).images, dataset, device)
+    return out
+
+
+@dataclass(frozen=True)
+class NetworkLogits:
+    """One network's float32 logits on the evaluation set (and OoD sets), on the CPU."""
+
+    entry: ArchiveEntry
+    logits: torch.Tensor  # (N, K)
+    ood_logits: dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Failure:
+    index: int
+    source: str
+    reason: str
+    seed: int | None = None
+
+
+@torch.inference_mode()
+def _run(net: torch.nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
+    return torch.cat([net(batch).float() for batch in images.split(batch_size)]).cpu()
+
+
+def network_logits(
+    entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int = 1000
+) -> NetworkLogits:
+    """Build, load (strict), convert and run one network; ValueError with the reason if it fails."""
+    net = build_network(entry.space, entry.arch_str, entry.num_classes)
+    try:
+        net.load_state_dict(entry.state_dict, strict=True)
+    except RuntimeError as exc:
+        first_line = str(exc).strip().splitlines()
+        raise ValueError(f"state dict does not fit {entry.space} {entry.arch_str}: {' '.join(first_line[:3])}") from exc
+    fast = inference_network(net).to(device)
+    fast = fast.to(memory_format=torch.channels_last)
+    logits = _run(fast, eval_data.images, batch_size)
+    if logits.shape != (eval_data.n, entry.num_classes):
+        raise ValueError(f"logits of shape {tuple(logits.shape)}, expected {(eval_data.n, entry.num_classes)}")
+    bad = ~torch.isfinite(logits)
+    if bool(bad.any()):
+        raise ValueError(f"non-finite logits for {int(bad.any(dim=1).sum())} of {eval_data.n} images")
+    ood = {name: _run(fast, images, batch_size) for name, images in eval_data.ood.items()}
+    return NetworkLogits(entry, logits, ood)
+
+
+def evaluate_chunk(
+    archive: NatsArchive,
+    indices: Iterable[int],
+    eval_data: EvalData,
+    device: torch.device,
+    seeds: Sequence[int] | None = None,
+    batch_size: int = 1000,
+    prefetch_depth: int = 4,
+    loader_workers: int = 1,
+) -> Iterator[NetworkLogits | Failure]:
+    """Logits for every (architecture, seed) of a chunk, in order; failures are yielded, not raised."""
+    for index, loaded in prefetch(archive, indices, eval_data.dataset, seeds, prefetch_depth, loader_workers):
+        if isinstance(loaded, ArchiveError):
+            log.warning("skipping %s", loaded)
+            yield Failure(index, loaded.path, loaded.reason)
+            continue
+        for entry in loaded:
+            try:
+                yield network_logits(entry, eval_data, device, batch_size)
+            except (ValueError, RuntimeError) as exc:
+                log.warning("skipping architecture %d seed %d (%s): %s", index, entry.seed, entry.source, exc)
+                yield Failure(index, entry.source, str(exc), entry.seed)
+
+
+# ---------------------------------------------------------------- kept logits
+
+def write_logits(path: str | Path, result: NetworkLogits, labels: torch.Tensor) -> Path:
+    """Keep a network's logits (float32, compressed npz) so new metrics need no inference; atomic."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {"logits": result.logits.numpy(), "labels": labels.cpu().numpy()}
+    arrays.update({f"ood_{name}": v.numpy() for name, v in result.ood_logits.items()})
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez_compressed(f, **arrays)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_logits(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays written by :func:`write_logits`: ``logits``, ``labels`` and ``ood_*``."""
+    with np.load(path) as f:
+        return {name: f[name] for name in f.files}
