@@ -22,15 +22,18 @@ def _make_minibench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .minibench import MiniBenchSpec
+
     parser = argparse.ArgumentParser(prog="calibench", description="Calibration of NATS-Bench populations.")
     parser.add_argument("--version", action="version", version=f"calibench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     mb = sub.add_parser("make-minibench", help="write the embedded mini benchmark (NATS formats, synthetic data)")
     mb.add_argument("out", help="output directory, e.g. resources/minibench")
-    mb.add_argument("--n-tss", type=int, default=10, help="TSS architectures (default 10)")
-    mb.add_argument("--n-sss", type=int, default=10, help="SSS architectures (default 10)")
-    mb.add_argument("--n-test", type=int, default=1000, help="test images per dataset (default 1000)")
-    mb.add_argument("--n-train", type=int, default=300, help="training images for the heads (default 300)")
+    defaults = MiniBenchSpec()
+    mb.add_argument("--n-tss", type=int, default=defaults.n_tss, help="TSS architectures")
+    mb.add_argument("--n-sss", type=int, default=defaults.n_sss, help="SSS architectures")
+    mb.add_argument("--n-test", type=int, default=defaults.n_test, help="test images per dataset")
+    mb.add_argument("--n-train", type=int, default=defaults.n_train, help="training images for the heads")
     mb.add_argument("--seed", type=int, default=0)
     mb.add_argument("--quiet", action="store_true", help="no progress bar")
     mb.set_defaults(func=_make_minibench)

@@ -8,6 +8,9 @@ loaded network into a faster eval-only form with the same logits.
 
 from __future__ import annotations
 
+import copy
+import functools
+
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -89,7 +92,7 @@ class NormalCell(nn.Module):
 
     def __init__(self, cell: Cell, c_in: int, c_out: int):
         super().__init__()
-        self.cell = cell
+        self.cell, self.c_out = cell, c_out
         self.layers = nn.ModuleList(
             _edge(op, c_in if src == 0 else c_out, c_out) for node in cell for op, src in node
         )
@@ -108,6 +111,7 @@ class ResidualReduction(nn.Module):
         super().__init__()
         self.conv_a = ReLUConvBN(c_in, c_out, 3, stride=2)
         self.conv_b = ReLUConvBN(c_out, c_out, 3)
+        self.c_out = c_out
         self.downsample = nn.Sequential(nn.AvgPool2d(2, 2), nn.Conv2d(c_in, c_out, 1, bias=False))
 
     def forward(self, x: Tensor) -> Tensor:
@@ -155,3 +159,217 @@ def count_parameters(net: nn.Module) -> float:
     """Parameters in millions (1e6, not 2**20), as NATS-Bench records ``params``
     (xautodl ``count_parameters_in_MB``: all parameters, no buffers)."""
     return sum(p.numel() for p in net.parameters()) / 1e6
+
+
+# --------------------------------------------------------------------------- #
+# Inference form: BatchNorm folded into convs, `none` edges and unused nodes
+# dropped, one ReLU per source node, in-place sums, channels_last throughout.
+# --------------------------------------------------------------------------- #
+
+_CL = torch.channels_last
+
+
+def _bn_affine(bn: nn.BatchNorm2d) -> tuple[Tensor, Tensor]:
+    """Eval-mode BatchNorm as ``x * scale + shift``, in float64."""
+    scale = bn.weight.detach().double() / torch.sqrt(bn.running_var.double() + bn.eps)
+    return scale, bn.bias.detach().double() - bn.running_mean.double() * scale
+
+
+def _fold(conv: nn.Conv2d, bn: nn.BatchNorm2d) -> tuple[nn.Conv2d, Tensor]:
+    """``conv`` (bias-free) then eval-mode ``bn``, as a bias-free conv plus a separate bias."""
+    scale, shift = _bn_affine(bn)
+    dtype = conv.weight.dtype
+    weight = (conv.weight.detach().double() * scale.view(-1, 1, 1, 1)).to(dtype)
+    folded = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, bias=False)
+    folded.weight = nn.Parameter(weight, requires_grad=False)
+    return folded.to(memory_format=_CL), shift.to(dtype)
+
+
+def _with_bias(conv: nn.Conv2d, bias: Tensor) -> nn.Conv2d:
+    conv.bias = nn.Parameter(bias, requires_grad=False)
+    return conv
+
+
+@functools.cache
+def _inverse_pool_count(height: int, width: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    ones = torch.ones(1, 1, height, width, device=device, dtype=dtype)
+    return 1 / F.avg_pool2d(ones, 3, stride=1, padding=1, divisor_override=1)
+
+
+def _avg_pool_3x3(h: Tensor) -> Tensor:
+    """3x3, stride 1, padding 1, padding excluded from the count (xautodl's POOLING); a depthwise
+    conv is several times faster than ``avg_pool2d`` on channels_last CPU tensors."""
+    window_sum = F.conv2d(h, h.new_ones(h.shape[1], 1, 3, 3), padding=1, groups=h.shape[1])
+    return window_sum.mul_(_inverse_pool_count(*h.shape[2:], h.device, h.dtype))
+
+
+class _Edge(nn.Module):
+    """A live edge: [ReLU] -> [conv without bias] -> [3x3 average pool]."""
+
+    def __init__(self, src: int, relu: bool, conv: nn.Conv2d | None, pool: bool):
+        super().__init__()
+        self.src, self.relu, self.conv, self.pool = src, relu, conv, pool
+        self.fresh = conv is not None or pool  # returns a new tensor (safe to add into)
+
+    def forward(self, nodes: list[Tensor | None], relus: dict[int, Tensor]) -> Tensor:
+        h = nodes[self.src]
+        if self.relu:
+            if self.src not in relus:
+                relus[self.src] = F.relu(h)
+            h = relus[self.src]
+        if self.conv is not None:
+            h = self.conv(h)
+        return _avg_pool_3x3(h) if self.pool else h
+
+
+def _edge_parts(layer: nn.Module) -> tuple[bool, nn.Conv2d | None, Tensor | None, bool] | None:
+    """(relu, conv, bias, pool) of a training-form edge; None for ``none``."""
+    if isinstance(layer, Zero):
+        return None
+    if isinstance(layer, nn.Identity):
+        return False, None, None, False
+    if isinstance(layer, ProjectedSkip):
+        return (False, *_fold(layer.conv, layer.bn), False)
+    if isinstance(layer, ReLUConvBN):
+        return (True, *_fold(layer.op[1], layer.op[2]), False)
+    if isinstance(layer, AvgPool):
+        if layer.preprocess is None:
+            return False, None, None, True
+        return (True, *_fold(layer.preprocess.op[1], layer.preprocess.op[2]), True)
+    raise TypeError(f"unexpected edge module {type(layer).__name__}")
+
+
+class _Node(nn.Module):
+    """Sum of live edges plus the summed biases of all its conv edges (pooling keeps a constant)."""
+
+    def __init__(self, index: int, edges: list[_Edge], bias: Tensor | None, channels: int):
+        super().__init__()
+        self.index, self.channels = index, channels
+        edges = sorted(edges, key=lambda e: not (e.conv is not None and not e.pool))  # plain convs first
+        if bias is not None and edges and edges[0].conv is not None and not edges[0].pool:
+            edges[0].conv.bias, bias = nn.Parameter(bias, requires_grad=False), None
+        self.edges = nn.ModuleList(edges)
+        self.register_buffer("bias", None if bias is None else bias.view(1, -1, 1, 1))
+
+    def forward(self, nodes: list[Tensor | None], relus: dict[int, Tensor]) -> Tensor:
+        acc, fresh = None, False
+        for edge in self.edges:
+            h = edge(nodes, relus)
+            if acc is None:
+                acc, fresh = h, edge.fresh
+            elif fresh:
+                acc.add_(h)
+            else:
+                acc, fresh = acc + h, True
+        if acc is None:  # every input is `none` or zero
+            x = nodes[0]
+            acc = torch.zeros(x.shape[0], self.channels, *x.shape[2:], dtype=x.dtype, device=x.device)
+            acc, fresh = acc.contiguous(memory_format=_CL), True
+        if self.bias is not None:
+            acc = acc.add_(self.bias) if fresh else acc + self.bias
+        return acc
+
+
+class _FastCell(nn.Module):
+    """A cell without its `none` edges, edges out of exactly-zero nodes (a conv's bias survives them:
+    conv(relu(0)) = bias) and nodes that do not reach the output."""
+
+    def __init__(self, cell: NormalCell):
+        super().__init__()
+        parts = iter([_edge_parts(layer) for layer in cell.layers])
+        zero = [False]  # node j is exactly zero
+        specs = []
+        for node in cell.cell:
+            edges, bias = [], None
+            for _, src in node:
+                part = next(parts)
+                if part is None:
+                    continue
+                relu, conv, b, pool = part
+                if b is not None:
+                    bias = b if bias is None else bias + b
+                if not zero[src]:
+                    edges.append(_Edge(src, relu, conv, pool))
+            zero.append(not edges and bias is None)
+            specs.append((edges, bias))
+        needed = {len(specs)}
+        for j in range(len(specs), 0, -1):
+            if j in needed:
+                needed.update(e.src for e in specs[j - 1][0])
+        self.nodes = nn.ModuleList(
+            _Node(j, *specs[j - 1], cell.c_out) for j in range(1, len(specs) + 1) if j in needed
+        )
+        self.num_nodes = len(specs) + 1
+
+    def forward(self, x: Tensor) -> Tensor:
+        nodes: list[Tensor | None] = [x] + [None] * (self.num_nodes - 1)
+        relus: dict[int, Tensor] = {}
+        for node in self.nodes:
+            nodes[node.index] = node(nodes, relus)
+        return nodes[-1]
+
+
+class _FastReduction(nn.Module):
+    def __init__(self, block: ResidualReduction):
+        super().__init__()
+        self.conv_a = _with_bias(*_fold(block.conv_a.op[1], block.conv_a.op[2]))
+        self.conv_b = _with_bias(*_fold(block.conv_b.op[1], block.conv_b.op[2]))
+        # 2x2 average pool then 1x1 conv == 2x2 stride-2 conv with the 1x1 weight / 4.
+        w = block.downsample[1].weight.detach()
+        self.shortcut = nn.Conv2d(w.shape[1], w.shape[0], 2, stride=2, bias=False)
+        self.shortcut.weight = nn.Parameter((w / 4).expand(-1, -1, 2, 2).contiguous(), requires_grad=False)
+        self.shortcut.to(memory_format=_CL)
+
+    def forward(self, x: Tensor) -> Tensor:
+        out = self.conv_b(self.conv_a(F.relu(x)).relu_())
+        return out.add_(self.shortcut(x))
+
+
+class InferenceNetwork(nn.Module):
+    """Eval-only form of a :class:`TinyNetwork`; ``forward`` returns logits only."""
+
+    chunk_bytes = 4 << 20  # CPU sub-batch size: bytes of the widest activation
+
+    def __init__(self, net: TinyNetwork):
+        super().__init__()
+        self.stem = _with_bias(*_fold(net.stem[0], net.stem[1]))
+        self.cells = nn.ModuleList(
+            _FastReduction(c) if isinstance(c, ResidualReduction) else _FastCell(c) for c in net.cells
+        )
+        dtype = net.classifier.weight.dtype
+        scale, shift = _bn_affine(net.lastact[0])
+        self.register_buffer("head_scale", scale.to(dtype).view(1, -1, 1, 1))
+        self.register_buffer("head_shift", shift.to(dtype).view(1, -1, 1, 1))
+        self.classifier = copy.deepcopy(net.classifier)
+        # Widest activation per input pixel: channels / (4 ** reductions so far), over all cells.
+        widths, scale = [net.stem[0].out_channels], 1
+        for cell in net.cells:
+            scale *= 4 if isinstance(cell, ResidualReduction) else 1
+            widths.append(cell.c_out / scale)
+        self.width_per_pixel = max(widths)
+        self.requires_grad_(False)
+        self.eval()
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.device.type != "cpu":
+            return self._forward(x)
+        # On CPU, sub-batches whose activations stay in cache run faster (and avoid page faults on big allocations).
+        per_image = self.width_per_pixel * x.shape[2] * x.shape[3] * x.element_size()
+        chunk = max(1, int(self.chunk_bytes // per_image))
+        if x.shape[0] <= chunk:
+            return self._forward(x)
+        return torch.cat([self._forward(part) for part in x.split(chunk)])
+
+    def _forward(self, x: Tensor) -> Tensor:
+        x = self.stem(x.contiguous(memory_format=_CL))
+        for cell in self.cells:
+            x = cell(x)
+        x = torch.addcmul(self.head_shift, x, self.head_scale).relu_()
+        return self.classifier(x.mean((2, 3)))
+
+
+def inference_network(net: TinyNetwork) -> InferenceNetwork:
+    """A faster eval-only copy of ``net`` (weights loaded) returning logits; BN uses running stats."""
+    if not isinstance(net, TinyNetwork):
+        raise TypeError(f"expected a network from build_network, got {type(net).__name__}")
+    return InferenceNetwork(net)

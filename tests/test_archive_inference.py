@@ -1,0 +1,128 @@
+"""Archive reading and the inference engine, on the mini benchmark (real formats)."""
+
+import bz2
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from calibench import inference
+from calibench.archive import ArchiveError, NatsArchive, prefetch
+from calibench.minibench import SSS_DIR, TSS_DIR
+
+
+@pytest.fixture(scope="module")
+def cifar10(tiny_minibench):
+    return inference.load_eval_data(
+        "cifar10", tiny_minibench / "datasets", ood=("gaussian_noise", "svhn"),
+        svhn_path=tiny_minibench / "datasets" / "svhn" / "test_32x32.mat",
+    )
+
+
+def test_entry_fields(tiny_minibench):
+    archive = NatsArchive(tiny_minibench / TSS_DIR, "tss")
+    (entry,) = archive.load(1, "cifar100")
+    assert entry.seed == 777 and entry.hp == "200" and entry.num_classes == 100
+    assert entry.arch_str == archive.api.meta_archs[1]
+    assert 0.0 <= entry.recorded_accuracy <= 1.0 and entry.params > 0 and entry.flops > 0
+    assert entry.source.endswith("000001.pickle.pbz2")
+    assert [e.seed for e in archive.load(1, "cifar100", seeds=[777, 888])] == [777, 888]
+    assert archive.seeds(1, "cifar100") == [777, 888]
+    assert archive.api.arch2infos_dict == {}  # the per-index cache was dropped: memory stays flat
+
+
+def test_bad_requests(tiny_minibench):
+    with pytest.raises(ValueError, match="hp"):
+        NatsArchive(tiny_minibench / TSS_DIR, "tss", hp="90")
+    with pytest.raises(FileNotFoundError, match="archive directory"):
+        NatsArchive(tiny_minibench / "nowhere", "tss")
+    archive = NatsArchive(tiny_minibench / SSS_DIR, "sss", hp="90")
+    with pytest.raises(ArchiveError, match="seed 888 not recorded"):
+        archive.load(0, "cifar10", seeds=[888])
+    with pytest.raises(ArchiveError, match=r"architecture 7 .* index outside \[0, 3\)"):
+        archive.load(7, "cifar10")
+
+
+def test_logits_reproduce_the_recorded_accuracy(tiny_minibench, cifar10):
+    archive = NatsArchive(tiny_minibench / SSS_DIR, "sss")
+    results = list(inference.evaluate_chunk(archive, [0, 1, 2], cifar10, torch.device("cpu")))
+    assert [r.entry.index for r in results] == [0, 1, 2]
+    for r in results:
+        assert r.logits.shape == (120, 10) and r.logits.dtype == torch.float32
+        accuracy = (r.logits.argmax(1) == cifar10.labels).double().mean().item()
+        assert accuracy == pytest.approx(r.entry.recorded_accuracy, abs=1.5 / 120)
+        assert set(r.ood_logits) == {"gaussian_noise", "svhn"}
+        assert r.ood_logits["gaussian_noise"].shape == (120, 10)
+
+
+def _rewrite(path, change):
+    with bz2.open(path, "rb") as f:
+        record = pickle.load(f)
+    change(record)
+    with bz2.open(path, "wb") as f:
+        pickle.dump(record, f, protocol=4)
+
+
+def test_broken_architectures_are_reported_and_the_rest_go_on(tiny_minibench, cifar10, tmp_path):
+    broken = tmp_path / TSS_DIR
+    shutil.copytree(tiny_minibench / TSS_DIR, broken)
+    (broken / "000000.pickle.pbz2").unlink()  # missing file
+    tss_files = sorted(broken.glob("0*.pickle.pbz2"))
+    assert len(tss_files) == 2
+
+    def wrong_shape(record):
+        sd = record["200"]["all_results"][("cifar10", 777)]["net_state_dict"]
+        sd["classifier.weight"] = torch.zeros(7, 64)
+
+    _rewrite(broken / "000001.pickle.pbz2", wrong_shape)
+    archive = NatsArchive(broken, "tss")
+    results = list(inference.evaluate_chunk(archive, [0, 1, 2], cifar10, torch.device("cpu")))
+    assert [type(r).__name__ for r in results] == ["Failure", "Failure", "NetworkLogits"]
+    assert results[0].index == 0 and "file missing" in results[0].reason
+    assert results[0].source.endswith("000000.pickle.pbz2")
+    assert results[1].index == 1 and "state dict does not fit" in results[1].reason
+    assert results[2].entry.index == 2
+
+    (broken / "000002.pickle.pbz2").write_bytes(b"BZh91AY&SY corrupted")
+    (failure,) = list(inference.evaluate_chunk(archive, [2], cifar10, torch.device("cpu")))
+    assert failure.index == 2 and "cannot read" in failure.reason
+
+
+def test_nan_logits_are_a_failure(tiny_minibench, cifar10, tmp_path):
+    broken = tmp_path / SSS_DIR
+    shutil.copytree(tiny_minibench / SSS_DIR, broken)
+
+    def nan_weights(record):
+        sd = record["90"]["all_results"][("cifar10", 777)]["net_state_dict"]
+        sd["classifier.bias"] = torch.full_like(sd["classifier.bias"], float("nan"))
+
+    _rewrite(broken / "000001.pickle.pbz2", nan_weights)
+    results = list(inference.evaluate_chunk(NatsArchive(broken, "sss"), [0, 1, 2], cifar10, torch.device("cpu")))
+    assert [type(r).__name__ for r in results] == ["NetworkLogits", "Failure", "NetworkLogits"]
+    assert "non-finite logits" in results[1].reason
+
+
+def test_prefetch_keeps_order_with_several_workers(tiny_minibench):
+    archive = NatsArchive(tiny_minibench / SSS_DIR, "sss")
+    order = [index for index, _ in prefetch(archive, [2, 0, 1, 2], "cifar100", depth=2, workers=2)]
+    assert order == [2, 0, 1, 2]
+
+
+def test_kept_logits_round_trip(tiny_minibench, cifar10, tmp_path):
+    archive = NatsArchive(tiny_minibench / SSS_DIR, "sss")
+    (result,) = list(inference.evaluate_chunk(archive, [0], cifar10, torch.device("cpu")))
+    path = inference.write_logits(tmp_path / "logits" / "arch=000000.npz", result, cifar10.labels)
+    back = inference.read_logits(path)
+    np.testing.assert_array_equal(back["logits"], result.logits.numpy())
+    np.testing.assert_array_equal(back["labels"], cifar10.labels.numpy())
+    np.testing.assert_array_equal(back["ood_gaussian_noise"], result.ood_logits["gaussian_noise"].numpy())
+
+
+def test_device_resolution():
+    assert inference.resolve_device("cpu").type == "cpu"
+    assert inference.resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no CUDA device is visible"):
+            inference.resolve_device("cuda")

@@ -1,0 +1,147 @@
+"""The mini benchmark: real on-disk formats, read by the official API, deterministic, varied."""
+
+import bz2
+import hashlib
+import pickle
+
+import numpy as np
+import pytest
+import torch
+
+from calibench import data as data_io
+from calibench.cli import main as cli_main
+from calibench.minibench import SSS_DIR, TSS_DIR, MiniBenchSpec, build_minibench
+from fixtures import SSS_SIMPLE, TSS_SIMPLE, require_shared
+
+
+def _load(path):
+    with bz2.open(path, "rb") as f:
+        return pickle.load(f)
+
+
+@pytest.mark.parametrize("space", ["tss", "sss"])
+def test_structure_matches_the_real_sample_archives_key_by_key(tiny_minibench, space):
+    require_shared()
+    real_dir, mini_dir = (TSS_SIMPLE, tiny_minibench / TSS_DIR) if space == "tss" else (SSS_SIMPLE, tiny_minibench / SSS_DIR)
+    real_meta, mini_meta = _load(real_dir / "meta.pickle.pbz2"), _load(mini_dir / "meta.pickle.pbz2")
+    assert set(mini_meta) == set(real_meta)
+    assert mini_meta["total_archs"] == len(mini_meta["meta_archs"]) == 3
+    assert mini_meta["arch2infos"] is None and mini_meta["evaluated_indexes"] == set()
+
+    real, mini = _load(real_dir / "000011.pickle.pbz2"), _load(mini_dir / "000001.pickle.pbz2")
+    assert type(mini) is type(real)  # OrderedDict
+    assert list(mini) == list(real)  # the same hp keys, in the same order
+    for hp in real:
+        assert set(mini[hp]) == set(real[hp]), hp
+        assert mini[hp]["arch_index"] == 1
+        assert mini[hp]["arch_str"] == mini_meta["meta_archs"][1]
+        for (dataset, seed), result in mini[hp]["all_results"].items():
+            assert dataset in {"cifar10", "cifar100", "ImageNet16-120"}
+            assert isinstance(seed, int) and seed in mini[hp]["dataset_seed"][dataset]
+            real_seed = min(real[hp]["dataset_seed"][dataset])
+            real_result = real[hp]["all_results"][(dataset, real_seed)]
+            assert set(result) == set(real_result), (hp, dataset)
+            assert set(result["arch_config"]) == set(real_result["arch_config"])
+            assert result["eval_names"] and set(result["eval_names"]) == set(real_result["eval_names"])
+            for key in ("params", "flop"):
+                assert isinstance(result[key], float)
+            assert isinstance(result["seed"], str) and int(result["seed"]) == seed
+            assert result["epochs"] == real_result["epochs"]
+            assert f"ori-test@{result['epochs'] - 1}" in result["eval_acc1es"]
+            weights = result["net_state_dict"]
+            if hp not in ("200", "90"):
+                assert weights is None  # stored for the default schedules only
+            else:
+                assert all(isinstance(v, torch.Tensor) for v in weights.values())
+
+
+def test_official_api_reads_it(tiny_minibench):
+    from nats_bench import create
+
+    api = create(str(tiny_minibench / TSS_DIR), "tss", fast_mode=True, verbose=False)
+    assert len(api) == 3
+    weights = api.get_net_param(2, "cifar100", None, hp="200")
+    assert sorted(weights) == [777, 888]
+    assert weights[777]["classifier.weight"].shape == (100, 64)
+    config = api.get_net_config(2, "ImageNet16-120")
+    assert config["name"] == "infer.tiny" and config["num_classes"] == 120
+    api = create(str(tiny_minibench / SSS_DIR), "sss", fast_mode=True, verbose=False)
+    weights = api.get_net_param(0, "cifar10", 777, hp="90")
+    assert weights["classifier.weight"].shape[0] == 10
+
+
+def test_datasets_in_real_formats(tiny_minibench):
+    root = tiny_minibench / "datasets"
+    c10 = data_io.load_eval_set("cifar10", root)
+    c100 = data_io.load_eval_set("cifar100", root)
+    inet = data_io.load_eval_set("ImageNet16-120", root)
+    assert c10.images.shape == (120, 3, 32, 32) and c100.images.shape == (120, 3, 32, 32)
+    assert inet.images.shape == (120, 3, 16, 16)  # the distractor labels > 120 were dropped
+    assert c100.labels.max() < 100 and inet.labels.max() < 120
+    svhn = data_io.load_svhn_test(root / "svhn" / "test_32x32.mat")
+    assert svhn.images.shape[1:] == (3, 32, 32)
+
+
+def _canonical(obj, h):
+    """Feed a decoded object into a hash: tensors and arrays by dtype, shape and bytes."""
+    if isinstance(obj, torch.Tensor):
+        obj = obj.numpy()
+    if isinstance(obj, np.ndarray):
+        h.update(f"{obj.dtype}{obj.shape}".encode())
+        h.update(np.ascontiguousarray(obj).tobytes())
+    elif isinstance(obj, dict):
+        for key in sorted(obj, key=repr):
+            h.update(repr(key).encode())
+            _canonical(obj[key], h)
+    elif isinstance(obj, (list, tuple, set)):
+        for item in sorted(obj) if isinstance(obj, set) else obj:
+            _canonical(item, h)
+    else:
+        h.update(repr(obj).encode())
+
+
+def _digest(root):
+    """Content digest: pickled tensors and MATLAB headers carry incidental bytes (storage
+    ids, a creation timestamp), so archives and .mat files are compared decoded."""
+    from scipy.io import loadmat
+
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode())
+        if path.suffix == ".pbz2":
+            _canonical(_load(path), h)
+        elif path.suffix == ".mat":
+            _canonical({k: v for k, v in loadmat(path).items() if not k.startswith("__")}, h)
+        else:
+            h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def test_deterministic_from_the_seed(tmp_path):
+    spec = MiniBenchSpec(n_tss=2, n_sss=1, n_test=40, n_train=30, seed=5)
+    a = build_minibench(tmp_path / "a", spec)
+    b = build_minibench(tmp_path / "b", spec)
+    c = build_minibench(tmp_path / "c", MiniBenchSpec(n_tss=2, n_sss=1, n_test=40, n_train=30, seed=6))
+    assert _digest(a) == _digest(b)
+    assert _digest(a) != _digest(c)
+
+
+def test_networks_differ_in_accuracy(tiny_minibench):
+    accuracies = []
+    for space, directory in (("tss", TSS_DIR), ("sss", SSS_DIR)):
+        for i in range(3):
+            record = _load(tiny_minibench / directory / f"{i:06d}.pickle.pbz2")
+            hp = "200" if space == "tss" else "90"
+            result = record[hp]["all_results"][("cifar10", 777)]
+            accuracies.append(result["eval_acc1es"][f"ori-test@{result['epochs'] - 1}"])
+    assert len(set(np.round(accuracies, 6))) >= 4
+    assert max(accuracies) > 30.0  # well above the 10 % of chance: the images are learnable
+
+
+def test_cli_writes_a_labelled_minibench(tmp_path, capsys):
+    out = tmp_path / "mb"
+    assert cli_main(["make-minibench", str(out), "--n-tss", "2", "--n-sss", "1", "--n-test", "30",
+                     "--n-train", "30", "--quiet"]) == 0
+    assert "NOT NATS-Bench results" in capsys.readouterr().out
+    assert "NOT NATS-Bench results" in (out / "README.txt").read_text()
+    assert (out / TSS_DIR / "000001.pickle.pbz2").is_file()
