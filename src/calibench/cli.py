@@ -1,12 +1,92 @@
-"""Command line: ``calibench make-minibench OUT`` (more commands arrive with the workflow)."""
+"""Command line: ``run``, ``query``, ``top``, ``make-minibench``, and the workflow's job steps.
+
+The job steps (``population``, ``evaluate-chunk``, ``build-table``, ``analyze``) are what
+the Snakemake rules call; they receive the validated configuration as JSON.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 from . import __version__
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _population(args: argparse.Namespace) -> int:
+    from .pipeline import write_population
+
+    write_population(json.loads(args.settings), args.space, args.out)
+    return 0
+
+
+def _evaluate_chunk(args: argparse.Namespace) -> int:
+    from .pipeline import evaluate_chunk_job
+    from .runtime import keep_freed_memory
+
+    keep_freed_memory()
+    evaluate_chunk_job(json.loads(args.settings), args.space, args.hp, args.dataset, args.chunk, args.results,
+                       args.manifest, progress=not args.quiet)
+    return 0
+
+
+def _build_table(args: argparse.Namespace) -> int:
+    from .pipeline import build_table
+
+    build_table(json.loads(args.settings), args.space, args.hp, args.dataset, args.results, args.out, args.manifests)
+    return 0
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from .analysis import run_analysis
+
+    out = run_analysis(json.loads(args.settings), args.tables, args.results)
+    print(f"report: {out['report']}")
+    return 0
+
+
+def _query(args: argparse.Namespace) -> int:
+    from .query import run_query
+
+    run_query(args.sql, results=args.results, output=args.output)
+    return 0
+
+
+def _top(args: argparse.Namespace) -> int:
+    from .query import top
+
+    top(args.space, args.dataset, args.by, args.n, results=args.results, ascending=args.ascending)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    """A thin wrapper over snakemake: targets from --space/--dataset, everything else passed on."""
+    import yaml
+
+    config = yaml.safe_load(Path(args.configfile).read_text())
+    spaces = args.space or config["spaces"]
+    datasets = args.dataset or config["datasets"]
+    results = config["results"]
+    targets = [f"{results}/tables/{s}_{config['hp'][s]}_{d}.parquet" for s in spaces for d in datasets]
+    if not args.space and not args.dataset:
+        targets.append(f"{results}/report.html")
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", str(args.cores)]
+    if args.profile:
+        cmd += ["--profile", args.profile]
+    cmd += targets + args.snakemake_args
+    print("+", " ".join(cmd), flush=True)
+    code = subprocess.call(cmd)
+    if code == 0 and f"{results}/report.html" in targets:
+        print(f"report: {Path(results, 'report.html').resolve()}")
+    return code
 
 
 def _make_minibench(args: argparse.Namespace) -> int:
@@ -37,11 +117,64 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("--seed", type=int, default=0)
     mb.add_argument("--quiet", action="store_true", help="no progress bar")
     mb.set_defaults(func=_make_minibench)
+
+    run = sub.add_parser("run", help="run the workflow (snakemake) for some spaces and datasets")
+    run.add_argument("--space", action="append", choices=["tss", "sss"], help="repeatable; default: config")
+    run.add_argument("--dataset", action="append", choices=["cifar10", "cifar100", "ImageNet16-120"])
+    run.add_argument("--configfile", default="config/config.yaml")
+    run.add_argument("--profile", default=None, help="a snakemake profile, e.g. profiles/slurm")
+    run.add_argument("--cores", type=int, default=2)
+    run.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake after --")
+    run.set_defaults(func=_run)
+
+    q = sub.add_parser("query", help="SQL (DuckDB) over the result tables: views networks and metrics")
+    q.add_argument("sql")
+    q.add_argument("--results", default="results")
+    q.add_argument("--output", "-o", default=None, help="write CSV or parquet (by extension) instead of printing")
+    q.set_defaults(func=_query)
+
+    t = sub.add_parser("top", help="the top networks by a column of the networks view")
+    t.add_argument("--space", required=True, choices=["tss", "sss"])
+    t.add_argument("--dataset", required=True, choices=["cifar10", "cifar100", "ImageNet16-120"])
+    t.add_argument("--by", default="hcs_1", help="a column, e.g. hcs_1, accuracy, pre_ece_15 (with --ascending)")
+    t.add_argument("-n", type=int, default=20)
+    t.add_argument("--ascending", action="store_true", help="smallest first (for errors)")
+    t.add_argument("--results", default="results")
+    t.set_defaults(func=_top)
+
+    for name, func, helptext in (("population", _population, "job: write a space's population and chunks"),
+                                 ("evaluate-chunk", _evaluate_chunk, "job: evaluate one chunk into shards"),
+                                 ("build-table", _build_table, "job: aggregate shards into a wide table"),
+                                 ("analyze", _analyze, "job: Kendall, HCS, plots, report")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("--settings", required=True, help="the validated configuration as JSON")
+        p.set_defaults(func=func)
+        if name == "population":
+            p.add_argument("--space", required=True)
+            p.add_argument("--out", required=True)
+        if name in ("evaluate-chunk", "build-table"):
+            p.add_argument("--space", required=True)
+            p.add_argument("--hp", required=True)
+            p.add_argument("--dataset", required=True)
+            p.add_argument("--results", required=True)
+        if name == "evaluate-chunk":
+            p.add_argument("--chunk", type=int, required=True)
+            p.add_argument("--manifest", required=True)
+            p.add_argument("--quiet", action="store_true")
+        if name == "build-table":
+            p.add_argument("--out", required=True)
+            p.add_argument("--manifests", nargs="*", default=[])
+        if name == "analyze":
+            p.add_argument("--results", required=True)
+            p.add_argument("--tables", nargs="+", required=True)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
+        args.snakemake_args = args.snakemake_args[1:]
+    _setup_logging()
     return args.func(args)
 
 

@@ -1,0 +1,60 @@
+"""SQL over the results with DuckDB: ``networks`` (one row per network and dataset) and
+``metrics`` (the long shards)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HCS_SQL = "(1 + {b}) * accuracy * (1 - pre_ece_15) / ({b} * accuracy + (1 - pre_ece_15)) AS hcs_{n}"
+
+
+def connect(results: str | Path = "results", betas=(1, 2, 3)):
+    """A DuckDB connection with the views ``networks`` and ``metrics``; ValueError if no results."""
+    import duckdb
+
+    results = Path(results)
+    tables = sorted((results / "tables").glob("*.parquet"))
+    shards = results / "shards"
+    if not tables:
+        raise ValueError(f"no result tables under {results / 'tables'}: run the workflow first")
+    con = duckdb.connect()
+    files = ", ".join(f"'{t}'" for t in tables)
+    hcs = ", ".join(HCS_SQL.format(b=b, n=f"{b:g}") for b in betas)
+    con.execute(f"CREATE VIEW networks AS SELECT *, {hcs} FROM read_parquet([{files}], union_by_name = true)")
+    if any(shards.rglob("*.parquet")):
+        con.execute(f"CREATE VIEW metrics AS SELECT * FROM read_parquet('{shards}/**/*.parquet', hive_partitioning = false)")
+    return con
+
+
+def run_query(sql: str, results: str | Path = "results", output: str | Path | None = None):
+    """Run SQL; print the result, or write it as CSV/parquet when ``output`` is given."""
+    con = connect(results)
+    rel = con.sql(sql)
+    if output is None:
+        df = rel.df()
+        import pandas as pd
+
+        with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):
+            print(df.to_string(index=False))
+        return df
+    output = Path(output)
+    if output.suffix == ".parquet":
+        rel.write_parquet(str(output))
+    elif output.suffix == ".csv":
+        rel.write_csv(str(output))
+    else:
+        raise ValueError(f"--output {output}: use a .csv or .parquet file name")
+    print(f"wrote {output}")
+    return output
+
+
+def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str | Path = "results", ascending: bool = False):
+    con = connect(results)
+    columns = [r[0] for r in con.execute("DESCRIBE networks").fetchall()]
+    if by not in columns:
+        raise ValueError(f"--by {by!r}: not a column of the networks view (e.g. hcs_1, accuracy, pre_ece_15)")
+    order = "ASC" if ascending else "DESC"
+    sql = (f"SELECT arch_index, measured_by, arch_str, accuracy, pre_ece_15, post_ece_15, temperature, \"{by}\" "
+           f"FROM networks WHERE space = '{space}' AND dataset = '{dataset}' AND arch_index = measured_by "
+           f"ORDER BY \"{by}\" {order} LIMIT {int(n)}")
+    return run_query(sql, results)

@@ -1,0 +1,139 @@
+"""One parquet shard per measured network: the pipeline's unit of storage and of resume.
+
+Layout: ``{results}/shards/space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet``
+(hive-style, so DuckDB and pyarrow read the tree as one dataset). Long format, one
+row per (seed, stage, metric, bins) with the provenance a reader needs repeated on
+every row. Writes are atomic (temporary file, then rename); a shard that exists,
+reads, and carries the current config hash is valid and is never recomputed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import __version__
+
+SHARD_SCHEMA = pa.schema(
+    [
+        ("space", pa.string()),
+        ("hp", pa.string()),
+        ("dataset", pa.string()),
+        ("arch_index", pa.int32()),
+        ("arch_str", pa.string()),
+        ("seed", pa.int32()),
+        ("stage", pa.string()),  # pre | post
+        ("metric", pa.string()),
+        ("bins", pa.int16()),  # null for unbinned metrics
+        ("value", pa.float64()),
+        ("params", pa.float64()),
+        ("flops", pa.float64()),
+        ("temperature", pa.float64()),
+        ("accuracy", pa.float64()),  # measured, whole evaluation set
+        ("recorded_accuracy", pa.float64()),  # NATS-Bench's ori-test
+        ("n_eval", pa.int32()),
+        ("config_hash", pa.string()),
+        ("calibench_version", pa.string()),
+    ]
+)
+FAILURE_SCHEMA = pa.schema(
+    [("space", pa.string()), ("hp", pa.string()), ("dataset", pa.string()), ("arch_index", pa.int32()),
+     ("seed", pa.int32()), ("source", pa.string()), ("reason", pa.string()), ("config_hash", pa.string())]
+)
+
+
+def config_hash(settings: Mapping) -> str:
+    """A short stable hash of the settings that change a shard's numbers."""
+    blob = json.dumps(settings, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def shard_dir(results: str | Path, space: str, hp: str, dataset: str) -> Path:
+    return Path(results) / "shards" / f"space={space}" / f"hp={hp}" / f"dataset={dataset}"
+
+
+def shard_path(results: str | Path, space: str, hp: str, dataset: str, index: int) -> Path:
+    return shard_dir(results, space, hp, dataset) / f"arch={index:06d}.parquet"
+
+
+def split_metric_name(name: str) -> tuple[str, int | None]:
+    """``ece_15`` -> ("ece", 15); ``ksce`` -> ("ksce", None)."""
+    head, _, tail = name.rpartition("_")
+    if head and tail.isdigit():
+        return head, int(tail)
+    return name, None
+
+
+def shard_table(provenance: Mapping, stages: Mapping[str, Mapping[str, float]]) -> pa.Table:
+    """Rows for one network: ``stages`` maps stage -> {metric name: value} (one seed).
+
+    ``provenance`` holds space, hp, dataset, arch_index, arch_str, seed, params, flops,
+    temperature, accuracy, recorded_accuracy, n_eval, config_hash.
+    """
+    rows = {name: [] for name in SHARD_SCHEMA.names}
+    for stage, values in stages.items():
+        for name, value in values.items():
+            metric, bins = split_metric_name(name)
+            rows["stage"].append(stage)
+            rows["metric"].append(metric)
+            rows["bins"].append(bins)
+            rows["value"].append(float(value))
+    n = len(rows["stage"])
+    for key in SHARD_SCHEMA.names:
+        if key in ("stage", "metric", "bins", "value"):
+            continue
+        value = __version__ if key == "calibench_version" else provenance[key]
+        rows[key] = [value] * n
+    return pa.Table.from_pydict(rows, schema=SHARD_SCHEMA)
+
+
+def write_atomic_parquet(table: pa.Table, path: str | Path) -> Path:
+    """Write to a temporary file in the same directory, then rename: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def is_valid_shard(path: str | Path, expected_hash: str) -> bool:
+    """True if the shard reads, has the schema, holds rows, and was made with this config."""
+    path = Path(path)
+    if not path.is_file():
+        return False
+    try:
+        meta = pq.read_metadata(path)
+        schema = pq.read_schema(path)
+        if meta.num_rows == 0 or not set(SHARD_SCHEMA.names) <= set(schema.names):
+            return False
+        hashes = pq.read_table(path, columns=["config_hash"]).column(0).unique().to_pylist()
+        return hashes == [expected_hash]
+    except Exception:
+        return False
+
+
+def read_shards(results: str | Path, space: str, hp: str, dataset: str) -> pa.Table:
+    """All shards of one (space, hp, dataset), concatenated (an empty table if none)."""
+    directory = shard_dir(results, space, hp, dataset)
+    files = sorted(directory.glob("arch=*.parquet"))
+    if not files:
+        return SHARD_SCHEMA.empty_table()
+    return pa.concat_tables([pq.read_table(f, schema=SHARD_SCHEMA) for f in files])
+
+
+def failures_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=FAILURE_SCHEMA)
+

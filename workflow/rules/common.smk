@@ -1,0 +1,41 @@
+import json
+import sys
+
+RESULTS = config["results"]
+PYTHON = sys.executable
+# Every job receives the validated configuration as JSON: config overrides reach the jobs.
+SETTINGS = json.dumps(config, sort_keys=True)
+
+
+wildcard_constraints:
+    space="tss|sss",
+    hp="[0-9]+",
+    dataset="cifar10|cifar100|ImageNet16-120",
+    chunk="[0-9]+",
+
+
+def hp_of(space):
+    return config["hp"][space]
+
+
+def all_tables():
+    return [
+        f"{RESULTS}/tables/{space}_{hp_of(space)}_{dataset}.parquet"
+        for space in config["spaces"]
+        for dataset in config["datasets"]
+    ]
+
+
+def meta_file(space):
+    return f"{config['archives'][space]}/meta.pickle.pbz2"
+
+
+def chunk_manifests(wildcards):
+    """The evaluate jobs of one (space, hp, dataset): known once the population is written."""
+    population = checkpoints.population.get(space=wildcards.space).output[0]
+    with open(population) as f:
+        n_chunks = len(json.load(f)["chunks"])
+    return [
+        f"{RESULTS}/chunks/{wildcards.space}_{wildcards.hp}_{wildcards.dataset}/chunk{i:05d}.json"
+        for i in range(n_chunks)
+    ]

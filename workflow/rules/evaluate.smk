@@ -1,0 +1,16 @@
+rule evaluate:
+    """One chunk of one (space, hp, dataset): a parquet shard per architecture, then the
+    manifest. Shards already valid are skipped, so a killed job resumes where it stopped."""
+    input:
+        population=f"{RESULTS}/population/{{space}}.json",
+    output:
+        f"{RESULTS}/chunks/{{space}}_{{hp}}_{{dataset}}/chunk{{chunk}}.json",
+    log:
+        f"{RESULTS}/logs/evaluate/{{space}}_{{hp}}_{{dataset}}_chunk{{chunk}}.log",
+    params:
+        settings=SETTINGS,
+        results=RESULTS,
+    shell:
+        "{PYTHON} -m calibench.cli evaluate-chunk --settings {params.settings:q} --space {wildcards.space} "
+        "--hp {wildcards.hp} --dataset {wildcards.dataset} --chunk {wildcards.chunk} "
+        "--results {params.results} --manifest {output} > {log} 2>&1"

@@ -1,0 +1,13 @@
+checkpoint population:
+    """Selected architectures of one space and their chunks, from the archive's meta."""
+    input:
+        lambda wildcards: meta_file(wildcards.space),
+    output:
+        f"{RESULTS}/population/{{space}}.json",
+    log:
+        f"{RESULTS}/logs/population/{{space}}.log",
+    params:
+        settings=SETTINGS,
+    shell:
+        "{PYTHON} -m calibench.cli population --settings {params.settings:q} --space {wildcards.space} "
+        "--out {output} > {log} 2>&1"
