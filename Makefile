@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # pull a CUDA build. Override for a GPU machine, e.g. TORCH_SPEC='torch==2.13.0+cu128'.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: test install bench clean
+.PHONY: run test install bench clean
 
 install: $(VENV)/.installed
 
@@ -18,6 +18,12 @@ $(VENV)/.installed: pyproject.toml Makefile
 	# Test oracle for the network definitions; it pins numpy<=1.19.5, so no deps.
 	$(BIN)/pip install --quiet --no-deps xautodl==1.0.0
 	touch $@
+
+# The main job: the whole workflow on the embedded mini benchmark (demo numbers, not
+# NATS-Bench results), outputs under results/.
+run: install
+	$(BIN)/snakemake --cores 2
+	@echo "report: $$(pwd)/results/report.html"
 
 test: install
 	$(BIN)/python -m pytest

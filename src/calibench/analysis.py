@@ -84,7 +84,7 @@ def metric_columns(df: pd.DataFrame, bins: Sequence[int]) -> list[str]:
     wanted += ["pre_ksce", "pre_ks_top2", "pre_ks_within_top2", "pre_kdece", "pre_mmce", "pre_nll", "pre_brier",
                "accuracy"]
     wanted += [c for c in df.columns if c.startswith("pre_ood_auroc_")]
-    return [c for c in wanted if c in df.columns]
+    return [c for c in wanted if c in df.columns and df[c].notna().sum() > 1]
 
 
 def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
@@ -111,7 +111,8 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
                 m = kendall_matrix(part, metric_columns(part, bins))
                 out.append(m.assign(figure="metrics", metric="*", space=space, hp=hp, dataset=dataset,
                                     population=population))
-                cols = [c for c in _binned(bins, "ece", "pre") + _binned(bins, "ece", "post") if c in part.columns]
+                cols = [c for c in _binned(bins, "ece", "pre") + _binned(bins, "ece", "post")
+                        if c in part.columns and part[c].notna().sum() > 1]
                 m = kendall_matrix(part, cols)
                 m = m[m["row"].str.startswith("pre_") & m["col"].str.startswith("post_")]
                 out.append(m.assign(figure="pre_post", metric="ece", space=space, hp=hp, dataset=dataset,

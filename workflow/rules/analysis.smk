@@ -6,11 +6,14 @@ rule analysis:
         report=f"{RESULTS}/report.html",
         kendall=f"{RESULTS}/analysis/kendall.parquet",
         hcs=f"{RESULTS}/analysis/hcs.parquet",
+    conda:
+        "../../environment.yml"
     log:
         f"{RESULTS}/logs/analysis.log",
     params:
         settings=SETTINGS,
-        results=RESULTS,
+        results=results_of(0),
+        python=PYTHON,
     shell:
-        "{PYTHON} -m calibench.cli analyze --settings {params.settings:q} --results {params.results} "
+        "{params.python} -m calibench.cli analyze --settings {params.settings:q} --results {params.results} "
         "--tables {input} > {log} 2>&1"

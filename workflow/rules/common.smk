@@ -1,5 +1,6 @@
 import json
 import sys
+from pathlib import Path
 
 RESULTS = config["results"]
 PYTHON = sys.executable
@@ -12,6 +13,11 @@ wildcard_constraints:
     hp="[0-9]+",
     dataset="cifar10|cifar100|ImageNet16-120",
     chunk="[0-9]+",
+
+
+def results_of(levels):
+    """The results directory, inferred from a job's first output ``levels`` folders deep."""
+    return lambda wildcards, output: str(Path(output[0]).parents[levels])
 
 
 def hp_of(space):

@@ -5,12 +5,15 @@ rule evaluate:
         population=f"{RESULTS}/population/{{space}}.json",
     output:
         f"{RESULTS}/chunks/{{space}}_{{hp}}_{{dataset}}/chunk{{chunk}}.json",
+    conda:
+        "../../environment.yml"
     log:
         f"{RESULTS}/logs/evaluate/{{space}}_{{hp}}_{{dataset}}_chunk{{chunk}}.log",
     params:
         settings=SETTINGS,
-        results=RESULTS,
+        results=results_of(2),
+        python=PYTHON,
     shell:
-        "{PYTHON} -m calibench.cli evaluate-chunk --settings {params.settings:q} --space {wildcards.space} "
+        "{params.python} -m calibench.cli evaluate-chunk --settings {params.settings:q} --space {wildcards.space} "
         "--hp {wildcards.hp} --dataset {wildcards.dataset} --chunk {wildcards.chunk} "
         "--results {params.results} --manifest {output} > {log} 2>&1"

@@ -8,11 +8,14 @@ if MINI["build"]:
             f"{MINI['dir']}/NATS-tss-v1_0-3ffb9-full/meta.pickle.pbz2",
             f"{MINI['dir']}/NATS-sss-v1_0-50262-full/meta.pickle.pbz2",
             f"{MINI['dir']}/README.txt",
+        conda:
+            "../../environment.yml"
         log:
             f"{RESULTS}/logs/minibench.log",
         params:
-            out=MINI["dir"],
+            python=PYTHON,
+            out=lambda wildcards, output: str(Path(output[2]).parent),
             spec=f"--n-tss {MINI['n_tss']} --n-sss {MINI['n_sss']} --n-test {MINI['n_test']} "
             f"--n-train {MINI['n_train']} --seed {MINI['seed']}",
         shell:
-            "{PYTHON} -m calibench.cli make-minibench {params.out} {params.spec} --quiet > {log} 2>&1"
+            "{params.python} -m calibench.cli make-minibench {params.out} {params.spec} --quiet > {log} 2>&1"

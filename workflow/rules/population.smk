@@ -4,10 +4,13 @@ checkpoint population:
         lambda wildcards: meta_file(wildcards.space),
     output:
         f"{RESULTS}/population/{{space}}.json",
+    conda:
+        "../../environment.yml"
     log:
         f"{RESULTS}/logs/population/{{space}}.log",
     params:
+        python=PYTHON,
         settings=SETTINGS,
     shell:
-        "{PYTHON} -m calibench.cli population --settings {params.settings:q} --space {wildcards.space} "
+        "{params.python} -m calibench.cli population --settings {params.settings:q} --space {wildcards.space} "
         "--out {output} > {log} 2>&1"

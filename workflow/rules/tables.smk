@@ -3,13 +3,17 @@ rule table:
     input:
         chunk_manifests,
     output:
-        f"{RESULTS}/tables/{{space}}_{{hp}}_{{dataset}}.parquet",
+        table=f"{RESULTS}/tables/{{space}}_{{hp}}_{{dataset}}.parquet",
+        failures=f"{RESULTS}/failures/{{space}}_{{hp}}_{{dataset}}.parquet",
+    conda:
+        "../../environment.yml"
     log:
         f"{RESULTS}/logs/tables/{{space}}_{{hp}}_{{dataset}}.log",
     params:
         settings=SETTINGS,
-        results=RESULTS,
+        results=results_of(1),
+        python=PYTHON,
     shell:
-        "{PYTHON} -m calibench.cli build-table --settings {params.settings:q} --space {wildcards.space} "
-        "--hp {wildcards.hp} --dataset {wildcards.dataset} --results {params.results} --out {output} "
+        "{params.python} -m calibench.cli build-table --settings {params.settings:q} --space {wildcards.space} "
+        "--hp {wildcards.hp} --dataset {wildcards.dataset} --results {params.results} --out {output.table} "
         "--manifests {input} > {log} 2>&1"
