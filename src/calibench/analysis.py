@@ -184,6 +184,7 @@ def _heatmap(m: pd.DataFrame, title: str, path: Path) -> None:
 
 
 def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, settings: Mapping, plots: Path) -> list[tuple[str, Path]]:
+    """All plots; titles of a mini-benchmark run say so, since its numbers are not NATS-Bench's."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,11 +192,12 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
 
     plots.mkdir(parents=True, exist_ok=True)
     made: list[tuple[str, Path]] = []
+    demo = " [mini benchmark: not NATS-Bench results]" if settings["minibench"]["build"] else ""
     for (figure, metric, space, hp, dataset), m in kendall[kendall["population"] == "all"].groupby(
             ["figure", "metric", "space", "hp", "dataset"]):
         name = f"kendall_{figure}_{metric}_{space}_{hp}_{dataset}".replace("*", "all").replace("-", "_")
         title = {"datasets": f"{metric} across datasets", "metrics": f"metrics, {dataset}",
-                 "pre_post": f"ECE pre vs post scaling, {dataset}"}[figure] + f" ({space}, hp {hp})"
+                 "pre_post": f"ECE pre vs post scaling, {dataset}"}[figure] + f" ({space}, hp {hp})" + demo
         path = plots / f"{name}.png"
         _heatmap(m, title, path)
         made.append((title, path))
@@ -214,7 +216,7 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
             ax.set_xlabel("bins")
             ax.set_title(dataset, fontsize=9)
         axes[0][0].set_ylabel("ECE (orange: pre, blue: post)")
-        fig.suptitle(f"ECE by bin count ({space}, hp {hp})", fontsize=10)
+        fig.suptitle(f"ECE by bin count ({space}, hp {hp}){demo}", fontsize=10)
         fig.tight_layout()
         path = plots / f"ece_by_bins_{space}_{hp}.png"
         fig.savefig(path, dpi=110)
@@ -231,7 +233,7 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
                 ax.set_xlabel("accuracy")
                 ax.set_title(dataset, fontsize=9)
             axes[0][0].set_ylabel("ECE (15 bins; o pre, x post)" if what == "ece" else "HCS (beta = 1)")
-            fig.suptitle(f"{what.upper()} against accuracy ({space}, hp {hp})", fontsize=10)
+            fig.suptitle(f"{what.upper()} against accuracy ({space}, hp {hp}){demo}", fontsize=10)
             fig.tight_layout()
             path = plots / f"{what}_vs_accuracy_{space}_{hp}.png"
             fig.savefig(path, dpi=110)
