@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from calibench import data as D
+from calibench.atomic import atomic_write
 
 SPLITS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nats-splits"
 
@@ -131,7 +132,7 @@ def test_writers_are_atomic_and_overwrite(tmp_path, rng):
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
-        D._atomic_write(target, fail)
+        atomic_write(target, fail)
     np.testing.assert_array_equal(D.load_eval_set("cifar10", tmp_path).images, x)  # old file intact
     assert sorted(p.name for p in target.parent.iterdir()) == ["test_batch"]  # no temp file left
 

@@ -1,7 +1,6 @@
 """The Snakemake workflow end to end on a tiny mini benchmark, resume after kill -9, and lint."""
 
 import json
-import math
 import os
 import shutil
 import signal

@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import codecs
 import collections
-import io
 import json
 import os
 import pickle
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
+
+from .atomic import atomic_write
 
 DATASETS = ("cifar10", "cifar100", "ImageNet16-120")
 
@@ -238,25 +238,6 @@ def load_svhn_test(path: str | os.PathLike) -> EvalSet:
 # --------------------------------------------------------------------------- writing
 
 
-def _atomic_write(path: Path, write: Callable[[io.BufferedWriter], None]) -> Path:
-    """Write through a temporary file in the target directory, then ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
-
-
 def _check_images(images: np.ndarray, side: int, what: str) -> np.ndarray:
     images = np.asarray(images)
     if images.dtype != np.uint8:
@@ -366,7 +347,7 @@ def write_cifar10_test(root: str | os.PathLike, images: np.ndarray, labels: obje
         "data": images.reshape(len(images), -1),
         "filenames": _filenames("test", len(images)),
     }
-    return _atomic_write(Path(root) / EVAL_FILES["cifar10"], lambda f: f.write(_py2_pickle(entry)))
+    return atomic_write(Path(root) / EVAL_FILES["cifar10"], lambda f: f.write(_py2_pickle(entry)))
 
 
 def write_cifar100_test(
@@ -387,7 +368,7 @@ def write_cifar100_test(
         "coarse_labels": coarse,
         "data": images.reshape(len(images), -1),
     }
-    return _atomic_write(Path(root) / EVAL_FILES["cifar100"], lambda f: f.write(_py2_pickle(entry)))
+    return atomic_write(Path(root) / EVAL_FILES["cifar100"], lambda f: f.write(_py2_pickle(entry)))
 
 
 def write_imagenet16_val(root: str | os.PathLike, images: np.ndarray, labels_1based: object) -> Path:
@@ -396,7 +377,7 @@ def write_imagenet16_val(root: str | os.PathLike, images: np.ndarray, labels_1ba
     images = _check_images(images, 16, "write_imagenet16_val")
     labels = _check_labels(labels_1based, len(images), 1, IMAGENET16_ALL_CLASSES, "write_imagenet16_val")
     entry = {"data": images.reshape(len(images), -1), "labels": labels}
-    return _atomic_write(Path(root) / EVAL_FILES["ImageNet16-120"], lambda f: pickle.dump(entry, f, protocol=4))
+    return atomic_write(Path(root) / EVAL_FILES["ImageNet16-120"], lambda f: pickle.dump(entry, f, protocol=4))
 
 
 def write_svhn_test(path: str | os.PathLike, images: np.ndarray, labels: object) -> Path:
@@ -407,7 +388,7 @@ def write_svhn_test(path: str | os.PathLike, images: np.ndarray, labels: object)
     X = np.ascontiguousarray(images.transpose(2, 3, 1, 0))
     y = np.where(digits == 0, 10, digits).astype(np.uint8)[:, None]
     sio = _scipy_io()
-    return _atomic_write(Path(path), lambda f: sio.savemat(f, {"X": X, "y": y}, do_compression=True, format="5"))
+    return atomic_write(Path(path), lambda f: sio.savemat(f, {"X": X, "y": y}, do_compression=True, format="5"))
 
 
 # --------------------------------------------------------------------------- transforms

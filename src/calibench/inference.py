@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ import numpy as np
 import torch
 
 from . import data as data_io
+from .atomic import atomic_write
 from .archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
 from .networks import build_network, inference_network
 
@@ -163,19 +163,9 @@ def evaluate_chunk(
 
 def write_logits(path: str | Path, result: NetworkLogits, labels: torch.Tensor) -> Path:
     """Keep a network's logits (float32, compressed npz) so new metrics need no inference; atomic."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrays = {"logits": result.logits.numpy(), "labels": labels.cpu().numpy()}
     arrays.update({f"ood_{name}": v.numpy() for name, v in result.ood_logits.items()})
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez_compressed(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
 
 
 def read_logits(path: str | Path) -> dict[str, np.ndarray]:

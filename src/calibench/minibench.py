@@ -28,10 +28,8 @@ from __future__ import annotations
 import bz2
 import collections
 import hashlib
-import os
 import pickle
 import random
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +37,7 @@ import numpy as np
 import torch
 
 from . import data as data_io
+from .atomic import atomic_write
 from .archstr import SSS_CHANNEL_CHOICES, SSS_GENOTYPE, TSS_OPS, format_tss
 from .networks import build_network, count_parameters, inference_network
 
@@ -72,21 +71,10 @@ class MiniBenchSpec:
     second_seed: bool = False  # also store TSS hp-200 seed 888, to exercise multi-seed runs
 
 
-def _atomic_write_bytes(path: Path, payload: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_pbz2(path: Path, obj) -> None:
     """bz2-compressed pickle (protocol 4), as NATS-Bench archives are written; atomic."""
-    _atomic_write_bytes(Path(path), bz2.compress(pickle.dumps(obj, protocol=4)))
+    payload = bz2.compress(pickle.dumps(obj, protocol=4))
+    atomic_write(path, lambda f: f.write(payload))
 
 
 # ---------------------------------------------------------------- synthetic images

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,6 +21,7 @@ import torch
 
 from . import population as pop
 from . import shards
+from .atomic import atomic_write
 from .archive import NatsArchive
 from .calibration import measure_stages_batch
 from .inference import Failure, NetworkLogits, evaluate_chunk, load_eval_data, resolve_device, write_logits
@@ -35,13 +34,8 @@ MEASUREMENT_KEYS = ("bins", "temperature", "tace_threshold", "seeds", "ood", "da
 
 
 def write_json_atomic(obj, path: str | Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
-    return path
+    payload = json.dumps(obj, indent=1).encode()
+    return atomic_write(path, lambda f: f.write(payload))
 
 
 def population_path(results: str | Path, space: str) -> Path:
@@ -227,11 +221,7 @@ def build_table(settings: Mapping, space: str, hp: str, dataset: str, results: s
     if not wide.empty:
         first = ["space", "hp", "dataset", "arch_index", "measured_by", "seed"]
         wide = wide[first + [c for c in wide.columns if c not in first]].sort_values(["arch_index", "seed"])
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    wide.to_parquet(tmp, index=False)
-    os.replace(tmp, out)
+    atomic_write(out, lambda f: wide.to_parquet(f, index=False))
     fail_out = Path(results) / "failures" / f"{space}_{hp}_{dataset}.parquet"
     fail_out.parent.mkdir(parents=True, exist_ok=True)
     shards.write_atomic_parquet(shards.failures_table(failed), fail_out)

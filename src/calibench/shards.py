@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import __version__
+from .atomic import atomic_write
 
 SHARD_SCHEMA = pa.schema(
     [
@@ -96,17 +95,7 @@ def shard_table(provenance: Mapping, stages: Mapping[str, Mapping[str, float]]) 
 
 def write_atomic_parquet(table: pa.Table, path: str | Path) -> Path:
     """Write to a temporary file in the same directory, then rename: readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda f: pq.write_table(table, f, compression="zstd"))
 
 
 def is_valid_shard(path: str | Path, expected_hash: str) -> bool:
