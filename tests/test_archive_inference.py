@@ -126,3 +126,15 @@ def test_device_resolution():
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="no CUDA device is visible"):
             inference.resolve_device("cuda")
+
+
+def test_a_gpu_job_without_cuda_fails_clearly(monkeypatch):
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is visible")
+    monkeypatch.setenv("SLURM_JOB_GPUS", "0")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with pytest.raises(RuntimeError, match=r"allocated GPUs \(SLURM_JOB_GPUS=0.*set device: cpu"):
+        inference.resolve_device("auto")
+    assert inference.resolve_device("cpu").type == "cpu"  # the config's explicit fallback
+    monkeypatch.delenv("SLURM_JOB_GPUS")
+    assert inference.resolve_device("auto").type == "cpu"

@@ -30,10 +30,35 @@ OOD_GAUSSIAN = "gaussian_noise"
 OOD_SVHN = "svhn"
 
 
+GPU_ALLOCATION_VARIABLES = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
+
+
+def allocated_gpus() -> str | None:
+    """The GPUs the batch system gave this job, if it says (SLURM), else None."""
+    for name in GPU_ALLOCATION_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if not value or (name == "SLURM_GPUS_ON_NODE" and value == "0"):  # a count; the others list GPU ids
+            continue
+        return f"{name}={value}"
+    return None
+
+
 def resolve_device(device: str = "auto") -> torch.device:
-    """``auto``: CUDA when available, else CPU. An explicit ``cuda`` without a GPU is an error."""
+    """``auto``: CUDA when available, else CPU, unless the job was given GPUs that CUDA cannot
+    see (then an error rather than a 100x slower CPU run). An explicit ``cuda`` without a GPU
+    is an error; ``cpu`` is the config's way to run on the CPU anyway."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        allocation = allocated_gpus()
+        if allocation:
+            raise RuntimeError(
+                f"this job was allocated GPUs ({allocation}, CUDA_VISIBLE_DEVICES="
+                f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}) but torch sees no CUDA device "
+                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda}); install a CUDA build of torch, "
+                "or set device: cpu in the config to run on the CPU on purpose"
+            )
+        return torch.device("cpu")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(

@@ -45,3 +45,14 @@ def chunk_manifests(wildcards):
         f"{RESULTS}/chunks/{wildcards.space}_{wildcards.hp}_{wildcards.dataset}/chunk{i:05d}.json"
         for i in range(n_chunks)
     ]
+
+
+# Budget per network for the SLURM runtime of an evaluate job (minutes): measured GPU
+# inference plus metrics is well under this; weight loading of real -full archives
+# (about 27 MB of bz2 per TSS file) dominates. See BENCHMARKS.md.
+SECONDS_PER_NETWORK = 10
+
+
+def evaluate_runtime(wildcards):
+    seeds = 1 if config["seeds"] == "first" else len(config["seeds"])
+    return 10 + int(config["chunk_size"] * seeds * SECONDS_PER_NETWORK / 60 + 1)

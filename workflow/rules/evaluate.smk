@@ -9,6 +9,8 @@ rule evaluate:
         "../../environment.yml"
     log:
         f"{RESULTS}/logs/evaluate/{{space}}_{{hp}}_{{dataset}}_chunk{{chunk}}.log",
+    resources:
+        runtime=evaluate_runtime,
     params:
         settings=SETTINGS,
         results=results_of(2),
