@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -116,6 +117,9 @@ def evaluate_chunk_job(settings: Mapping, space: str, hp: str, dataset: str, chu
     digest = measurement_hash(settings, space, hp, dataset)
     todo = [i for i in indices if not shards.is_valid_shard(shards.shard_path(results, space, hp, dataset, i), digest)]
     skipped = len(indices) - len(todo)
+    if os.environ.get("SLURM_JOB_ID"):
+        log.info("SLURM job %s (array task %s) on %s", os.environ["SLURM_JOB_ID"],
+                 os.environ.get("SLURM_ARRAY_TASK_ID", "-"), os.environ.get("SLURMD_NODENAME", "?"))
     log.info("%s hp=%s %s chunk %d: %d architectures, %d already measured (skipped), %d to compute",
              space, hp, dataset, chunk, len(indices), skipped, len(todo))
     failures: list[dict] = []

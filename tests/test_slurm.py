@@ -1,0 +1,190 @@
+"""The workflow through snakemake-executor-plugin-slurm on a real single-node SLURM.
+
+Installs SLURM from Debian's packages if absent (root only), writes a one-node
+configuration with two fake GPUs, starts munged, slurmctld and slurmd, and stops what
+it started whatever happens. Opt out with CALIBENCH_SKIP_SLURM=1.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = Path("/etc/slurm")
+TINY = {
+    "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 2, "n_sss": 2, "n_test": 60, "n_train": 30,
+                  "seed": 3},
+    "spaces": ["sss"],
+    "datasets": ["cifar10"],
+    "bins": [5, 15],
+    "chunk_size": 1,
+    "measure_group": 1,
+    "device": "cpu",  # the fake GPUs have no CUDA: the config says to use the CPU on purpose
+    "analysis": {"hcs_betas": [1], "top_k": [], "top_n": 3},
+}
+LOCAL_PARTITION = ["--slurm-no-account", "--slurm-status-command", "squeue", "--seconds-between-status-checks", "1",
+                   "--slurm-init-seconds-before-status-checks", "1",
+                   "--default-resources", "slurm_partition=debug", "mem_mb=1000", "cpus_per_task=1", "runtime=30",
+                   "gpu=0",
+                   "--set-resources", "evaluate:mem_mb=2000", "evaluate:cpus_per_task=1", "analysis:mem_mb=2000",
+                   "table:mem_mb=1000"]
+
+pytestmark = pytest.mark.skipif(os.environ.get("CALIBENCH_SKIP_SLURM") == "1", reason="CALIBENCH_SKIP_SLURM=1")
+
+
+def _run(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def _install_slurm():
+    if shutil.which("slurmctld") and shutil.which("munged") and shutil.which("sbatch"):
+        return
+    if os.geteuid() != 0:
+        pytest.skip("SLURM is not installed and installing it needs root (set CALIBENCH_SKIP_SLURM=1 to opt out)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    _run(["apt-get", "update", "-qq"], env=env, timeout=600)
+    proc = _run(["apt-get", "install", "-y", "-qq", "slurmctld", "slurmd", "slurm-client", "munge"], env=env, timeout=900)
+    if proc.returncode != 0:
+        pytest.fail(f"could not install SLURM: {proc.stderr[-2000:]}")
+
+
+def _slurm_conf(state: Path) -> str:
+    return "\n".join([
+        "ClusterName=calibench", "SlurmctldHost=localhost", "SlurmUser=root", "AuthType=auth/munge",
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core_Memory", "ReturnToService=2", f"StateSaveLocation={state}/ctld",
+        f"SlurmdSpoolDir={state}/d", f"SlurmctldPidFile={state}/ctld.pid", f"SlurmdPidFile={state}/d.pid",
+        f"SlurmctldLogFile={state}/ctld.log", f"SlurmdLogFile={state}/d.log",
+        "AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none", "MinJobAge=600",
+        "GresTypes=gpu",
+        f"NodeName=localhost NodeHostname={socket.gethostname()} CPUs={os.cpu_count()} RealMemory=8000 Gres=gpu:2 "
+        "State=UNKNOWN",
+        "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP", ""])
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    _install_slurm()
+    pytest.importorskip("snakemake_executor_plugin_slurm")
+    state = tmp_path_factory.mktemp("slurm-state")
+    for sub in ("ctld", "d"):
+        (state / sub).mkdir()
+    CONF_DIR.mkdir(exist_ok=True)
+    backups = {}
+    for name in ("slurm.conf", "gres.conf"):
+        if (CONF_DIR / name).exists():
+            backups[name] = (CONF_DIR / name).read_bytes()
+    started_munge = False
+    try:
+        if _run(["scontrol", "ping"], timeout=10).returncode == 0:
+            _run(["scontrol", "shutdown"], timeout=30)  # a controller of another configuration
+            time.sleep(2)
+        (CONF_DIR / "slurm.conf").write_text(_slurm_conf(state))
+        (CONF_DIR / "gres.conf").write_text("NodeName=localhost Name=gpu File=/dev/null\n"
+                                            "NodeName=localhost Name=gpu File=/dev/zero\n")
+        if _run(["pgrep", "-x", "munged"]).returncode != 0:
+            Path("/run/munge").mkdir(exist_ok=True)
+            shutil.chown("/run/munge", "munge", "munge")
+            assert _run(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--force"]).returncode == 0
+            started_munge = True
+        assert _run(["slurmctld"]).returncode == 0
+        assert _run(["slurmd"]).returncode == 0
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if "idle" in _run(["sinfo", "-h", "-o", "%t"]).stdout:
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"SLURM node never became idle: {(state / 'd.log').read_text()[-2000:]}")
+        yield state
+    finally:
+        _run(["scontrol", "shutdown"], timeout=30)
+        for pidfile in ("ctld.pid", "d.pid"):
+            pid = state / pidfile
+            if pid.exists():
+                _run(["kill", pid.read_text().strip()])
+        if started_munge:
+            _run(["pkill", "-x", "munged"])
+        for name in ("slurm.conf", "gres.conf"):
+            if name in backups:
+                (CONF_DIR / name).write_bytes(backups[name])
+            else:
+                (CONF_DIR / name).unlink(missing_ok=True)
+
+
+def _project(tmp: Path) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / name)
+    (tmp / "tiny.yaml").write_text(yaml.safe_dump(TINY))
+    return tmp
+
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "--configfile", "tiny.yaml"]
+SLURM_ARGS = ["--profile", "profiles/slurm", *LOCAL_PARTITION]
+
+
+def _shard_times(workdir: Path) -> dict:
+    return {p.name: p.stat().st_mtime_ns for p in (workdir / "results" / "shards").rglob("*.parquet")}
+
+
+def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, tmp_path):
+    local = _project(tmp_path / "local")
+    proc = _run(SNAKEMAKE + ["--cores", "2"], cwd=local, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    cluster = _project(tmp_path / "cluster")
+    # First run: cancel the first evaluate job that SLURM starts.
+    run = subprocess.Popen(SNAKEMAKE + SLURM_ARGS, cwd=cluster, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    cancelled = None
+    deadline = time.time() + 600
+    while time.time() < deadline and cancelled is None and run.poll() is None:
+        jobs = _run(["squeue", "-h", "-o", "%i %j %T"]).stdout.split("\n")
+        for line in jobs:
+            parts = line.split()
+            if len(parts) == 3 and parts[2] == "RUNNING" and "evaluate" in parts[1]:
+                cancelled = parts[0]
+                _run(["scancel", cancelled])
+                break
+        time.sleep(0.2)
+    first_output, _ = run.communicate(timeout=900)
+    assert cancelled is not None, f"no evaluate job was seen running:\n{first_output[-3000:]}"
+    assert run.returncode != 0, "the run with a cancelled job should report a failure"
+    survivors = _shard_times(cluster)
+
+    proc = _run(SNAKEMAKE + SLURM_ARGS, cwd=cluster, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    output = first_output + proc.stdout + proc.stderr
+
+    # Every evaluate job ran as a SLURM job: its log names the job id.
+    logs = sorted((cluster / "results" / "logs" / "evaluate").glob("*.log"))
+    assert len(logs) == 2
+    for job_log in logs:
+        assert "SLURM job " in job_log.read_text(), job_log
+    assert "SLURM job ID" in output or "SLURM jobid" in output
+
+    # Nothing lost, nothing computed twice: shards that survived the cancel were not rewritten.
+    after = _shard_times(cluster)
+    assert set(after) == {"arch=000000.parquet", "arch=000001.parquet"}
+    for name, mtime in survivors.items():
+        assert after[name] == mtime, f"{name} was computed twice"
+    for chunk in (cluster / "results" / "chunks" / "sss_90_cifar10").glob("*.json"):
+        summary = json.loads(chunk.read_text())
+        assert summary["computed"] + summary["skipped"] == 1 and not summary["failed"]
+
+    # The results equal a local run's.
+    a = pd.read_parquet(local / "results" / "tables" / "sss_90_cifar10.parquet")
+    b = pd.read_parquet(cluster / "results" / "tables" / "sss_90_cifar10.parquet")
+    pd.testing.assert_frame_equal(a, b)
+    assert (cluster / "results" / "report.html").is_file()
