@@ -50,12 +50,11 @@ def main() -> None:
     config_file.write_text(yaml.safe_dump(config))
     base = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(ROOT),
             "--configfile", str(config_file)]
-    if args.profile:
-        base += ["--profile", args.profile]
-    subprocess.run(base + ["--cores", "2", "--quiet", "all", "--"]
+    subprocess.run(base + ["--cores", "2", "--quiet", "all", "--"]  # the population checkpoint, locally
                    + [f"{work}/results/population/{s}.json" for s in ("tss", "sss")], check=True)
+    dry = base + ["-n", "--cores", "2"] + (["--profile", args.profile, "--slurm-no-account"] if args.profile else [])
     start = time.perf_counter()
-    proc = subprocess.run(base + ["-n", "--cores", "2"], capture_output=True, text=True)
+    proc = subprocess.run(dry, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     out = proc.stdout + proc.stderr
     table = re.search(r"Job stats:\n(.*?)\n\n", out, re.S)
