@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from fixtures import copy_workflow
+
 CONF_DIR = Path("/etc/slurm")
 TINY = {
     "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 2, "n_sss": 2, "n_test": 60, "n_train": 30,
@@ -122,12 +122,7 @@ def slurm(tmp_path_factory):
 
 
 def _project(tmp: Path) -> Path:
-    tmp.mkdir(parents=True, exist_ok=True)
-    for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / name)
-    (tmp / "tiny.yaml").write_text(yaml.safe_dump(TINY))
-    return tmp
+    return copy_workflow(tmp, TINY)
 
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]

@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import yaml
 
 from calibench import metrics
 from calibench.analysis import hcs
+from fixtures import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
@@ -31,14 +31,6 @@ TINY = {
 }
 
 
-def _project(tmp: Path, overrides: dict) -> Path:
-    """A copy of the workflow (not the package) in a temporary directory with a config override."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
-        src = ROOT / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / name)
-    (tmp / "tiny.yaml").write_text(yaml.safe_dump(overrides))
-    return tmp
 
 
 def _snakemake(workdir: Path, *args, check=True):
@@ -51,7 +43,7 @@ def _snakemake(workdir: Path, *args, check=True):
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
-    workdir = _project(tmp_path_factory.mktemp("workflow"), TINY)
+    workdir = copy_workflow(tmp_path_factory.mktemp("workflow"), TINY)
     _snakemake(workdir)
     return workdir
 
@@ -151,7 +143,7 @@ def test_rerunning_one_table_touches_nothing_else(finished_run):
 
 
 def test_a_bad_config_value_stops_the_run_before_any_job(tmp_path):
-    workdir = _project(tmp_path, {**TINY, "chunk_size": 0})
+    workdir = copy_workflow(tmp_path, {**TINY, "chunk_size": 0})
     proc = _snakemake(workdir, "-n", check=False)
     assert proc.returncode != 0
     assert "chunk_size" in proc.stdout + proc.stderr
@@ -161,8 +153,8 @@ def test_a_bad_config_value_stops_the_run_before_any_job(tmp_path):
 def test_kill_and_resume_computes_only_the_missing_shards(tmp_path):
     tiny = {**TINY, "minibench": {**TINY["minibench"], "n_sss": 4}, "chunk_size": 4, "datasets": ["cifar100"],
             "spaces": ["sss"]}
-    straight = _project(tmp_path / "straight", tiny)
-    interrupted = _project(tmp_path / "interrupted", tiny)
+    straight = copy_workflow(tmp_path / "straight", tiny)
+    interrupted = copy_workflow(tmp_path / "interrupted", tiny)
     _snakemake(straight)
     # Prepare the interrupted copy up to the evaluate job, then run that job by hand and kill it.
     _snakemake(interrupted, "results/population/sss.json")

@@ -19,10 +19,9 @@ from pathlib import Path
 
 import torch
 
+from .data import DATASETS
 from .population import check_space
 
-DATASETS = ("cifar10", "cifar100", "ImageNet16-120")
-NUM_CLASSES = {"cifar10": 10, "cifar100": 100, "ImageNet16-120": 120}
 HPS = {"tss": ("12", "200"), "sss": ("12", "90")}  # hp values whose -full archives keep weights
 DEFAULT_HP = {"tss": "200", "sss": "90"}
 NATS_SPACE_NAME = {"tss": "tss", "sss": "sss"}

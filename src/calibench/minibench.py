@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from . import data as data_io
+from .data import IMAGE_SIZE, NUM_CLASSES
 from .atomic import atomic_write
 from .archstr import SSS_CHANNEL_CHOICES, SSS_GENOTYPE, TSS_OPS, format_tss
 from .networks import build_network, count_parameters, inference_network
@@ -44,8 +45,6 @@ from .networks import build_network, count_parameters, inference_network
 TSS_DIR = "NATS-tss-v1_0-3ffb9-full"
 SSS_DIR = "NATS-sss-v1_0-50262-full"
 DATASET_DIR = "datasets"
-IMAGE_SIZE = {"cifar10": 32, "cifar100": 32, "ImageNet16-120": 16}
-NUM_CLASSES = {"cifar10": 10, "cifar100": 100, "ImageNet16-120": 120}
 # hp -> (epochs, seeds), as in the real archives. Weights are stored for the default
 # schedules only (TSS 200, SSS 90): compressing weights is most of the build time, and
 # the other schedules' records keep ``net_state_dict = None`` like the real SSS hp 01.
