@@ -57,6 +57,36 @@ def xautodl_model(space: str, arch: str, k: int):
     return get_cell_based_tiny_net(dict2config(cfg, None)).eval()
 
 
+def conv_macs(net: torch.nn.Module, size: int) -> int:
+    """Multiply-accumulates per image of every convolution and the classifier (training form)."""
+    total = 0
+
+    def count(module, inputs, output):
+        nonlocal total
+        if isinstance(module, torch.nn.Conv2d):
+            k = module.kernel_size[0] * module.kernel_size[1] * module.in_channels // module.groups
+            total += output[0].numel() * k
+        else:
+            total += module.in_features * module.out_features
+
+    hooks = [m.register_forward_hook(count) for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    with torch.no_grad():
+        net(torch.randn(1, 3, size, size))
+    for h in hooks:
+        h.remove()
+    return total
+
+
+def sgemm_peak() -> float:
+    """GFLOP/s of a large float32 matrix product on this CPU: the practical arithmetic ceiling."""
+    a, b = torch.randn(4096, 4096), torch.randn(4096, 4096)
+    a @ b
+    start = time.perf_counter()
+    for _ in range(3):
+        a @ b
+    return 3 * 2 * 4096**3 / (time.perf_counter() - start) / 1e9
+
+
 def run(fn, images: torch.Tensor, batch: int) -> tuple[float, torch.Tensor]:
     sync = torch.cuda.synchronize if images.is_cuda else (lambda: None)
     with torch.inference_mode():
@@ -71,6 +101,8 @@ def run(fn, images: torch.Tensor, batch: int) -> tuple[float, torch.Tensor]:
 def bench_networks(device: torch.device, archs: dict[str, list[str]], n_images: int, with_xautodl: bool, batch: int):
     per_network: dict[tuple[str, int], list[float]] = {}
     for space, sample in archs.items():
+        if not sample:
+            continue
         for size, n in ((32, n_images), (16, int(n_images * 0.6))):
             images = torch.randn(n, 3, size, size, device=device).contiguous(memory_format=torch.channels_last)
             ours_t, ref_t = [], []
@@ -81,10 +113,12 @@ def bench_networks(device: torch.device, archs: dict[str, list[str]], n_images: 
                         m.running_mean.uniform_(-0.5, 0.5)
                         m.running_var.uniform_(0.5, 2.0)
                 net.eval()
+                gflop = 2 * conv_macs(net, size) * n / 1e9
                 fast = inference_network(net).to(device)
                 t_ours, logits = run(fast, images, batch)
                 ours_t.append(t_ours)
-                line = f"  {device.type} {space} {size}x{size} {arch:<92} ours {n / t_ours:8.0f} img/s"
+                line = (f"  {device.type} {space} {size}x{size} {arch:<92} ours {n / t_ours:8.0f} img/s "
+                        f"{gflop / t_ours:6.1f} GFLOP/s")
                 if with_xautodl:
                     ref = xautodl_model(space, arch, 100)
                     ref.load_state_dict(net.state_dict())
@@ -93,7 +127,8 @@ def bench_networks(device: torch.device, archs: dict[str, list[str]], n_images: 
                     ref_t.append(t_ref)
                     diff = (ref_out - logits).abs().max().item()
                     assert diff <= 1e-4 * max(1.0, ref_out.abs().max().item()), f"logits differ by {diff}"
-                    line += f"  xautodl {n / t_ref:8.0f} img/s  x{t_ref / t_ours:.2f}  max|diff| {diff:.1e}"
+                    line += (f"  xautodl {n / t_ref:8.0f} img/s {gflop / t_ref:6.1f} GFLOP/s  x{t_ref / t_ours:.2f}"
+                             f"  max|diff| {diff:.1e}")
                 print(line, flush=True)
             per_network[(space, size)] = ours_t
             mean = statistics.mean(ours_t)
@@ -108,10 +143,14 @@ def project(per_network: dict, n_images: int, device: str) -> None:
     """Seconds for the whole population: each dataset's test-set size scales the measured time."""
     total = 0.0
     for space in ("tss", "sss"):
+        if (space, 32) not in per_network:
+            continue
         for _, size, n_eval, _ in DATASETS:
             seconds = statistics.mean(per_network[(space, size)]) * n_eval / (n_images if size == 32 else int(n_images * 0.6))
             total += POPULATION[space] * seconds
-    print(f"projection, all 117,702 networks on one {device}: {total / 3600:.1f} h of inference "
+    measured = [s for s in ("tss", "sss") if (s, 32) in per_network]
+    who = "all 117,702 networks" if len(measured) == 2 else f"the {measured[0].upper()} networks only"
+    print(f"projection, {who} on one {device}: {total / 3600:.1f} h of inference "
           f"(inference only; weight loading overlaps it in a background thread)")
 
 
@@ -140,20 +179,26 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--no-xautodl", action="store_true")
+    parser.add_argument("--spaces", default="tss,sss", help="comma-separated subset of tss,sss")
+    parser.add_argument("--no-loading", action="store_true", help="skip the weight-loading measurement")
     parser.add_argument("--minibench", type=Path, default=None, help="an existing mini benchmark (else one is built)")
     args = parser.parse_args()
     from calibench.runtime import keep_freed_memory
 
     keep_freed_memory()
     flush = torch.set_flush_denormal(True)  # both models alike; denormal activations are slow on x86
-    archs = {space: sample_archs(space, args.archs) for space in ("tss", "sss")}
+    spaces = args.spaces.split(",")
+    archs = {space: sample_archs(space, args.archs) if space in spaces else [] for space in ("tss", "sss")}
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, CUDA: {torch.cuda.is_available()}, "
           f"flush denormals: {flush}")
+    print(f"float32 matrix product (4096^3) on this CPU: {sgemm_peak():.0f} GFLOP/s "
+          "(GFLOP/s below count the training-form convolutions and classifier of each network)")
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     for device in devices:
         per_network = bench_networks(device, archs, args.images, not args.no_xautodl, args.batch)
         project(per_network, args.images, device.type)
-    bench_loading(args.minibench)
+    if not args.no_loading:
+        bench_loading(args.minibench)
 
 
 if __name__ == "__main__":

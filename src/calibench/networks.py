@@ -328,10 +328,11 @@ class _FastReduction(nn.Module):
 class InferenceNetwork(nn.Module):
     """Eval-only form of a :class:`TinyNetwork`; ``forward`` returns logits only."""
 
-    chunk_bytes = 4 << 20  # CPU sub-batch size: bytes of the widest activation
-
     def __init__(self, net: TinyNetwork):
         super().__init__()
+        # CPU sub-batch size in bytes of the widest activation. Measured (BENCHMARKS.md): TSS's
+        # many narrow cells run best at 4 MB, SSS's few wide convolutions at 16 MB.
+        self.chunk_bytes = (4 << 20) if len(net.cells) > 5 else (16 << 20)
         self.stem = _with_bias(*_fold(net.stem[0], net.stem[1]))
         self.cells = nn.ModuleList(
             _FastReduction(c) if isinstance(c, ResidualReduction) else _FastCell(c) for c in net.cells
