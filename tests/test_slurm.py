@@ -7,6 +7,7 @@ it started whatever happens. Opt out with CALIBENCH_SKIP_SLURM=1.
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -31,12 +32,11 @@ TINY = {
     "device": "cpu",  # the fake GPUs have no CUDA: the config says to use the CPU on purpose
     "analysis": {"hcs_betas": [1], "top_k": [], "top_n": 3},
 }
+SET_RESOURCES = ["evaluate:mem_mb=2000", "evaluate:cpus_per_task=1", "analysis:mem_mb=2000", "table:mem_mb=1000"]
 LOCAL_PARTITION = ["--slurm-no-account", "--slurm-status-command", "squeue", "--seconds-between-status-checks", "1",
                    "--slurm-init-seconds-before-status-checks", "1",
                    "--default-resources", "slurm_partition=debug", "mem_mb=1000", "cpus_per_task=1", "runtime=30",
-                   "gpu=0",
-                   "--set-resources", "evaluate:mem_mb=2000", "evaluate:cpus_per_task=1", "analysis:mem_mb=2000",
-                   "table:mem_mb=1000"]
+                   "gpu=0"]
 
 pytestmark = pytest.mark.skipif(os.environ.get("CALIBENCH_SKIP_SLURM") == "1", reason="CALIBENCH_SKIP_SLURM=1")
 
@@ -127,26 +127,56 @@ def _project(tmp: Path) -> Path:
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 CONFIG = ["--configfile", "tiny.yaml"]  # nargs="+": targets must come before it
-SLURM_ARGS = ["--profile", "profiles/slurm", *LOCAL_PARTITION]
+SLURM_ARGS = ["--profile", "profiles/slurm", *LOCAL_PARTITION, "--set-resources", *SET_RESOURCES]
+TABLE = "results/tables/sss_90_cifar10.parquet"
 
 
 def _shard_times(workdir: Path) -> dict:
     return {p.name: p.stat().st_mtime_ns for p in (workdir / "results" / "shards").rglob("*.parquet")}
 
 
-TABLE = "results/tables/sss_90_cifar10.parquet"
+def _job_ids(workdir: Path) -> dict[str, str]:
+    """SLURM job id of each evaluate log, from the line calibench writes at the start of a job."""
+    ids = {}
+    for job_log in sorted((workdir / "results" / "logs" / "evaluate").glob("*.log")):
+        match = re.search(r"SLURM job (\d+) .*GPUs allocated: (\S+)", job_log.read_text())
+        assert match, f"{job_log} does not say it ran as a SLURM job"
+        ids[job_log.name] = match.groups()
+    return ids
 
 
-def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, tmp_path):
-    local = _project(tmp_path / "local")
+def _log_span(job_log: Path) -> tuple[str, str]:
+    """First and last timestamps of a calibench job log."""
+    stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})", job_log.read_text(), re.M)
+    return stamps[0], stamps[-1]
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """The same tiny workflow run locally: the reference tables, and a mini benchmark to share."""
+    local = _project(tmp_path_factory.mktemp("local"))
     proc = _run(SNAKEMAKE + [TABLE, "--cores", "2"] + CONFIG, cwd=local, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return local
 
-    cluster = _project(tmp_path / "cluster")
+
+def _cluster_project(tmp: Path, local: Path, population: bool = False) -> Path:
+    cluster = _project(tmp)
     shutil.copytree(local / "resources", cluster / "resources")  # the same mini benchmark, not rebuilt
+    if population:
+        shutil.copytree(local / "results" / "population", cluster / "results" / "population")
+    return cluster
+
+
+def _assert_table_equals_local(cluster: Path, local: Path) -> None:
+    pd.testing.assert_frame_equal(pd.read_parquet(local / TABLE), pd.read_parquet(cluster / TABLE))
+
+
+def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, local_run, tmp_path):
+    cluster = _cluster_project(tmp_path / "cluster", local_run)
     # First run: cancel the first evaluate job that SLURM starts.
-    run = subprocess.Popen(SNAKEMAKE + [TABLE] + SLURM_ARGS + CONFIG, cwd=cluster, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True)
+    run = subprocess.Popen(SNAKEMAKE + [TABLE] + SLURM_ARGS + CONFIG, cwd=cluster, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
     cancelled = None
     deadline = time.time() + 600
     while time.time() < deadline and cancelled is None and run.poll() is None:
@@ -161,18 +191,20 @@ def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, tmp_p
     first_output, _ = run.communicate(timeout=900)
     assert cancelled is not None, f"no evaluate job was seen running:\n{first_output[-3000:]}"
     assert run.returncode != 0, "the run with a cancelled job should report a failure"
+    # Only the cancelled job failed: the other chunk's job finished and kept its output.
+    assert first_output.count("Error in rule evaluate") == 1, first_output[-3000:]
+    assert len(list((cluster / "results" / "chunks" / "sss_90_cifar10").glob("*.json"))) == 1
     survivors = _shard_times(cluster)
 
     proc = _run(SNAKEMAKE + [TABLE] + SLURM_ARGS + CONFIG, cwd=cluster, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     output = first_output + proc.stdout + proc.stderr
 
-    # Every evaluate job ran as a SLURM job: its log names the job id.
-    logs = sorted((cluster / "results" / "logs" / "evaluate").glob("*.log"))
-    assert len(logs) == 2
-    for job_log in logs:
-        assert "SLURM job " in job_log.read_text(), job_log
-    assert "SLURM job ID" in output or "SLURM jobid" in output
+    # Every evaluate job ran as a SLURM job (its log names the job id), the cancelled one included.
+    ids = _job_ids(cluster)
+    assert len(ids) == 2 and len({job for job, _ in ids.values()}) == 2
+    assert cancelled in {job for job, _ in ids.values()} or "SLURM jobid" in output
+    assert all(gpus == "none" for _, gpus in ids.values())  # device: cpu asks for no GPU
 
     # Nothing lost, nothing computed twice: shards that survived the cancel were not rewritten.
     after = _shard_times(cluster)
@@ -182,8 +214,37 @@ def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, tmp_p
     for chunk in (cluster / "results" / "chunks" / "sss_90_cifar10").glob("*.json"):
         summary = json.loads(chunk.read_text())
         assert summary["computed"] + summary["skipped"] == 1 and not summary["failed"]
+    _assert_table_equals_local(cluster, local_run)
 
-    # The results equal a local run's.
-    a = pd.read_parquet(local / "results" / "tables" / "sss_90_cifar10.parquet")
-    b = pd.read_parquet(cluster / "results" / "tables" / "sss_90_cifar10.parquet")
-    pd.testing.assert_frame_equal(a, b)
+
+def test_chunks_grouped_per_gpu_run_in_one_slurm_job(slurm, local_run, tmp_path):
+    """--groups packs chunks into one SLURM job with one GPU (gpu is scoped local), run in series."""
+    cluster = _cluster_project(tmp_path / "grouped", local_run, population=True)
+    # device: cpu asks for no GPU; the user's --set-resources asks for one anyway, to see it shared.
+    group = ["--profile", "profiles/slurm", *LOCAL_PARTITION, "--set-resources", *SET_RESOURCES, "evaluate:gpu=1",
+             "--groups", "evaluate=gpu", "--group-components", "gpu=2", "--resources", "gpu=1"]
+    proc = _run(SNAKEMAKE + [TABLE] + group + CONFIG, cwd=cluster, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ids = _job_ids(cluster)
+    assert len(ids) == 2
+    (job, gpus), = set(ids.values())  # both chunks: the same SLURM job, the same single fake GPU
+    assert gpus.isdigit(), gpus
+    group_logs = list((cluster / "results" / "logs" / "slurm").glob("group_*/**/*.log"))
+    assert len(group_logs) == 1, group_logs
+    # In series on the one GPU: the second chunk starts after the first has finished.
+    spans = sorted(_log_span(log) for log in (cluster / "results" / "logs" / "evaluate").glob("*.log"))
+    assert spans[0][1] <= spans[1][0], spans
+    _assert_table_equals_local(cluster, local_run)
+
+
+def test_evaluate_job_given_a_gpu_without_cuda_fails_clearly(slurm, local_run, tmp_path):
+    """device: auto asks SLURM for a GPU; a node whose torch cannot see it stops with a message."""
+    cluster = _cluster_project(tmp_path / "nocuda", local_run, population=True)
+    target = "results/chunks/sss_90_cifar10/chunk00000.json"
+    proc = _run(SNAKEMAKE + [target] + SLURM_ARGS + ["--config", "device=auto"] + CONFIG, cwd=cluster, timeout=600)
+    assert proc.returncode != 0
+    text = (cluster / "results" / "logs" / "evaluate" / "sss_90_cifar10_chunk00000.log").read_text()
+    assert re.search(r"GPUs allocated: \d", text), text
+    assert "but torch sees no CUDA device" in text and "device: cpu" in text, text
+    assert "Traceback" not in text, text  # a configuration error, said plainly
+    assert not list((cluster / "results" / "shards").rglob("*.parquet"))

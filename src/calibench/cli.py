@@ -175,7 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
         args.snakemake_args = args.snakemake_args[1:]
     _setup_logging()
-    return args.func(args)
+    from .inference import DeviceError
+
+    try:
+        return args.func(args)
+    except DeviceError as exc:  # a configuration problem: the message says what to do, no traceback
+        logging.getLogger("calibench").error("%s", exc)
+        return 2
 
 
 if __name__ == "__main__":

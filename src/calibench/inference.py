@@ -43,6 +43,10 @@ def allocated_gpus() -> str | None:
     return None
 
 
+class DeviceError(RuntimeError):
+    """The configured device cannot be used on this machine (a configuration problem, not a bug)."""
+
+
 def resolve_device(device: str = "auto") -> torch.device:
     """``auto``: CUDA when available, else CPU, unless the job was given GPUs that CUDA cannot
     see (then an error rather than a 100x slower CPU run). An explicit ``cuda`` without a GPU
@@ -52,7 +56,7 @@ def resolve_device(device: str = "auto") -> torch.device:
             return torch.device("cuda")
         allocation = allocated_gpus()
         if allocation:
-            raise RuntimeError(
+            raise DeviceError(
                 f"this job was allocated GPUs ({allocation}, CUDA_VISIBLE_DEVICES="
                 f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}) but torch sees no CUDA device "
                 f"(torch {torch.__version__}, CUDA build: {torch.version.cuda}); install a CUDA build of torch, "
@@ -61,7 +65,7 @@ def resolve_device(device: str = "auto") -> torch.device:
         return torch.device("cpu")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(
+        raise DeviceError(
             f"device {device!r} requested but no CUDA device is visible "
             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
             "set device: cpu in the config to run on the CPU instead"

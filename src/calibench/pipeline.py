@@ -118,8 +118,9 @@ def evaluate_chunk_job(settings: Mapping, space: str, hp: str, dataset: str, chu
     todo = [i for i in indices if not shards.is_valid_shard(shards.shard_path(results, space, hp, dataset, i), digest)]
     skipped = len(indices) - len(todo)
     if os.environ.get("SLURM_JOB_ID"):
-        log.info("SLURM job %s (array task %s) on %s", os.environ["SLURM_JOB_ID"],
-                 os.environ.get("SLURM_ARRAY_TASK_ID", "-"), os.environ.get("SLURMD_NODENAME", "?"))
+        log.info("SLURM job %s (array task %s) on %s, GPUs allocated: %s", os.environ["SLURM_JOB_ID"],
+                 os.environ.get("SLURM_ARRAY_TASK_ID", "-"), os.environ.get("SLURMD_NODENAME", "?"),
+                 os.environ.get("CUDA_VISIBLE_DEVICES", "none"))
     log.info("%s hp=%s %s chunk %d: %d architectures, %d already measured (skipped), %d to compute",
              space, hp, dataset, chunk, len(indices), skipped, len(todo))
     failures: list[dict] = []

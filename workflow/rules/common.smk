@@ -56,3 +56,9 @@ SECONDS_PER_NETWORK = 10
 def evaluate_runtime(wildcards):
     seeds = 1 if config["seeds"] == "first" else len(config["seeds"])
     return 10 + int(config["chunk_size"] * seeds * SECONDS_PER_NETWORK / 60 + 1)
+
+
+# GPUs an evaluate job asks for (resource `gpu`, scope local): one unless the config runs
+# on the CPU on purpose. Declared here, not in a profile, so that a user's own
+# --set-resources for memory or CPUs cannot drop it.
+EVALUATE_GPUS = 0 if config["device"] == "cpu" else 1

@@ -11,6 +11,7 @@ rule evaluate:
         f"{RESULTS}/logs/evaluate/{{space}}_{{hp}}_{{dataset}}_chunk{{chunk}}.log",
     resources:
         runtime=evaluate_runtime,
+        gpu=EVALUATE_GPUS,
     params:
         settings=SETTINGS,
         results=results_of(2),
