@@ -87,7 +87,7 @@ def _measure_group(group: list[NetworkLogits], labels: torch.Tensor, settings: M
         logits, labels.cpu(), bins=settings["bins"], val_fraction=temp["val_fraction"], seed=temp["seed"],
         method=temp["method"], tace_threshold=settings["tace_threshold"],
     )
-    stages = {"pre": {k: v.copy() for k, v in out["pre"].items()}, "post": {k: v.copy() for k, v in out["post"].items()}}
+    stages = {stage: dict(out[stage]) for stage in ("pre", "post")}  # new keys below; the arrays are not modified
     temperature = torch.from_numpy(out["temperature"])
     for name in group[0].ood_logits:
         ood = torch.stack([r.ood_logits[name] for r in group])
