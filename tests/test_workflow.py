@@ -121,6 +121,16 @@ def test_report_and_plots_exist(finished_run):
         assert (results / job_log).is_file()
 
 
+def test_every_evaluate_job_records_its_time_and_peak_memory(finished_run):
+    results = finished_run / "results"
+    chunks = sorted((results / "chunks").rglob("chunk*.json"))
+    records = sorted((results / "benchmarks" / "evaluate").glob("*.tsv"))
+    assert len(records) == len(chunks) > 0
+    for record in records:
+        row = pd.read_csv(record, sep="\t").iloc[0]
+        assert row["s"] > 0 and 50 < row["max_rss"] < 8000, (record, row.to_dict())  # MB: torch alone is ~300
+
+
 def test_query_views(finished_run):
     from calibench.query import run_query
 
@@ -139,7 +149,9 @@ def test_rerunning_one_table_touches_nothing_else(finished_run):
     _snakemake(finished_run, "results/tables/sss_90_cifar100.parquet")
     after = {p: p.stat().st_mtime_ns for p in results.rglob("*") if p.is_file() and "logs" not in p.parts}
     changed = {p for p in after if before.get(p) != after[p]}
-    assert changed == {target, results / "failures" / "sss_90_cifar100.parquet"}  # the rule's two outputs
+    # The rule's two outputs and its job record; nothing else.
+    assert changed == {target, results / "failures" / "sss_90_cifar100.parquet",
+                       results / "benchmarks" / "tables" / "sss_90_cifar100.tsv"}
 
 
 def test_a_bad_config_value_stops_the_run_before_any_job(tmp_path):

@@ -10,6 +10,8 @@ rule analysis:
         "../../environment.yml"
     log:
         f"{RESULTS}/logs/analysis.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/analysis.tsv"
     params:
         settings=SETTINGS,
         results=results_of(0),

@@ -9,6 +9,8 @@ rule evaluate:
         "../../environment.yml"
     log:
         f"{RESULTS}/logs/evaluate/{{space}}_{{hp}}_{{dataset}}_chunk{{chunk}}.log",
+    benchmark:  # wall time and peak memory (max_rss, MB) per job: size cluster requests from these
+        f"{RESULTS}/benchmarks/evaluate/{{space}}_{{hp}}_{{dataset}}_chunk{{chunk}}.tsv"
     resources:
         runtime=evaluate_runtime,
         gpu=EVALUATE_GPUS,

@@ -9,6 +9,8 @@ rule table:
         "../../environment.yml"
     log:
         f"{RESULTS}/logs/tables/{{space}}_{{hp}}_{{dataset}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/tables/{{space}}_{{hp}}_{{dataset}}.tsv"
     params:
         settings=SETTINGS,
         results=results_of(1),
