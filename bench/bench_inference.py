@@ -149,13 +149,17 @@ def project(per_network: dict, n_images: int, device: str) -> None:
             seconds = statistics.mean(per_network[(space, size)]) * n_eval / (n_images if size == 32 else int(n_images * 0.6))
             total += POPULATION[space] * seconds
     measured = [s for s in ("tss", "sss") if (s, 32) in per_network]
+    if not measured:
+        return
     who = "all 117,702 networks" if len(measured) == 2 else f"the {measured[0].upper()} networks only"
     print(f"projection, {who} on one {device}: {total / 3600:.1f} h of inference "
           f"(inference only; weight loading overlaps it in a background thread)")
 
 
-def bench_loading(minibench: Path | None) -> None:
-    from calibench.archive import NatsArchive
+def bench_loading(minibench: Path | None, max_workers: int, repeats: int) -> None:
+    """Archives per second through ``prefetch`` (what evaluate jobs use) with 1..max_workers workers
+    (1: a background thread; more: processes, whose start-up is part of the time)."""
+    from calibench.archive import NatsArchive, prefetch
     from calibench.minibench import MiniBenchSpec, TSS_DIR, SSS_DIR, build_minibench
 
     if minibench is None:
@@ -165,12 +169,14 @@ def bench_loading(minibench: Path | None) -> None:
         archive = NatsArchive(minibench / directory, space)
         files = sorted((minibench / directory).glob("0*.pickle.pbz2"))
         megabytes = sum(f.stat().st_size for f in files) / 1e6
-        start = time.perf_counter()
-        for i in range(len(files)):
-            archive.load(i, "cifar10")
-        t = time.perf_counter() - start
-        print(f"weight loading {space}: {len(files) / t:.1f} archives/s, {megabytes / t:.1f} MB/s of bz2 "
-              f"({megabytes / len(files):.1f} MB per mini archive file)")
+        indices = list(range(len(files))) * repeats  # as many loads as a chunk, so worker start-up counts as in a job
+        for workers in range(1, max_workers + 1):
+            start = time.perf_counter()
+            for _, loaded in prefetch(archive, indices, "cifar10", depth=2 * workers, workers=workers):
+                assert not isinstance(loaded, Exception), loaded
+            t = time.perf_counter() - start
+            print(f"weight loading {space}, {workers} worker(s): {len(indices) / t:.1f} archives/s, "
+                  f"{repeats * megabytes / t:.1f} MB/s of bz2 ({megabytes / len(files):.1f} MB per mini archive file)")
 
 
 def main() -> None:
@@ -179,8 +185,10 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=10_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--no-xautodl", action="store_true")
-    parser.add_argument("--spaces", default="tss,sss", help="comma-separated subset of tss,sss")
+    parser.add_argument("--spaces", default="tss,sss", help="comma-separated subset of tss,sss; 'none' for loading only")
     parser.add_argument("--no-loading", action="store_true", help="skip the weight-loading measurement")
+    parser.add_argument("--loaders", type=int, default=2, help="measure loading with 1..N workers")
+    parser.add_argument("--loads-per-file", type=int, default=10, help="each mini archive file is loaded this often")
     parser.add_argument("--minibench", type=Path, default=None, help="an existing mini benchmark (else one is built)")
     args = parser.parse_args()
     from calibench.runtime import keep_freed_memory
@@ -198,7 +206,7 @@ def main() -> None:
         per_network = bench_networks(device, archs, args.images, not args.no_xautodl, args.batch)
         project(per_network, args.images, device.type)
     if not args.no_loading:
-        bench_loading(args.minibench)
+        bench_loading(args.minibench, args.loaders, args.loads_per_file)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Archive reading and the inference engine, on the mini benchmark (real formats)."""
 
 import bz2
+import os
 import pickle
 import shutil
 
@@ -110,6 +111,26 @@ def test_prefetch_keeps_order_with_several_workers(tiny_minibench):
     assert order == [2, 0, 1, 2]
 
 
+def test_worker_processes_load_what_the_thread_loads_errors_included(tiny_minibench, tmp_path):
+    broken = tmp_path / SSS_DIR
+    shutil.copytree(tiny_minibench / SSS_DIR, broken)
+    (broken / "000001.pickle.pbz2").write_bytes(b"BZh91AY&SY corrupted")
+    archive = NatsArchive(broken, "sss")
+    by_thread = list(prefetch(archive, [0, 1, 2], "cifar10", workers=1))
+    by_processes = list(prefetch(archive, [0, 1, 2], "cifar10", workers=2))
+    assert [i for i, _ in by_processes] == [0, 1, 2]
+    for (_, a), (_, b) in zip(by_thread, by_processes):
+        assert type(a) is type(b)
+        if isinstance(a, ArchiveError):  # index, file and reason survive the process boundary
+            assert (b.index, b.path, b.reason) == (a.index, a.path, a.reason) and b.index == 1
+            continue
+        for x, y in zip(a, b):
+            assert (x.index, x.arch_str, x.seed, x.recorded_accuracy) == (y.index, y.arch_str, y.seed, y.recorded_accuracy)
+            assert x.state_dict.keys() == y.state_dict.keys()
+            for key, tensor in x.state_dict.items():
+                assert isinstance(y.state_dict[key], torch.Tensor) and torch.equal(tensor, y.state_dict[key]), key
+
+
 def test_kept_logits_round_trip(tiny_minibench, cifar10, tmp_path):
     archive = NatsArchive(tiny_minibench / SSS_DIR, "sss")
     (result,) = list(inference.evaluate_chunk(archive, [0], cifar10, torch.device("cpu")))
@@ -138,3 +159,14 @@ def test_a_gpu_job_without_cuda_fails_clearly(monkeypatch):
     assert inference.resolve_device("cpu").type == "cpu"  # the config's explicit fallback
     monkeypatch.delenv("SLURM_JOB_GPUS")
     assert inference.resolve_device("auto").type == "cpu"
+
+
+def test_loaders_follow_the_job_cpus_on_cuda_only(monkeypatch):
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert inference.loader_workers(3, cpu) == 3  # explicit: as configured
+    assert inference.loader_workers("auto", cpu) == 1  # loading must not take cores from CPU inference
+    for cpus, threads in (("1", 1), ("4", 3), ("32", 8)):
+        monkeypatch.setenv("SLURM_CPUS_PER_TASK", cpus)
+        assert inference.loader_workers("auto", cuda) == threads
+    monkeypatch.delenv("SLURM_CPUS_PER_TASK")
+    assert inference.loader_workers("auto", cuda) == max(1, min(8, len(os.sched_getaffinity(0)) - 1))

@@ -27,6 +27,7 @@ TINY = {
     "bins": [5, 15, 50],
     "chunk_size": 2,
     "measure_group": 1,
+    "loader_workers": 2,  # archive loading in worker processes, as on a GPU node
     "analysis": {"hcs_betas": [1, 2], "top_k": [2], "top_n": 3},
 }
 
@@ -162,6 +163,14 @@ def test_a_bad_config_value_stops_the_run_before_any_job(tmp_path):
     assert not (workdir / "results").exists()
 
 
+def _children(pid: int) -> list[int]:
+    """Child processes of ``pid`` (Linux /proc)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
 def test_kill_and_resume_computes_only_the_missing_shards(tmp_path):
     tiny = {**TINY, "minibench": {**TINY["minibench"], "n_sss": 4}, "chunk_size": 4, "datasets": ["cifar100"],
             "spaces": ["sss"]}
@@ -182,8 +191,14 @@ def test_kill_and_resume_computes_only_the_missing_shards(tmp_path):
     deadline = time.time() + 300
     while time.time() < deadline and len(list(shard_dir.glob("arch=*.parquet"))) < 2:
         time.sleep(0.05)
+    loaders = _children(job.pid)  # loader_workers: 2, i.e. two loader processes (and multiprocessing's tracker)
+    assert len(loaders) >= 2, loaders
     os.kill(job.pid, signal.SIGKILL)
     job.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and any(Path(f"/proc/{pid}").exists() for pid in loaders):
+        time.sleep(0.1)
+    assert not [pid for pid in loaders if Path(f"/proc/{pid}").exists()], "loader processes outlived the killed job"
     done_before = sorted(p.name for p in shard_dir.glob("arch=*.parquet"))
     assert 2 <= len(done_before) < 4, "the job was not killed in the middle of its chunk"
     assert not manifest.exists()

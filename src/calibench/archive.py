@@ -4,18 +4,25 @@ Reads through the official API, ``nats_bench.create(dir, space, fast_mode=True)`
 (nats-bench-facts.md, "API"), one architecture file at a time. Fast mode caches a
 whole architecture file per index; :meth:`NatsArchive.load` drops that cache entry
 after use so memory stays flat over thousands of architectures. :func:`prefetch`
-loads ahead in background threads (bz2 decompression releases the GIL) so the
-device is not left waiting for weights.
+loads ahead, in a background thread or in worker processes, so the device is not left
+waiting for weights.
 """
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import multiprocessing
+import os
+import signal
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 import torch
 
@@ -33,6 +40,9 @@ class ArchiveError(Exception):
     def __init__(self, index: int, path: Path | str, reason: str):
         super().__init__(f"architecture {index} ({path}): {reason}")
         self.index, self.path, self.reason = index, str(path), reason
+
+    def __reduce__(self):  # crosses process boundaries (prefetch workers) intact
+        return type(self), (self.index, self.path, self.reason)
 
 
 @dataclass(frozen=True)
@@ -162,6 +172,51 @@ class NatsArchive:
         return entries
 
 
+def _load_or_error(archive: NatsArchive, index: int, dataset: str, seeds) -> list[ArchiveEntry] | ArchiveError:
+    try:
+        return archive.load(index, dataset, seeds)
+    except ArchiveError as exc:
+        return exc
+    except Exception as exc:  # anything else the unpickler may raise
+        return ArchiveError(index, arch_file(archive.archive_dir, index), f"{type(exc).__name__}: {exc}")
+
+
+_worker_archive: NatsArchive | None = None
+
+
+def _exit_with_parent() -> None:
+    """A loader process ends with the job that started it, even after a kill -9 (Linux prctl)."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pool's broken pipe ends it at the next call
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _start_worker(archive_dir: str, space: str, hp: str) -> None:
+    global _worker_archive
+    _exit_with_parent()
+    torch.set_num_threads(1)
+    _worker_archive = NatsArchive(archive_dir, space, hp)
+
+
+def _load_in_worker(index: int, dataset: str, seeds) -> list[ArchiveEntry] | ArchiveError:
+    """In a worker process: weights travel back as numpy arrays (a plain pipe, no shared memory)."""
+    loaded = _load_or_error(_worker_archive, index, dataset, seeds)
+    if isinstance(loaded, ArchiveError):
+        return loaded
+    return [dataclasses.replace(e, state_dict={k: v.numpy() for k, v in e.state_dict.items()}) for e in loaded]
+
+
+def _as_tensors(loaded: list[ArchiveEntry] | ArchiveError) -> list[ArchiveEntry] | ArchiveError:
+    if isinstance(loaded, ArchiveError):
+        return loaded
+    return [dataclasses.replace(e, state_dict={k: torch.from_numpy(np.asarray(v)) for k, v in e.state_dict.items()})
+            for e in loaded]
+
+
 def prefetch(
     archive: NatsArchive,
     indices: Iterable[int],
@@ -172,27 +227,41 @@ def prefetch(
 ) -> Iterator[tuple[int, list[ArchiveEntry] | ArchiveError]]:
     """Yield ``(index, entries or ArchiveError)`` in order, loading up to ``depth`` ahead.
 
-    A failing architecture yields its error instead of stopping the iteration.
+    One worker is a background thread. Several are processes: bz2 decompression releases
+    the GIL but unpickling the weights does not (a third of a load), so threads stop
+    scaling at about 1.4x on 2 cores (BENCHMARKS.md). A failing architecture yields its
+    error instead of stopping the iteration.
     """
+    pool: Executor
+    if workers <= 1:
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive")
 
-    def task(index: int):
-        try:
-            return archive.load(index, dataset, seeds)
-        except ArchiveError as exc:
-            return exc
-        except Exception as exc:  # anything else the unpickler may raise
-            return ArchiveError(index, arch_file(archive.archive_dir, index), f"{type(exc).__name__}: {exc}")
+        def submit(index: int) -> Future:
+            return pool.submit(_load_or_error, archive, index, dataset, seeds)
+
+        def result(future: Future):
+            return future.result()
+    else:
+        pool = ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker,
+            initargs=(str(archive.archive_dir), archive.space, archive.hp))
+
+        def submit(index: int) -> Future:
+            return pool.submit(_load_in_worker, index, dataset, seeds)
+
+        def result(future: Future):
+            return _as_tensors(future.result())
 
     pending: deque[tuple[int, Future]] = deque()
     it = iter(indices)
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive") as pool:
+    with pool:
         for index in it:
-            pending.append((index, pool.submit(task, index)))
+            pending.append((index, submit(index)))
             if len(pending) >= depth:
                 break
         while pending:
             index, future = pending.popleft()
             nxt = next(it, None)
             if nxt is not None:
-                pending.append((nxt, pool.submit(task, nxt)))
-            yield index, future.result()
+                pending.append((nxt, submit(nxt)))
+            yield index, result(future)

@@ -73,6 +73,19 @@ def resolve_device(device: str = "auto") -> torch.device:
     return dev
 
 
+def loader_workers(setting: int | str, device: torch.device) -> int:
+    """Archive loaders running ahead of compute (config ``loader_workers``; see
+    :func:`calibench.archive.prefetch`). ``auto``: on CUDA every CPU of the job but one, at
+    most 8, since one loader reads a real TSS archive in about 2 s, far slower than a GPU
+    evaluates it; on the CPU one, so that loading does not take cores from inference."""
+    if setting != "auto":
+        return int(setting)
+    if device.type != "cuda":
+        return 1
+    cpus = int(os.environ.get("SLURM_CPUS_PER_TASK", "0")) or len(os.sched_getaffinity(0))
+    return max(1, min(8, cpus - 1))
+
+
 @dataclass
 class EvalData:
     """An evaluation set, normalised and resident on the device, with its OoD sets."""

@@ -25,7 +25,8 @@ from . import shards
 from .atomic import atomic_write
 from .archive import NatsArchive
 from .calibration import measure_stages_batch
-from .inference import Failure, NetworkLogits, evaluate_chunk, load_eval_data, resolve_device, write_logits
+from .inference import (Failure, NetworkLogits, evaluate_chunk, load_eval_data, loader_workers, resolve_device,
+                        write_logits)
 from .metrics.scores import auroc
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,10 @@ def evaluate_chunk_job(settings: Mapping, space: str, hp: str, dataset: str, chu
                     write_logits(path, r, eval_data.labels)
             pending.clear()
 
-        stream = evaluate_chunk(archive, todo, eval_data, device, _seeds(settings), int(settings.get("batch_size", 1000)))
+        workers = loader_workers(settings.get("loader_workers", "auto"), device)
+        log.info("device %s, %d archive loader(s)", device, workers)
+        stream = evaluate_chunk(archive, todo, eval_data, device, _seeds(settings), int(settings.get("batch_size", 1000)),
+                                prefetch_depth=max(4, 2 * workers), loader_workers=workers)
         if progress:
             from tqdm import tqdm
 
