@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from calibench.archstr import SSS_GENOTYPE
-from calibench.networks import build_network, inference_network
+from calibench.networks import build_network, inference_network, multiply_adds
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nats-bench-samples"
 POPULATION = {"tss": 6466, "sss": 32768}
@@ -55,26 +55,6 @@ def xautodl_model(space: str, arch: str, k: int):
     else:
         cfg = {"name": "infer.shape.tiny", "channels": arch, "genotype": SSS_GENOTYPE, "num_classes": k}
     return get_cell_based_tiny_net(dict2config(cfg, None)).eval()
-
-
-def conv_macs(net: torch.nn.Module, size: int) -> int:
-    """Multiply-accumulates per image of every convolution and the classifier (training form)."""
-    total = 0
-
-    def count(module, inputs, output):
-        nonlocal total
-        if isinstance(module, torch.nn.Conv2d):
-            k = module.kernel_size[0] * module.kernel_size[1] * module.in_channels // module.groups
-            total += output[0].numel() * k
-        else:
-            total += module.in_features * module.out_features
-
-    hooks = [m.register_forward_hook(count) for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
-    with torch.no_grad():
-        net(torch.randn(1, 3, size, size))
-    for h in hooks:
-        h.remove()
-    return total
 
 
 def sgemm_peak() -> float:
@@ -113,7 +93,7 @@ def bench_networks(device: torch.device, archs: dict[str, list[str]], n_images: 
                         m.running_mean.uniform_(-0.5, 0.5)
                         m.running_var.uniform_(0.5, 2.0)
                 net.eval()
-                gflop = 2 * conv_macs(net, size) * n / 1e9
+                gflop = 2 * multiply_adds(net, size) * n / 1e9
                 fast = inference_network(net).to(device)
                 t_ours, logits = run(fast, images, batch)
                 ours_t.append(t_ours)
@@ -153,7 +133,7 @@ def project(per_network: dict, n_images: int, device: str) -> None:
         return
     who = "all 117,702 networks" if len(measured) == 2 else f"the {measured[0].upper()} networks only"
     print(f"projection, {who} on one {device}: {total / 3600:.1f} h of inference "
-          f"(inference only; weight loading overlaps it in a background thread)")
+          f"(inference only; weight loading overlaps it in background loaders)")
 
 
 def bench_loading(minibench: Path | None, max_workers: int, repeats: int) -> None:

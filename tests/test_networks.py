@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from calibench.archstr import SSS_GENOTYPE
-from calibench.networks import build_network, count_parameters, inference_network
+from calibench.networks import build_network, count_parameters, inference_network, multiply_adds
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nats-bench-samples"
 ARCHIVES = {"tss": SAMPLES / "NATS-tss-v1_0-3ffb9-simple", "sss": SAMPLES / "NATS-sss-v1_0-50262-simple"}
@@ -144,14 +144,14 @@ def _records(space: str, index: int):
     for hp, info in archive.items():
         for (dataset, seed), result in info["all_results"].items():
             if dataset in ("cifar10", "cifar100", "ImageNet16-120"):
-                yield info["arch_str"], result["arch_config"]["class_num"], result["params"]
+                yield info["arch_str"], result["arch_config"]["class_num"], result["params"], result["flop"], dataset
 
 
 @pytest.mark.parametrize("space", ["tss", "sss"])
 @pytest.mark.parametrize("index", [0, 11, 284])
 def test_parameter_counts_match_the_archive(space, index):
     counts = {}
-    for arch, num_classes, params in _records(space, index):
+    for arch, num_classes, params, _, _ in _records(space, index):
         if (arch, num_classes) not in counts:
             counts[arch, num_classes] = count_parameters(build_network(space, arch, num_classes))
         assert counts[arch, num_classes] == pytest.approx(params, abs=1e-7)  # params are exact to 1e-6
@@ -174,3 +174,12 @@ def test_parameter_counts_match_the_archive(space, index):
 def test_bad_architecture_raises(space, arch):
     with pytest.raises(ValueError, match="nas201" if space == "nas201" else "architecture"):
         build_network(space, arch, 10)
+
+
+@pytest.mark.parametrize("space", ["tss", "sss"])
+@pytest.mark.parametrize("index", [0, 284])
+def test_multiply_adds_match_the_recorded_flops(space, index):
+    for arch, num_classes, _, flop, dataset in _records(space, index):
+        ours = multiply_adds(build_network(space, arch, num_classes), 16 if dataset == "ImageNet16-120" else 32) / 1e6
+        # NATS-Bench also counts the classifier's bias additions (one per class); it records 5 decimals.
+        assert flop == pytest.approx(ours + num_classes / 1e6, abs=1e-5), (arch, dataset)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 from scipy.stats import kendalltau
 
 from .archstr import parse_sss, tss_edge_ops
@@ -51,17 +52,21 @@ def measured(df: pd.DataFrame) -> pd.DataFrame:
 
 def kendall_matrix(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """Tidy tau-b matrix over pairwise-complete rows: columns row, col, tau, n."""
-    rows = []
+    rows, done = [], {}
     for a in columns:
         for b in columns:
-            pair = df[[a, b]].dropna() if a != b else df[[a]].dropna()
-            n = len(pair)
-            if a == b:
-                tau = 1.0 if n > 1 else np.nan
-            elif n > 1:
-                tau = kendalltau(pair[a], pair[b]).statistic
+            if (b, a) in done:  # tau-b is symmetric: each pair is computed once
+                tau, n = done[(b, a)]
             else:
-                tau = np.nan
+                pair = df[[a, b]].dropna() if a != b else df[[a]].dropna()
+                n = len(pair)
+                if a == b:
+                    tau = 1.0 if n > 1 else np.nan
+                elif n > 1:
+                    tau = kendalltau(pair[a], pair[b]).statistic
+                else:
+                    tau = np.nan
+                done[(a, b)] = tau, n
             rows.append({"row": a, "col": b, "tau": float(tau), "n": n})
     return pd.DataFrame(rows)
 
@@ -160,6 +165,15 @@ def size_brackets(df: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- plots and report
 
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _heatmap(m: pd.DataFrame, title: str, path: Path) -> None:
     import matplotlib.pyplot as plt
 
@@ -178,9 +192,7 @@ def _heatmap(m: pd.DataFrame, title: str, path: Path) -> None:
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6)
     fig.colorbar(im, ax=ax, fraction=0.04, label="Kendall tau-b")
     ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, settings: Mapping, plots: Path) -> list[tuple[str, Path]]:
@@ -217,11 +229,7 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
             ax.set_title(dataset, fontsize=9)
         axes[0][0].set_ylabel("ECE (orange: pre, blue: post)")
         fig.suptitle(f"ECE by bin count ({space}, hp {hp}){demo}", fontsize=10)
-        fig.tight_layout()
-        path = plots / f"ece_by_bins_{space}_{hp}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        made.append((f"ECE by bin count, {space}", path))
+        made.append((f"ECE by bin count, {space}", _save(fig, plots / f"ece_by_bins_{space}_{hp}.png")))
         for what, ycol in (("ece", "pre_ece_15"), ("hcs", "hcs_1")):
             fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.4), squeeze=False)
             source = group if what == "ece" else hcs_df[(hcs_df["space"] == space) & (hcs_df["hp"] == hp)]
@@ -234,11 +242,8 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
                 ax.set_title(dataset, fontsize=9)
             axes[0][0].set_ylabel("ECE (15 bins; o pre, x post)" if what == "ece" else "HCS (beta = 1)")
             fig.suptitle(f"{what.upper()} against accuracy ({space}, hp {hp}){demo}", fontsize=10)
-            fig.tight_layout()
-            path = plots / f"{what}_vs_accuracy_{space}_{hp}.png"
-            fig.savefig(path, dpi=110)
-            plt.close(fig)
-            made.append((f"{what.upper()} against accuracy, {space}", path))
+            made.append((f"{what.upper()} against accuracy, {space}",
+                         _save(fig, plots / f"{what}_vs_accuracy_{space}_{hp}.png")))
     return made
 
 
@@ -294,7 +299,7 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     brackets = size_brackets(df)
     brackets.to_parquet(analysis_dir / "sss_size_brackets.parquet", index=False)
     plots = make_plots(df, kendall, hcs_df, settings, results / "plots")
-    n_rows = {Path(t).name: len(pd.read_parquet(t)) for t in tables}
+    n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only, no second read
     report = write_report(results, plots, tops[["space", "dataset", "arch_index", "arch_str", "accuracy", "pre_ece_15"]
                                                 + [f"hcs_{b:g}" for b in betas]],
                           edges, brackets, n_rows, bool(settings["minibench"]["build"]))

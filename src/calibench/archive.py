@@ -23,15 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
 import torch
 
-from .data import DATASETS
+from .data import check_dataset
 from .population import check_space
 
 HPS = {"tss": ("12", "200"), "sss": ("12", "90")}  # hp values whose -full archives keep weights
 DEFAULT_HP = {"tss": "200", "sss": "90"}
-NATS_SPACE_NAME = {"tss": "tss", "sss": "sss"}
 
 
 class ArchiveError(Exception):
@@ -67,12 +65,6 @@ def arch_file(archive_dir: str | Path, index: int) -> Path:
     return Path(archive_dir) / f"{index:06d}.pickle.pbz2"
 
 
-def check_dataset(dataset: str) -> str:
-    if dataset not in DATASETS:
-        raise ValueError(f"dataset: expected one of {DATASETS}, got {dataset!r}")
-    return dataset
-
-
 def check_hp(space: str, hp) -> str:
     hp = str(hp)
     if hp not in HPS[space]:
@@ -98,7 +90,7 @@ class NatsArchive:
         if api is None:
             from nats_bench import create
 
-            api = create(str(self.archive_dir), NATS_SPACE_NAME[self.space], fast_mode=True, verbose=False)
+            api = create(str(self.archive_dir), self.space, fast_mode=True, verbose=False)  # nats_bench's names too
             self._local.api = api
         return api
 

@@ -29,12 +29,17 @@ def _population(args: argparse.Namespace) -> int:
 
 
 def _evaluate_chunk(args: argparse.Namespace) -> int:
+    from .inference import DeviceError
     from .pipeline import evaluate_chunk_job
     from .runtime import keep_freed_memory
 
     keep_freed_memory()
-    evaluate_chunk_job(json.loads(args.settings), args.space, args.hp, args.dataset, args.chunk, args.results,
-                       args.manifest, progress=not args.quiet)
+    try:
+        evaluate_chunk_job(json.loads(args.settings), args.space, args.hp, args.dataset, args.chunk, args.results,
+                           args.manifest, progress=not args.quiet)
+    except DeviceError as exc:  # a configuration problem: the message says what to do, no traceback
+        logging.getLogger("calibench").error("%s", exc)
+        return 2
     return 0
 
 
@@ -94,7 +99,8 @@ def _make_minibench(args: argparse.Namespace) -> int:
     from .runtime import keep_freed_memory
 
     keep_freed_memory()
-    spec = MiniBenchSpec(n_tss=args.n_tss, n_sss=args.n_sss, n_test=args.n_test, n_train=args.n_train, seed=args.seed)
+    sizes = {name: getattr(args, name) for name in ("n_tss", "n_sss", "n_test", "n_train", "seed")}
+    spec = MiniBenchSpec(**{name: value for name, value in sizes.items() if value is not None})
     start = time.perf_counter()
     out = build_minibench(args.out, spec, progress=not args.quiet)
     print(f"mini benchmark (synthetic, NOT NATS-Bench results) written to {out} in {time.perf_counter() - start:.1f} s")
@@ -102,19 +108,18 @@ def _make_minibench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .minibench import MiniBenchSpec
-
+    # No package imports here: `calibench query` must not pay for importing torch.
     parser = argparse.ArgumentParser(prog="calibench", description="Calibration of NATS-Bench populations.")
     parser.add_argument("--version", action="version", version=f"calibench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     mb = sub.add_parser("make-minibench", help="write the embedded mini benchmark (NATS formats, synthetic data)")
     mb.add_argument("out", help="output directory, e.g. resources/minibench")
-    defaults = MiniBenchSpec()
-    mb.add_argument("--n-tss", type=int, default=defaults.n_tss, help="TSS architectures")
-    mb.add_argument("--n-sss", type=int, default=defaults.n_sss, help="SSS architectures")
-    mb.add_argument("--n-test", type=int, default=defaults.n_test, help="test images per dataset")
-    mb.add_argument("--n-train", type=int, default=defaults.n_train, help="training images for the heads")
-    mb.add_argument("--seed", type=int, default=0)
+    # Unset sizes take MiniBenchSpec's defaults (6, 6, 300, 100, seed 0).
+    mb.add_argument("--n-tss", type=int, help="TSS architectures")
+    mb.add_argument("--n-sss", type=int, help="SSS architectures")
+    mb.add_argument("--n-test", type=int, help="test images per dataset")
+    mb.add_argument("--n-train", type=int, help="training images for the heads")
+    mb.add_argument("--seed", type=int)
     mb.add_argument("--quiet", action="store_true", help="no progress bar")
     mb.set_defaults(func=_make_minibench)
 
@@ -175,13 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
         args.snakemake_args = args.snakemake_args[1:]
     _setup_logging()
-    from .inference import DeviceError
-
-    try:
-        return args.func(args)
-    except DeviceError as exc:  # a configuration problem: the message says what to do, no traceback
-        logging.getLogger("calibench").error("%s", exc)
-        return 2
+    return args.func(args)
 
 
 if __name__ == "__main__":

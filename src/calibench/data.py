@@ -77,7 +77,7 @@ class EvalSet:
         return len(self.labels)
 
 
-def _check_dataset(dataset: str) -> str:
+def check_dataset(dataset: str) -> str:
     if dataset not in DATASETS:
         raise ValueError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
     return dataset
@@ -177,7 +177,7 @@ def load_eval_set(dataset: str, root: str | os.PathLike) -> EvalSet:
     ``cifar10``: ``cifar-10-batches-py/test_batch`` (10,000 images); ``cifar100``:
     ``cifar-100-python/test`` (``fine_labels``); ``ImageNet16-120``: ``ImageNet16/val_data``,
     keeping labels 1..120 minus 1 in file order (6,000 images of the real file)."""
-    _check_dataset(dataset)
+    check_dataset(dataset)
     path = Path(root) / EVAL_FILES[dataset]
     what = f"{dataset} evaluation set"
     entry = _load_pickle_dict(path, what)
@@ -406,7 +406,7 @@ def normalize(
     The same operations in the same precision as torchvision (divide by 255, subtract
     the mean, divide by the std, constants cast to ``dtype``), so float32 results match
     it bit for bit. ``images_uint8``: ``N x 3 x H x W``; returns a tensor on ``device``."""
-    _check_dataset(dataset)
+    check_dataset(dataset)
     x = images_uint8 if isinstance(images_uint8, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(images_uint8))
     if x.dtype != torch.uint8:
         raise ValueError(f"normalize: images must be uint8, got {x.dtype}")

@@ -165,8 +165,7 @@ def network_logits(
     except RuntimeError as exc:
         first_line = str(exc).strip().splitlines()
         raise ValueError(f"state dict does not fit {entry.space} {entry.arch_str}: {' '.join(first_line[:3])}") from exc
-    fast = inference_network(net).to(device)
-    fast = fast.to(memory_format=torch.channels_last)
+    fast = inference_network(net).to(device)  # its convolutions are channels-last already
     logits = _run(fast, eval_data.images, batch_size)
     if logits.shape != (eval_data.n, entry.num_classes):
         raise ValueError(f"logits of shape {tuple(logits.shape)}, expected {(eval_data.n, entry.num_classes)}")

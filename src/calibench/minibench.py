@@ -39,8 +39,9 @@ import torch
 from . import data as data_io
 from .data import IMAGE_SIZE, NUM_CLASSES
 from .atomic import atomic_write
+from .archive import arch_file
 from .archstr import SSS_CHANNEL_CHOICES, SSS_GENOTYPE, TSS_OPS, format_tss
-from .networks import build_network, count_parameters, inference_network
+from .networks import build_network, count_parameters, inference_network, multiply_adds
 
 TSS_DIR = "NATS-tss-v1_0-3ffb9-full"
 SSS_DIR = "NATS-sss-v1_0-50262-full"
@@ -223,26 +224,6 @@ def _fit_head(features: torch.Tensor, labels: torch.Tensor, num_classes: int, we
     return weight.detach(), bias.detach()
 
 
-def _flops(net: torch.nn.Module, size: int) -> float:
-    """Millions of multiply-adds of one image through convolutions and linear layers."""
-    total = 0
-
-    def hook(module, inputs, output):
-        nonlocal total
-        if isinstance(module, torch.nn.Conv2d):
-            kh, kw = module.kernel_size
-            total += output.numel() * (module.in_channels // module.groups) * kh * kw
-        elif isinstance(module, torch.nn.Linear):
-            total += output.numel() * module.in_features
-
-    handles = [m.register_forward_hook(hook) for m in net.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
-    with torch.no_grad():
-        net(torch.zeros(1, 3, size, size))
-    for h in handles:
-        h.remove()
-    return total / 1e6
-
-
 def _stable_seed(*parts) -> int:
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:4], "little")
 
@@ -299,7 +280,7 @@ def _build_arch_file(space: str, index: int, arch_str: str, splits: dict[str, _D
             arch_config = {"name": "infer.shape.tiny", "channels": arch_str, "arch_str": arch_str,
                            "genotype": SSS_GENOTYPE, "class_num": k}
         params = count_parameters(net)
-        flops = _flops(net, IMAGE_SIZE[dataset])
+        flops = multiply_adds(net, IMAGE_SIZE[dataset]) / 1e6
         for hp, (epochs, seeds) in schedules.items():
             for seed in seeds:
                 gen = torch.Generator().manual_seed(_stable_seed(spec.seed, space, arch_str, dataset, hp, seed))
@@ -346,7 +327,7 @@ def build_minibench(out: str | Path, spec: MiniBenchSpec = MiniBenchSpec(), prog
         iterator = tqdm(jobs, desc="mini benchmark networks", unit="arch")
     for space, index, arch_str in iterator:
         directory = out / (TSS_DIR if space == "tss" else SSS_DIR)
-        write_pbz2(directory / f"{index:06d}.pickle.pbz2", _build_arch_file(space, index, arch_str, splits, spec))
+        write_pbz2(arch_file(directory, index), _build_arch_file(space, index, arch_str, splits, spec))
     for space, directory in (("tss", TSS_DIR), ("sss", SSS_DIR)):
         meta = {"meta_archs": archs[space], "total_archs": len(archs[space]), "arch2infos": None,
                 "evaluated_indexes": set()}

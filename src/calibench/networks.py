@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from .archstr import SSS_GENOTYPE, Cell, parse_sss, parse_tss
 
-__all__ = ["build_network", "inference_network", "count_parameters"]
+__all__ = ["build_network", "inference_network", "count_parameters", "multiply_adds"]
 
 TSS_C, TSS_N = 16, 5
 
@@ -159,6 +159,29 @@ def count_parameters(net: nn.Module) -> float:
     """Parameters in millions (1e6, not 2**20), as NATS-Bench records ``params``
     (xautodl ``count_parameters_in_MB``: all parameters, no buffers)."""
     return sum(p.numel() for p in net.parameters()) / 1e6
+
+
+def multiply_adds(net: nn.Module, size: int) -> int:
+    """Multiply-adds of one ``size`` x ``size`` image through the convolutions and linear layers
+    (the measure NATS-Bench records as ``flops``, in millions there)."""
+    total = 0
+
+    def count(module, inputs, output):
+        nonlocal total
+        if isinstance(module, nn.Conv2d):
+            kh, kw = module.kernel_size
+            total += output.numel() * (module.in_channels // module.groups) * kh * kw
+        else:
+            total += output.numel() * module.in_features
+
+    handles = [m.register_forward_hook(count) for m in net.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    try:
+        with torch.no_grad():
+            net(torch.zeros(1, 3, size, size))
+    finally:
+        for h in handles:
+            h.remove()
+    return total
 
 
 # --------------------------------------------------------------------------- #

@@ -48,7 +48,7 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     """Selected indices, chunks, every arch string and class representative of one space."""
     arch_strs = pop.read_meta(settings["archives"][space])
     representatives = pop.representatives(space, arch_strs)
-    selected = pop.select(space, arch_strs, settings["population"][space])
+    selected = pop.select(space, arch_strs, settings["population"][space], reps=representatives)
     doc = {
         "space": space,
         "archive": str(settings["archives"][space]),
@@ -231,9 +231,8 @@ def build_table(settings: Mapping, space: str, hp: str, dataset: str, results: s
         first = ["space", "hp", "dataset", "arch_index", "measured_by", "seed"]
         wide = wide[first + [c for c in wide.columns if c not in first]].sort_values(["arch_index", "seed"])
     atomic_write(out, lambda f: wide.to_parquet(f, index=False))
-    fail_out = Path(results) / "failures" / f"{space}_{hp}_{dataset}.parquet"
-    fail_out.parent.mkdir(parents=True, exist_ok=True)
-    shards.write_atomic_parquet(shards.failures_table(failed), fail_out)
+    fail_out = results / "failures" / f"{space}_{hp}_{dataset}.parquet"
+    shards.write_atomic_parquet(shards.failures_table(failed), fail_out)  # creates the directory
     log.info("%s: %d rows (%d measured networks, %d missing, %d failed)", out, len(wide), len(measured),
              len(missing), len(failed))
     return wide

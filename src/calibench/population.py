@@ -91,7 +91,8 @@ def representatives(space: str, arch_strs: Sequence[str]) -> list[int]:
     return list(range(len(arch_strs)))
 
 
-def select(space: str, arch_strs: Sequence[str], selection: Mapping | None = None) -> list[int]:
+def select(space: str, arch_strs: Sequence[str], selection: Mapping | None = None,
+           reps: Sequence[int] | None = None) -> list[int]:
     """Indices to evaluate, sorted, from a selection spec (the config's ``population`` entry).
 
     ``{"mode": "unique"}`` (TSS default: class representatives), ``{"mode": "all"}``
@@ -100,6 +101,7 @@ def select(space: str, arch_strs: Sequence[str], selection: Mapping | None = Non
     of the default set: unique for TSS, all for SSS). For TSS, ``list`` and ``range``
     map each index to its class representative and deduplicate, since one measurement
     stands for the class; ``"unique_only": false`` evaluates the given indices as they are.
+    ``reps``: :func:`representatives` of ``arch_strs`` when the caller has them already.
     """
     check_space(space)
     selection = dict(selection or {})
@@ -107,7 +109,7 @@ def select(space: str, arch_strs: Sequence[str], selection: Mapping | None = Non
     if mode not in SELECTION_MODES:
         raise ValueError(f"population.mode: expected one of {SELECTION_MODES}, got {mode!r}")
     n_archs = len(arch_strs)
-    reps = representatives(space, arch_strs)
+    reps = representatives(space, arch_strs) if reps is None else reps
     unique_only = bool(selection.pop("unique_only", space == "tss"))
     base = sorted(set(reps)) if space == "tss" else list(range(n_archs))
 

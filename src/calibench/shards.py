@@ -104,11 +104,10 @@ def is_valid_shard(path: str | Path, expected_hash: str) -> bool:
     if not path.is_file():
         return False
     try:
-        meta = pq.read_metadata(path)
-        schema = pq.read_schema(path)
-        if meta.num_rows == 0 or not set(SHARD_SCHEMA.names) <= set(schema.names):
-            return False
-        hashes = pq.read_table(path, columns=["config_hash"]).column(0).unique().to_pylist()
+        with pq.ParquetFile(path) as shard:  # one open for footer, schema and the hash column
+            if shard.metadata.num_rows == 0 or not set(SHARD_SCHEMA.names) <= set(shard.schema_arrow.names):
+                return False
+            hashes = shard.read(columns=["config_hash"]).column(0).unique().to_pylist()
         return hashes == [expected_hash]
     except Exception:
         return False
