@@ -19,7 +19,8 @@ validate(config, schema="workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/minibench.smk"
 include: "workflow/rules/population.smk"
-include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/inference.smk"
+include: "workflow/rules/measure.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/analysis.smk"
 

@@ -32,7 +32,8 @@ TINY = {
     "device": "cpu",  # the fake GPUs have no CUDA: the config says to use the CPU on purpose
     "analysis": {"hcs_betas": [1], "top_k": [], "top_n": 3},
 }
-SET_RESOURCES = ["evaluate:mem_mb=2000", "evaluate:cpus_per_task=1", "analysis:mem_mb=2000", "table:mem_mb=1000"]
+SET_RESOURCES = ["infer:mem_mb=2000", "infer:cpus_per_task=1", "measure:mem_mb=1000", "measure:cpus_per_task=1",
+                 "analysis:mem_mb=2000", "table:mem_mb=1000"]
 LOCAL_PARTITION = ["--slurm-no-account", "--slurm-status-command", "squeue", "--seconds-between-status-checks", "1",
                    "--slurm-init-seconds-before-status-checks", "1",
                    "--default-resources", "slurm_partition=debug", "mem_mb=1000", "cpus_per_task=1", "runtime=30",
@@ -131,14 +132,17 @@ SLURM_ARGS = ["--profile", "profiles/slurm", *LOCAL_PARTITION, "--set-resources"
 TABLE = "results/tables/sss_90_cifar10.parquet"
 
 
-def _shard_times(workdir: Path) -> dict:
-    return {p.name: p.stat().st_mtime_ns for p in (workdir / "results" / "shards").rglob("*.parquet")}
+def _stored_times(workdir: Path) -> dict:
+    """Logits files and shards with their modification times (relative paths)."""
+    results = workdir / "results"
+    return {str(p.relative_to(results)): p.stat().st_mtime_ns
+            for sub in ("logits", "shards") for p in (results / sub).rglob("arch=*.parquet")}
 
 
 def _job_ids(workdir: Path) -> dict[str, str]:
-    """SLURM job id of each evaluate log, from the line calibench writes at the start of a job."""
+    """SLURM job id of each inference log, from the line calibench writes at the start of a job."""
     ids = {}
-    for job_log in sorted((workdir / "results" / "logs" / "evaluate").glob("*.log")):
+    for job_log in sorted((workdir / "results" / "logs" / "infer").glob("*.log")):
         match = re.search(r"SLURM job (\d+) .*GPUs allocated: (\S+)", job_log.read_text())
         assert match, f"{job_log} does not say it ran as a SLURM job"
         ids[job_log.name] = match.groups()
@@ -174,7 +178,7 @@ def _assert_table_equals_local(cluster: Path, local: Path) -> None:
 
 def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, local_run, tmp_path):
     cluster = _cluster_project(tmp_path / "cluster", local_run)
-    # First run: cancel the first evaluate job that SLURM starts.
+    # First run: cancel the first inference job that SLURM starts.
     run = subprocess.Popen(SNAKEMAKE + [TABLE] + SLURM_ARGS + CONFIG, cwd=cluster, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True)
     cancelled = None
@@ -183,34 +187,34 @@ def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, local
         jobs = _run(["squeue", "-h", "-o", "%i %k %T"]).stdout.split("\n")  # %k: the plugin's rule comment
         for line in jobs:
             parts = line.split()
-            if len(parts) == 3 and parts[2] == "RUNNING" and "rule_evaluate" in parts[1]:
+            if len(parts) == 3 and parts[2] == "RUNNING" and "rule_infer" in parts[1]:
                 cancelled = parts[0]
                 _run(["scancel", cancelled])
                 break
         time.sleep(0.2)
     first_output, _ = run.communicate(timeout=900)
-    assert cancelled is not None, f"no evaluate job was seen running:\n{first_output[-3000:]}"
+    assert cancelled is not None, f"no inference job was seen running:\n{first_output[-3000:]}"
     assert run.returncode != 0, "the run with a cancelled job should report a failure"
     # Only the cancelled job failed: the other chunk's job finished and kept its output.
-    assert first_output.count("Error in rule evaluate") == 1, first_output[-3000:]
-    assert len(list((cluster / "results" / "chunks" / "sss_90_cifar10").glob("*.json"))) == 1
-    survivors = _shard_times(cluster)
+    assert first_output.count("Error in rule infer") == 1, first_output[-3000:]
+    assert len(list((cluster / "results" / "chunks" / "infer" / "sss_90").glob("*.json"))) == 1
+    survivors = _stored_times(cluster)
 
     proc = _run(SNAKEMAKE + [TABLE] + SLURM_ARGS + CONFIG, cwd=cluster, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
-    # Every evaluate job ran as a SLURM job (its log names the job id), the cancelled one included.
+    # Every inference job ran as a SLURM job (its log names the job id), the cancelled one included.
     ids = _job_ids(cluster)
     assert len(ids) == 2 and len({job for job, _ in ids.values()}) == 2
     assert f"SLURM jobid {cancelled} " in first_output  # the job we cancelled was one the plugin submitted
     assert all(gpus == "none" for _, gpus in ids.values())  # device: cpu asks for no GPU
 
-    # Nothing lost, nothing computed twice: shards that survived the cancel were not rewritten.
-    after = _shard_times(cluster)
-    assert set(after) == {"arch=000000.parquet", "arch=000001.parquet"}
+    # Nothing lost, nothing computed twice: logits and shards that survived the cancel were not rewritten.
+    after = _stored_times(cluster)
+    assert {Path(p).name for p in after} == {"arch=000000.parquet", "arch=000001.parquet"} and len(after) == 4
     for name, mtime in survivors.items():
         assert after[name] == mtime, f"{name} was computed twice"
-    for chunk in (cluster / "results" / "chunks" / "sss_90_cifar10").glob("*.json"):
+    for chunk in (cluster / "results" / "chunks" / "measure" / "sss_90_cifar10").glob("*.json"):
         summary = json.loads(chunk.read_text())
         assert summary["computed"] + summary["skipped"] == 1 and not summary["failed"]
     _assert_table_equals_local(cluster, local_run)
@@ -220,8 +224,8 @@ def test_chunks_grouped_per_gpu_run_in_one_slurm_job(slurm, local_run, tmp_path)
     """--groups packs chunks into one SLURM job with one GPU (gpu is scoped local), run in series."""
     cluster = _cluster_project(tmp_path / "grouped", local_run, population=True)
     # device: cpu asks for no GPU; the user's --set-resources asks for one anyway, to see it shared.
-    group = ["--profile", "profiles/slurm", *LOCAL_PARTITION, "--set-resources", *SET_RESOURCES, "evaluate:gpu=1",
-             "--groups", "evaluate=gpu", "--group-components", "gpu=2", "--resources", "gpu=1"]
+    group = ["--profile", "profiles/slurm", *LOCAL_PARTITION, "--set-resources", *SET_RESOURCES, "infer:gpu=1",
+             "--groups", "infer=gpu", "--group-components", "gpu=2", "--resources", "gpu=1"]
     proc = _run(SNAKEMAKE + [TABLE] + group + CONFIG, cwd=cluster, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ids = _job_ids(cluster)
@@ -231,19 +235,19 @@ def test_chunks_grouped_per_gpu_run_in_one_slurm_job(slurm, local_run, tmp_path)
     group_logs = list((cluster / "results" / "logs" / "slurm").glob("group_*/**/*.log"))
     assert len(group_logs) == 1, group_logs
     # In series on the one GPU: the second chunk starts after the first has finished.
-    spans = sorted(_log_span(log) for log in (cluster / "results" / "logs" / "evaluate").glob("*.log"))
+    spans = sorted(_log_span(log) for log in (cluster / "results" / "logs" / "infer").glob("*.log"))
     assert spans[0][1] <= spans[1][0], spans
     _assert_table_equals_local(cluster, local_run)
 
 
-def test_evaluate_job_given_a_gpu_without_cuda_fails_clearly(slurm, local_run, tmp_path):
+def test_inference_job_given_a_gpu_without_cuda_fails_clearly(slurm, local_run, tmp_path):
     """device: auto asks SLURM for a GPU; a node whose torch cannot see it stops with a message."""
     cluster = _cluster_project(tmp_path / "nocuda", local_run, population=True)
-    target = "results/chunks/sss_90_cifar10/chunk00000.json"
+    target = "results/chunks/infer/sss_90/chunk00000.json"
     proc = _run(SNAKEMAKE + [target] + SLURM_ARGS + ["--config", "device=auto"] + CONFIG, cwd=cluster, timeout=600)
     assert proc.returncode != 0
-    text = (cluster / "results" / "logs" / "evaluate" / "sss_90_cifar10_chunk00000.log").read_text()
+    text = (cluster / "results" / "logs" / "infer" / "sss_90_chunk00000.log").read_text()
     assert re.search(r"GPUs allocated: \d", text), text
     assert "but torch sees no CUDA device" in text and "device: cpu" in text, text
     assert "Traceback" not in text, text  # a configuration error, said plainly
-    assert not list((cluster / "results" / "shards").rglob("*.parquet"))
+    assert not list((cluster / "results" / "logits").rglob("arch=*.parquet"))

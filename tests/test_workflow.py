@@ -1,7 +1,9 @@
-"""The Snakemake workflow end to end on a tiny mini benchmark, resume after kill -9, and lint."""
+"""The Snakemake workflow end to end on a tiny mini benchmark: the two stages and the logits
+store, results that follow the config, kill -9 of the whole run and resume, and lint."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -14,62 +16,135 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from calibench import logits as store
 from calibench import metrics
 from calibench.analysis import hcs
 from fixtures import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+CALIBENCH_RUN = [sys.executable, "-m", "calibench.cli", "run"]  # the README's command (`calibench run`)
+DATASETS = ["cifar10", "cifar100", "ImageNet16-120"]
 TINY = {
     "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 3, "n_sss": 2, "n_test": 60, "n_train": 30,
                   "seed": 3},
-    "datasets": ["cifar10", "cifar100"],
+    "datasets": DATASETS,
     "bins": [5, 15, 50],
     "chunk_size": 2,
     "measure_group": 1,
     "loader_workers": 2,  # archive loading in worker processes, as on a GPU node
     "analysis": {"hcs_betas": [1, 2], "top_k": [2], "top_n": 3},
 }
+SELECTED = {"tss": [0, 2], "sss": [0, 1]}  # mini TSS archs 0 and 1 are isomorphic
 
 
-
-
-def _snakemake(workdir: Path, *args, check=True):
+def _snakemake(workdir: Path, *args, check=True, env=None):
     proc = subprocess.run(SNAKEMAKE + ["--configfile", "tiny.yaml", "--cores", "2", *args], cwd=workdir,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900, env=env)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
     return proc
 
 
+def _planned_jobs(workdir: Path) -> dict[str, int]:
+    """Rule -> job count of a dry run (Snakemake's job stats table)."""
+    proc = _snakemake(workdir, "-n", "--quiet", "rules")
+    text = proc.stdout + proc.stderr
+    if "Nothing to be done" in text:
+        return {}
+    jobs = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and parts[0] not in ("total", "job"):
+            jobs[parts[0]] = int(parts[1])
+    assert jobs, text
+    return jobs
+
+
+def _set_config(workdir: Path, **changes) -> None:
+    path = workdir / "tiny.yaml"
+    config = yaml.safe_load(path.read_text())
+    config.update(changes)
+    path.write_text(yaml.safe_dump(config))
+
+
+def _clone(src: Path, dst: Path) -> Path:
+    """A finished run's whole working directory (results, resources, Snakemake's metadata), times kept."""
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
+def _mtimes(root: Path, pattern: str = "*") -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in root.rglob(pattern) if p.is_file() and "logs" not in p.parts}
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     workdir = copy_workflow(tmp_path_factory.mktemp("workflow"), TINY)
-    _snakemake(workdir)
+    read_log = workdir / "archive_reads.log"
+    _snakemake(workdir, env={**os.environ, "CALIBENCH_READ_LOG": str(read_log)})
     return workdir
 
 
-def test_every_shard_exists_with_the_spec_metric_names(finished_run):
+def test_each_archive_file_is_decompressed_once_for_all_datasets(finished_run):
+    reads = (finished_run / "archive_reads.log").read_text().split()
+    files = [Path(r) for r in reads]
+    assert len(files) == len(set(files)), "an archive file was decompressed more than once"
+    expected = {("NATS-tss-v1_0-3ffb9-full", f"{i:06d}.pickle.pbz2") for i in SELECTED["tss"]}
+    expected |= {("NATS-sss-v1_0-50262-full", f"{i:06d}.pickle.pbz2") for i in SELECTED["sss"]}
+    assert {(f.parent.name, f.name) for f in files} == expected
+    for space in ("tss", "sss"):
+        for manifest in (finished_run / "results" / "chunks" / "infer").glob(f"{space}_*/chunk*.json"):
+            summary = json.loads(manifest.read_text())
+            assert summary["archive_files_read"] == len(summary["indices"])
+            assert summary["computed"] == len(summary["indices"]) * len(DATASETS)
+
+
+def test_the_logits_store_holds_every_network_and_labels_once(finished_run):
+    results = finished_run / "results"
+    for space, hp in (("tss", "200"), ("sss", "90")):
+        for dataset in DATASETS:
+            labels = store.read_labels(store.labels_path(results, dataset))
+            for index in SELECTED[space]:
+                stored = store.read_network_logits(store.logits_path(results, space, hp, dataset, index))
+                (seed,) = stored.seeds
+                k = {"cifar10": 10, "cifar100": 100, "ImageNet16-120": 120}[dataset]
+                assert seed.sets["test"].shape == (len(labels.labels), k) and seed.sets["test"].dtype == np.float32
+                ood = {"test", "ood_gaussian_noise", "ood_svhn"} if dataset == "cifar10" else {"test"}
+                assert set(seed.sets) == ood
+                assert stored.meta["labels_sha256"] == labels.meta["labels_sha256"]
+    assert sorted(p.name for p in (results / "logits" / "labels").iterdir()) == [
+        f"dataset={d}.parquet" for d in sorted(DATASETS)]
+    proc = subprocess.run([sys.executable, "-m", "calibench.cli", "logits", "--results", str(results)],
+                          capture_output=True, text=True, check=True)
+    assert "total: 12 files" in proc.stdout and "ImageNet16-120" in proc.stdout
+
+
+def test_every_shard_exists_with_the_spec_metric_names_and_its_logits(finished_run):
     results = finished_run / "results"
     names = set(metrics.metric_names(TINY["bins"]))
     for space, hp in (("tss", "200"), ("sss", "90")):
         selected = json.loads((results / "population" / f"{space}.json").read_text())["selected"]
-        assert selected == ([0, 2] if space == "tss" else [0, 1])  # mini TSS archs 0 and 1 are isomorphic
-        for dataset in TINY["datasets"]:
+        assert selected == SELECTED[space]
+        for dataset in DATASETS:
             for index in selected:
-                path = results / "shards" / f"space={space}" / f"hp={hp}" / f"dataset={dataset}" / f"arch={index:06d}.parquet"
-                shard = pq.read_table(path).to_pandas()
+                shard = pq.read_table(results / "shards" / f"space={space}" / f"hp={hp}" / f"dataset={dataset}" /
+                                      f"arch={index:06d}.parquet").to_pandas()
                 got = {f"{m}_{int(b)}" if not pd.isna(b) else m for m, b in zip(shard["metric"], shard["bins"])}
                 ood = {"ood_auroc_gaussian_noise", "ood_auroc_svhn"} if dataset == "cifar10" else set()
                 assert got == names | ood, (space, dataset, index)
                 assert set(shard["stage"]) == {"pre", "post"}
                 assert (shard["arch_index"] == index).all() and shard["config_hash"].nunique() == 1
                 assert shard["temperature"].between(0.05, 20).all()
+                # Provenance: which stored logits it measured.
+                logits_file = results / shard["logits_file"].iloc[0]
+                assert logits_file == store.logits_path(results, space, hp, dataset, index)
+                assert shard["logits_key"].iloc[0] == store.stored_key(logits_file)
 
 
 def test_tables_count_networks_and_expand_tss(finished_run):
     results = finished_run / "results"
-    for dataset in TINY["datasets"]:
+    for dataset in DATASETS:
         tss = pd.read_parquet(results / "tables" / f"tss_200_{dataset}.parquet")
         assert list(tss["arch_index"]) == [0, 1, 2]  # three indices, two measured networks
         assert list(tss["measured_by"]) == [0, 0, 2]
@@ -77,9 +152,11 @@ def test_tables_count_networks_and_expand_tss(finished_run):
         assert row0["pre_ece_15"] == row1["pre_ece_15"] and row0["arch_str"] != row1["arch_str"]
         sss = pd.read_parquet(results / "tables" / f"sss_90_{dataset}.parquet")
         assert len(sss) == 2 and (sss["arch_index"] == sss["measured_by"]).all()
-        for col in ("accuracy", "recorded_accuracy", "temperature", "pre_ece_15", "post_cwce_em_50", "pre_kdece"):
+        for col in ("accuracy", "recorded_accuracy", "temperature", "pre_ece_15", "post_cwce_em_50", "pre_kdece",
+                    "logits_key"):
             assert col in tss.columns and col in sss.columns
-        np.testing.assert_allclose(sss["accuracy"], sss["recorded_accuracy"], atol=1.5 / 60)
+        n = len(store.read_labels(store.labels_path(results, dataset)).labels)
+        np.testing.assert_allclose(sss["accuracy"], sss["recorded_accuracy"], atol=1.5 / n)
 
 
 def test_kendall_matrices_are_symmetric_with_unit_diagonal(finished_run):
@@ -118,18 +195,20 @@ def test_report_and_plots_exist(finished_run):
     for image in images:
         assert image.read_bytes()[:4] == b"\x89PNG"
         assert f"plots/{image.name}" in report
-    for job_log in ("logs/analysis.log", "logs/minibench.log", "logs/population/tss.log"):
+    for job_log in ("logs/analysis.log", "logs/minibench.log", "logs/population/tss.log", "logs/labels/cifar10.log"):
         assert (results / job_log).is_file()
+    assert len(pd.read_csv(results / "analysis" / "top_hcs.csv")) > 0
 
 
-def test_every_evaluate_job_records_its_time_and_peak_memory(finished_run):
+def test_every_job_records_its_time_and_peak_memory(finished_run):
     results = finished_run / "results"
-    chunks = sorted((results / "chunks").rglob("chunk*.json"))
-    records = sorted((results / "benchmarks" / "evaluate").glob("*.tsv"))
-    assert len(records) == len(chunks) > 0
-    for record in records:
-        row = pd.read_csv(record, sep="\t").iloc[0]
-        assert row["s"] > 0 and 50 < row["max_rss"] < 8000, (record, row.to_dict())  # MB: torch alone is ~300
+    for stage in ("infer", "measure"):
+        chunks = sorted((results / "chunks" / stage).rglob("chunk*.json"))
+        records = sorted((results / "benchmarks" / stage).glob("*.tsv"))
+        assert len(records) == len(chunks) > 0
+        for record in records:
+            row = pd.read_csv(record, sep="\t").iloc[0]
+            assert row["s"] > 0 and 50 < row["max_rss"] < 8000, (record, row.to_dict())  # MB: torch alone is ~300
 
 
 def test_query_views(finished_run):
@@ -137,22 +216,72 @@ def test_query_views(finished_run):
 
     df = run_query("SELECT space, dataset, count(*) AS n, max(hcs_1) AS best FROM networks GROUP BY ALL ORDER BY ALL",
                    results=finished_run / "results")
-    assert list(df["n"]) == [2, 2, 3, 3]
+    assert list(df["n"]) == [2, 2, 2, 3, 3, 3]
     long = run_query("SELECT count(DISTINCT metric) AS m FROM metrics WHERE bins IS NULL", results=finished_run / "results")
     assert long["m"][0] == len(metrics.UNBINNED_METRICS) + 2  # plus the two OoD AUROCs (CIFAR-10)
 
 
-def test_rerunning_one_table_touches_nothing_else(finished_run):
-    results = finished_run / "results"
-    before = {p: p.stat().st_mtime_ns for p in results.rglob("*") if p.is_file() and "logs" not in p.parts}
+def test_rerunning_one_table_touches_nothing_else(tmp_path, finished_run):
+    workdir = _clone(finished_run, tmp_path / "one")
+    results = workdir / "results"
+    before = _mtimes(results)
     target = results / "tables" / "sss_90_cifar100.parquet"
     target.unlink()
-    _snakemake(finished_run, "results/tables/sss_90_cifar100.parquet")
-    after = {p: p.stat().st_mtime_ns for p in results.rglob("*") if p.is_file() and "logs" not in p.parts}
+    _snakemake(workdir, "results/tables/sss_90_cifar100.parquet")
+    after = _mtimes(results)
     changed = {p for p in after if before.get(p) != after[p]}
     # The rule's two outputs and its job record; nothing else.
     assert changed == {target, results / "failures" / "sss_90_cifar100.parquet",
                        results / "benchmarks" / "tables" / "sss_90_cifar100.tsv"}
+
+
+def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp_path, finished_run):
+    workdir = _clone(finished_run, tmp_path / "remeasure")
+    results = workdir / "results"
+    # The archives and datasets go away; the mini benchmark is no longer part of the DAG.
+    shutil.move(workdir / "resources", tmp_path / "moved-resources")
+    _set_config(workdir, minibench={**TINY["minibench"], "build": False})
+    assert _planned_jobs(workdir) == {"analysis": 1, "all": 1}  # the report's demo flag changed, nothing else
+    _snakemake(workdir)
+    logits_before = _mtimes(results / "logits")
+
+    _set_config(workdir, bins=[5, 15, 30])
+    planned = _planned_jobs(workdir)
+    assert planned == {"measure": 2 * 3, "table": 6, "analysis": 1, "all": 1}, planned  # a chunk per space, 3 datasets
+    infer_records = _mtimes(results / "benchmarks" / "infer")
+    _snakemake(workdir)
+    for dataset in DATASETS:
+        table = pd.read_parquet(results / "tables" / f"sss_90_{dataset}.parquet")
+        assert "pre_ece_30" in table.columns and "post_ece_30" in table.columns
+        assert "pre_ece_50" not in table.columns
+        for _, row in table.iterrows():
+            assert row["logits_key"] == store.stored_key(store.logits_path(results, "sss", "90", dataset,
+                                                                           row["arch_index"]))
+    assert _mtimes(results / "logits") == logits_before  # the store was read, not rewritten
+
+    ece_before = pd.read_parquet(results / "tables" / "tss_200_cifar100.parquet")["post_ece_15"]
+    _set_config(workdir, temperature={"method": "grid_ece", "val_fraction": 0.2, "seed": 42})
+    assert set(_planned_jobs(workdir)) == {"measure", "table", "analysis", "all"}
+    _snakemake(workdir)
+    ece_after = pd.read_parquet(results / "tables" / "tss_200_cifar100.parquet")["post_ece_15"]
+    assert not np.allclose(ece_before, ece_after)  # a different temperature fit, measured from the same logits
+    assert _mtimes(results / "benchmarks" / "infer") == infer_records  # no inference job ran
+    assert _mtimes(results / "logits") == logits_before
+
+
+def test_analysis_settings_rerun_only_the_analysis_and_no_change_reruns_nothing(tmp_path, finished_run):
+    workdir = _clone(finished_run, tmp_path / "analysis")
+    results = workdir / "results"
+    assert _planned_jobs(workdir) == {}
+    before = _mtimes(results)
+    _set_config(workdir, analysis={**TINY["analysis"], "top_n": 2})
+    assert _planned_jobs(workdir) == {"analysis": 1, "all": 1}
+    _snakemake(workdir)
+    changed = {p.relative_to(results) for p, t in _mtimes(results).items() if before.get(p) != t}
+    assert {p.parts[0] for p in changed} == {"analysis", "plots", "report.html", "benchmarks"}
+    assert {p for p in changed if p.parts[0] == "benchmarks"} == {Path("benchmarks/analysis.tsv")}
+    assert len(pd.read_csv(results / "analysis" / "top_hcs.csv")) == 2 * 6  # top 2 of each of 6 tables (or fewer)
+    assert _planned_jobs(workdir) == {}
 
 
 def test_a_bad_config_value_stops_the_run_before_any_job(tmp_path):
@@ -163,55 +292,91 @@ def test_a_bad_config_value_stops_the_run_before_any_job(tmp_path):
     assert not (workdir / "results").exists()
 
 
-def _children(pid: int) -> list[int]:
-    """Child processes of ``pid`` (Linux /proc)."""
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(c) for c in (task / "children").read_text().split()]
-    return found
+def test_keep_logits_false_leaves_no_store_and_the_same_results(tmp_path, finished_run):
+    workdir = copy_workflow(tmp_path / "drop", {**TINY, "spaces": ["sss"], "datasets": ["cifar100"],
+                                                "keep_logits": False})
+    shutil.copytree(finished_run / "resources", workdir / "resources")
+    _set_config(workdir, minibench={**TINY["minibench"], "build": False})
+    _snakemake(workdir, "results/tables/sss_90_cifar100.parquet")
+    results = workdir / "results"
+    assert not [p for p in (results / "logits").rglob("*") if p.is_file()], "logits left behind"
+    assert not list((results / "chunks" / "infer").rglob("*.json"))  # temporary: removed once measured
+    pd.testing.assert_frame_equal(pd.read_parquet(finished_run / "results" / "tables" / "sss_90_cifar100.parquet"),
+                                  pd.read_parquet(results / "tables" / "sss_90_cifar100.parquet"))
+    assert _planned_jobs(workdir) == {"analysis": 1, "all": 1}  # finished tables stay finished
 
 
-def test_kill_and_resume_computes_only_the_missing_shards(tmp_path):
-    tiny = {**TINY, "minibench": {**TINY["minibench"], "n_sss": 4}, "chunk_size": 4, "datasets": ["cifar100"],
-            "spaces": ["sss"]}
-    straight = copy_workflow(tmp_path / "straight", tiny)
-    interrupted = copy_workflow(tmp_path / "interrupted", tiny)
-    _snakemake(straight)
-    # Prepare the interrupted copy up to the evaluate job, then run that job by hand and kill it.
-    _snakemake(interrupted, "results/population/sss.json")
-    settings = json.loads(json.dumps(yaml.safe_load((ROOT / "config" / "config.yaml").read_text())))
-    settings.update({k: v for k, v in tiny.items() if k != "minibench"})
-    settings["minibench"] = tiny["minibench"]
-    manifest = interrupted / "results" / "chunks" / "sss_90_cifar100" / "chunk00000.json"
-    cmd = [sys.executable, "-m", "calibench.cli", "evaluate-chunk", "--settings", json.dumps(settings), "--space", "sss",
-           "--hp", "90", "--dataset", "cifar100", "--chunk", "0", "--results", "results", "--manifest", str(manifest),
-           "--quiet"]
-    shard_dir = interrupted / "results" / "shards" / "space=sss" / "hp=90" / "dataset=cifar100"
-    job = subprocess.Popen(cmd, cwd=interrupted, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while time.time() < deadline and len(list(shard_dir.glob("arch=*.parquet"))) < 2:
-        time.sleep(0.05)
-    loaders = _children(job.pid)  # loader_workers: 2, i.e. two loader processes (and multiprocessing's tracker)
-    assert len(loaders) >= 2, loaders
-    os.kill(job.pid, signal.SIGKILL)
-    job.wait()
-    deadline = time.time() + 10
-    while time.time() < deadline and any(Path(f"/proc/{pid}").exists() for pid in loaders):
-        time.sleep(0.1)
-    assert not [pid for pid in loaders if Path(f"/proc/{pid}").exists()], "loader processes outlived the killed job"
-    done_before = sorted(p.name for p in shard_dir.glob("arch=*.parquet"))
-    assert 2 <= len(done_before) < 4, "the job was not killed in the middle of its chunk"
-    assert not manifest.exists()
-    for name in done_before:  # every shard left behind is complete (atomic writes)
-        assert pq.read_table(shard_dir / name).num_rows > 0
-    mtimes = {name: (shard_dir / name).stat().st_mtime_ns for name in done_before}
-    _snakemake(interrupted)
-    summary = json.loads(manifest.read_text())
-    assert summary["skipped"] == len(done_before) and summary["computed"] == 4 - len(done_before)
-    assert all((shard_dir / name).stat().st_mtime_ns == t for name, t in mtimes.items())  # not recomputed
-    a = pd.read_parquet(straight / "results" / "tables" / "sss_90_cifar100.parquet")
-    b = pd.read_parquet(interrupted / "results" / "tables" / "sss_90_cifar100.parquet")
-    pd.testing.assert_frame_equal(a, b)
+def _start_run(workdir: Path) -> subprocess.Popen:
+    """The README's command, as its own process group (a login shell's job)."""
+    return subprocess.Popen(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "2"], cwd=workdir,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _kill_group_when(run: subprocess.Popen, ready, what: str, timeout: float = 600) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and run.poll() is None and not ready():
+        time.sleep(0.02)
+    assert run.poll() is None, f"the run ended before {what}:\n{run.communicate()[0][-3000:]}"
+    os.killpg(run.pid, signal.SIGKILL)  # the driver and every job: an OOM kill, a lost login node
+    run.wait()
+
+
+def _stored(results: Path, sub: str) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in (results / sub).rglob("arch=*.parquet")}
+
+
+def test_kill_9_of_the_whole_run_then_the_readme_command_completes_it(tmp_path, finished_run):
+    tiny = {**TINY, "minibench": {**TINY["minibench"], "n_sss": 6}, "spaces": ["sss"], "chunk_size": 3}
+    workdir = copy_workflow(tmp_path / "killed", tiny)
+    results = workdir / "results"
+    n_logits = 6 * len(DATASETS)
+
+    # 1. Killed mid-inference.
+    run = _start_run(workdir)
+    _kill_group_when(run, lambda: len(_stored(results, "logits")) >= 2, "any logits were stored")
+    kept = _stored(results, "logits")
+    assert 2 <= len(kept) < n_logits, "not killed in the middle of inference"
+    assert any((workdir / ".snakemake" / "locks").iterdir()), "the killed run should have left its lock"
+    for path in kept:  # atomic writes: every file left behind is whole
+        assert store.read_network_logits(path).seeds
+
+    # 2. The README's command again: killed mid-measurement this time.
+    run = _start_run(workdir)
+    _kill_group_when(run, lambda: len(_stored(results, "shards")) >= 2, "any shards were written")
+    shards_kept = _stored(results, "shards")
+    assert len(shards_kept) < n_logits, "not killed in the middle of measurement"
+    for path, mtime in kept.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was computed twice"
+    kept = _stored(results, "logits")
+
+    # 3. A live run refuses a second one on the same results; then the first completes.
+    run = _start_run(workdir)
+    started = []
+    for line in run.stdout:  # `calibench run` prints its snakemake command once it holds the results
+        started.append(line)
+        if line.startswith("+ "):
+            break
+    second = subprocess.run(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "1"], cwd=workdir,
+                            capture_output=True, text=True, timeout=120)
+    output, _ = run.communicate(timeout=900)
+    output = "".join(started) + output
+    assert run.returncode == 0, output[-4000:]
+    assert "stale" in output, output[-3000:]  # the lock of the killed run was released, and said so
+    assert second.returncode != 0 and "in use" in (second.stdout + second.stderr), second.stdout + second.stderr
+
+    for path, mtime in kept.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was computed twice"
+    for path, mtime in shards_kept.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was computed twice"
+    assert len(_stored(results, "logits")) == n_logits and len(_stored(results, "shards")) == n_logits
+
+    straight = copy_workflow(tmp_path / "straight", {**tiny, "minibench": {**tiny["minibench"], "build": False}})
+    shutil.copytree(workdir / "resources", straight / "resources")
+    _snakemake(straight, "results/tables/sss_90_cifar100.parquet", "results/tables/sss_90_cifar10.parquet")
+    for dataset in ("cifar10", "cifar100"):
+        a = pd.read_parquet(straight / "results" / "tables" / f"sss_90_{dataset}.parquet")
+        b = pd.read_parquet(results / "tables" / f"sss_90_{dataset}.parquet")
+        pd.testing.assert_frame_equal(a, b)
 
 
 def test_snakemake_lint_passes():

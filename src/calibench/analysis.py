@@ -204,7 +204,9 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
 
     plots.mkdir(parents=True, exist_ok=True)
     made: list[tuple[str, Path]] = []
-    demo = " [mini benchmark: not NATS-Bench results]" if settings["minibench"]["build"] else ""
+    for old in plots.glob("*.png"):  # plots of an earlier configuration must not outlive it
+        old.unlink()
+    demo = " [mini benchmark: not NATS-Bench results]" if settings["demo"] else ""
     for (figure, metric, space, hp, dataset), m in kendall[kendall["population"] == "all"].groupby(
             ["figure", "metric", "space", "hp", "dataset"]):
         name = f"kendall_{figure}_{metric}_{space}_{hp}_{dataset}".replace("*", "all").replace("-", "_")
@@ -278,6 +280,7 @@ def write_report(results: Path, plots: list[tuple[str, Path]], tops: pd.DataFram
 
 
 def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
+    """``settings``: :func:`calibench.settings.analysis_settings` (analysis, bins, demo)."""
     results = Path(results)
     analysis_dir = results / "analysis"
     analysis_dir.mkdir(parents=True, exist_ok=True)
@@ -293,7 +296,7 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     tops = (hcs_df.sort_values(f"hcs_{betas[0]:g}", ascending=False)
             .groupby(["space", "hp", "dataset"]).head(top_n)
             .sort_values(["space", "dataset", f"rank_hcs_{betas[0]:g}"]))
-    tops.to_csv(analysis_dir / f"top{top_n}_hcs.csv", index=False)
+    tops.to_csv(analysis_dir / "top_hcs.csv", index=False)
     edges = edge_op_frequency(hcs_df, top_n, betas[0])
     edges.to_parquet(analysis_dir / "tss_edge_ops.parquet", index=False)
     brackets = size_brackets(df)
@@ -302,6 +305,6 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only, no second read
     report = write_report(results, plots, tops[["space", "dataset", "arch_index", "arch_str", "accuracy", "pre_ece_15"]
                                                 + [f"hcs_{b:g}" for b in betas]],
-                          edges, brackets, n_rows, bool(settings["minibench"]["build"]))
+                          edges, brackets, n_rows, bool(settings["demo"]))
     log.info("analysis written: %s, %d plots", report, len(plots))
     return {"report": report, "kendall": analysis_dir / "kendall.parquet", "hcs": analysis_dir / "hcs.parquet"}

@@ -1,7 +1,8 @@
 """Command line: ``run``, ``query``, ``top``, ``make-minibench``, and the workflow's job steps.
 
-The job steps (``population``, ``evaluate-chunk``, ``build-table``, ``analyze``) are what
-the Snakemake rules call; they receive the validated configuration as JSON.
+The job steps (``population``, ``labels``, ``infer-chunk``, ``measure-chunk``,
+``build-table``, ``analyze``) are what the Snakemake rules call; each receives exactly
+its stage's settings as JSON (:mod:`calibench.settings`) and runtime options as flags.
 """
 
 from __future__ import annotations
@@ -28,25 +29,71 @@ def _population(args: argparse.Namespace) -> int:
     return 0
 
 
-def _evaluate_chunk(args: argparse.Namespace) -> int:
+def _labels(args: argparse.Namespace) -> int:
+    from .pipeline import write_labels_job
+
+    write_labels_job(json.loads(args.settings), args.dataset, args.out)
+    return 0
+
+
+def _infer_chunk(args: argparse.Namespace) -> int:
     from .inference import DeviceError
-    from .pipeline import evaluate_chunk_job
+    from .pipeline import infer_chunk_job
     from .runtime import keep_freed_memory
 
     keep_freed_memory()
     try:
-        evaluate_chunk_job(json.loads(args.settings), args.space, args.hp, args.dataset, args.chunk, args.results,
-                           args.manifest, progress=not args.quiet)
+        infer_chunk_job(json.loads(args.settings), _runtime(args), args.space, args.hp, args.chunk, args.results,
+                        args.manifest, progress=not args.quiet)
     except DeviceError as exc:  # a configuration problem: the message says what to do, no traceback
         logging.getLogger("calibench").error("%s", exc)
         return 2
     return 0
 
 
+def _measure_chunk(args: argparse.Namespace) -> int:
+    from .pipeline import measure_chunk_job
+
+    measure_chunk_job(json.loads(args.settings), _runtime(args), args.space, args.hp, args.dataset, args.chunk,
+                      args.results, args.logits_manifest, args.labels, args.manifest, keep_logits=args.keep_logits,
+                      progress=not args.quiet)
+    return 0
+
+
+def _runtime(args: argparse.Namespace) -> dict:
+    return {"device": args.device, "batch_size": args.batch_size, "loader_workers": args.loader_workers,
+            "measure_group": args.measure_group}
+
+
 def _build_table(args: argparse.Namespace) -> int:
     from .pipeline import build_table
 
-    build_table(json.loads(args.settings), args.space, args.hp, args.dataset, args.results, args.out, args.manifests)
+    build_table(args.space, args.hp, args.dataset, args.results, args.out, args.manifests, args.failures)
+    return 0
+
+
+def _logits(args: argparse.Namespace) -> int:
+    """What the logits store holds: one line per (space, hp, dataset), or every file."""
+    from .logits import list_store, store_dir
+
+    df = list_store(args.results)
+    if df.empty:
+        print(f"no logits stored under {store_dir(args.results)}")
+        return 0
+    if "problem" in df.columns:
+        for _, row in df[df["problem"].notna()].iterrows():
+            print(f"unreadable: {row['problem']}")
+        df = df[df["problem"].isna()]
+    if args.files:
+        cols = ["space", "hp", "dataset", "arch_index", "arch_str", "seeds", "sets", "n_test", "classes", "bytes", "key"]
+        print(df[cols].to_string(index=False))
+    else:
+        summary = df.groupby(["space", "hp", "dataset"]).agg(
+            networks=("arch_index", "size"), seeds=("seeds", lambda s: ",".join(sorted(set(",".join(s).split(","))))),
+            sets=("sets", "first"), n_test=("n_test", "first"), classes=("classes", "first"),
+            mb=("bytes", lambda b: round(b.sum() / 1e6, 2)), mb_per_network=("bytes", lambda b: round(b.mean() / 1e6, 3)))
+        print(summary.reset_index().to_string(index=False))
+    print(f"total: {len(df)} files, {df['bytes'].sum() / 1e6:.1f} MB under {store_dir(args.results)}")
     return 0
 
 
@@ -100,6 +147,8 @@ def _make_minibench(args: argparse.Namespace) -> int:
 
     keep_freed_memory()
     sizes = {name: getattr(args, name) for name in ("n_tss", "n_sss", "n_test", "n_train", "seed")}
+    if args.real_size:
+        sizes["real_size"] = True
     spec = MiniBenchSpec(**{name: value for name, value in sizes.items() if value is not None})
     start = time.perf_counter()
     out = build_minibench(args.out, spec, progress=not args.quiet)
@@ -120,6 +169,9 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("--n-test", type=int, help="test images per dataset")
     mb.add_argument("--n-train", type=int, help="training images for the heads")
     mb.add_argument("--seed", type=int)
+    mb.add_argument("--real-size", action="store_true",
+                    help="archive files shaped like the real -full ones (every hp, dataset and seed; ~27.5 MB TSS, "
+                         "~17.4 MB SSS): for loading benchmarks")
     mb.add_argument("--quiet", action="store_true", help="no progress bar")
     mb.set_defaults(func=_make_minibench)
 
@@ -147,30 +199,48 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--results", default="results")
     t.set_defaults(func=_top)
 
-    for name, func, helptext in (("population", _population, "job: write a space's population and chunks"),
-                                 ("evaluate-chunk", _evaluate_chunk, "job: evaluate one chunk into shards"),
-                                 ("build-table", _build_table, "job: aggregate shards into a wide table"),
-                                 ("analyze", _analyze, "job: Kendall, HCS, plots, report")):
+    lg = sub.add_parser("logits", help="what the logits store holds (per space, hp, dataset; --files: every file)")
+    lg.add_argument("--results", default="results")
+    lg.add_argument("--files", action="store_true", help="one line per stored file")
+    lg.set_defaults(func=_logits)
+
+    jobs = (("population", _population, "job: write a space's population and chunks"),
+            ("labels", _labels, "job: one evaluation set's labels into the logits store"),
+            ("infer-chunk", _infer_chunk, "job: logits of one chunk on every dataset into the store"),
+            ("measure-chunk", _measure_chunk, "job: measure one chunk of one dataset from the store into shards"),
+            ("build-table", _build_table, "job: aggregate shards into a wide table"),
+            ("analyze", _analyze, "job: Kendall, HCS, plots, report"))
+    for name, func, helptext in jobs:
         p = sub.add_parser(name, help=helptext)
-        p.add_argument("--settings", required=True, help="the validated configuration as JSON")
         p.set_defaults(func=func)
-        if name == "population":
+        if name != "build-table":
+            p.add_argument("--settings", required=True, help="the stage's settings as JSON (calibench.settings)")
+        if name in ("population", "infer-chunk", "measure-chunk", "build-table"):
             p.add_argument("--space", required=True)
-            p.add_argument("--out", required=True)
-        if name in ("evaluate-chunk", "build-table"):
-            p.add_argument("--space", required=True)
-            p.add_argument("--hp", required=True)
+        if name in ("labels", "measure-chunk", "build-table"):
             p.add_argument("--dataset", required=True)
+        if name in ("infer-chunk", "measure-chunk", "build-table"):
+            p.add_argument("--hp", required=True)
+        if name in ("infer-chunk", "measure-chunk", "build-table", "analyze"):
             p.add_argument("--results", required=True)
-        if name == "evaluate-chunk":
+        if name in ("population", "labels", "build-table"):
+            p.add_argument("--out", required=True)
+        if name in ("infer-chunk", "measure-chunk"):
             p.add_argument("--chunk", type=int, required=True)
             p.add_argument("--manifest", required=True)
             p.add_argument("--quiet", action="store_true")
+            p.add_argument("--device", default="auto")
+            p.add_argument("--batch-size", type=int, default=1000)
+            p.add_argument("--loader-workers", default="auto")
+            p.add_argument("--measure-group", type=int, default=8)
+        if name == "measure-chunk":
+            p.add_argument("--logits-manifest", required=True, help="the chunk's inference manifest")
+            p.add_argument("--labels", required=True, help="the dataset's labels file in the store")
+            p.add_argument("--keep-logits", type=lambda v: v.lower() in ("1", "true", "yes"), default=True)
         if name == "build-table":
-            p.add_argument("--out", required=True)
+            p.add_argument("--failures", default=None)
             p.add_argument("--manifests", nargs="*", default=[])
         if name == "analyze":
-            p.add_argument("--results", required=True)
             p.add_argument("--tables", nargs="+", required=True)
     return parser
 

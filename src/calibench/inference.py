@@ -1,18 +1,19 @@
 """Logits of many NATS networks on one evaluation set (the evaluate job's engine).
 
-For a chunk of architectures of one (space, hp, dataset): weights come from the
-archive (prefetched in the background), each network is built, loaded with
-``strict=True``, converted to its inference form and run over the whole evaluation
-set (held once on the device) and, for CIFAR-10, the OoD sets. One broken
-architecture (missing or corrupt file, state-dict mismatch, non-finite logits)
-becomes a :class:`Failure` naming its index, file and reason; the rest go on.
+For a chunk of architectures of one (space, hp): weights come from the archive
+(prefetched in the background, each file read once for every dataset), each network
+is built, loaded with ``strict=True``, converted to its inference form and run over
+each dataset's evaluation set (held once on the device) and, for CIFAR-10, the OoD
+sets. One broken architecture (missing or corrupt file, state-dict mismatch,
+non-finite logits) becomes a :class:`Failure` naming its index, file and reason; the
+rest go on. The logits go to the logits store (:mod:`calibench.logits`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,6 @@ import numpy as np
 import torch
 
 from . import data as data_io
-from .atomic import atomic_write
 from .archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
 from .networks import build_network, inference_network
 
@@ -144,10 +144,13 @@ class NetworkLogits:
 
 @dataclass(frozen=True)
 class Failure:
+    """An architecture (or one seed of it) that produced no logits on ``dataset``, and why."""
+
     index: int
     source: str
     reason: str
     seed: int | None = None
+    dataset: str | None = None
 
 
 @torch.inference_mode()
@@ -176,40 +179,42 @@ def network_logits(
     return NetworkLogits(entry, logits, ood)
 
 
-def evaluate_chunk(
+def chunk_logits(
     archive: NatsArchive,
-    indices: Iterable[int],
-    eval_data: EvalData,
+    todo: Mapping[int, Sequence[str]],
+    eval_sets: Mapping[str, EvalData],
     device: torch.device,
     seeds: Sequence[int] | None = None,
     batch_size: int = 1000,
     prefetch_depth: int = 4,
     loader_workers: int = 1,
-) -> Iterator[NetworkLogits | Failure]:
-    """Logits for every (architecture, seed) of a chunk, in order; failures are yielded, not raised."""
-    for index, loaded in prefetch(archive, indices, eval_data.dataset, seeds, prefetch_depth, loader_workers):
+) -> Iterator[tuple[int, str, list[NetworkLogits] | Failure]]:
+    """Logits of a chunk: ``todo`` maps each architecture index to the datasets it still needs.
+
+    Each architecture file is read once for all of its datasets (issue 9). Yields, in
+    order, ``(index, dataset, logits of every seed)`` or ``(index, dataset, Failure)``: a
+    dataset's seeds succeed or fail together, so a stored file always holds them all.
+    """
+    datasets = [d for d in eval_sets if any(d in needed for needed in todo.values())]
+    for index, loaded in prefetch(archive, list(todo), datasets, seeds, prefetch_depth, loader_workers):
         if isinstance(loaded, ArchiveError):
             log.warning("skipping %s", loaded)
-            yield Failure(index, loaded.path, loaded.reason)
+            for dataset in todo[index]:
+                yield index, dataset, Failure(index, loaded.path, loaded.reason, dataset=dataset)
             continue
-        for entry in loaded:
-            try:
-                yield network_logits(entry, eval_data, device, batch_size)
-            except (ValueError, RuntimeError) as exc:
-                log.warning("skipping architecture %d seed %d (%s): %s", index, entry.seed, entry.source, exc)
-                yield Failure(index, entry.source, str(exc), entry.seed)
-
-
-# ---------------------------------------------------------------- kept logits
-
-def write_logits(path: str | Path, result: NetworkLogits, labels: torch.Tensor) -> Path:
-    """Keep a network's logits (float32, compressed npz) so new metrics need no inference; atomic."""
-    arrays = {"logits": result.logits.numpy(), "labels": labels.cpu().numpy()}
-    arrays.update({f"ood_{name}": v.numpy() for name, v in result.ood_logits.items()})
-    return atomic_write(path, lambda f: np.savez_compressed(f, **arrays))
-
-
-def read_logits(path: str | Path) -> dict[str, np.ndarray]:
-    """The arrays written by :func:`write_logits`: ``logits``, ``labels`` and ``ood_*``."""
-    with np.load(path) as f:
-        return {name: f[name] for name in f.files}
+        for dataset in todo[index]:
+            entries = [e for e in loaded if e.dataset == dataset]
+            results: list[NetworkLogits] = []
+            for entry in entries:
+                try:
+                    results.append(network_logits(entry, eval_sets[dataset], device, batch_size))
+                except (ValueError, RuntimeError) as exc:
+                    log.warning("skipping architecture %d %s seed %d (%s): %s", index, dataset, entry.seed,
+                                entry.source, exc)
+                    yield index, dataset, Failure(index, entry.source, str(exc), entry.seed, dataset)
+                    break
+            else:
+                if entries:
+                    yield index, dataset, results
+                else:
+                    yield index, dataset, Failure(index, str(archive.archive_dir), "no entries loaded", dataset=dataset)

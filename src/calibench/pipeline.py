@@ -1,10 +1,18 @@
 """The workflow's jobs, each a function the Snakemake rules call through the CLI.
 
 * :func:`write_population`: the architectures to evaluate and their chunks (from the meta).
-* :func:`evaluate_chunk_job`: logits -> temperature fit -> metrics -> one shard per network;
-  valid shards are skipped, so a killed job resumes where it stopped.
+* :func:`write_labels_job`: one evaluation set's labels into the logits store.
+* :func:`infer_chunk_job`: one chunk of one (space, hp): each archive file read once, every
+  configured dataset and seed run, logits into the store; valid logits are skipped.
+* :func:`measure_chunk_job`: one chunk of one (space, hp, dataset): stored logits ->
+  temperature fit -> metrics -> one shard per network; valid shards are skipped. Never
+  opens an archive.
 * :func:`build_table`: the shards of one (space, hp, dataset) as one wide table, TSS
   rows expanded from class representatives to every member index.
+
+Every output carries a key made from exactly what changes it (:mod:`calibench.settings`):
+a logits file its logits key, a shard the measurement settings plus its logits' key. A
+killed job resumes where it stopped: rerunning it skips every output whose key matches.
 """
 
 from __future__ import annotations
@@ -14,25 +22,20 @@ import logging
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import torch
 
+from . import logits as store
 from . import population as pop
 from . import shards
 from .atomic import atomic_write
-from .archive import NatsArchive
-from .calibration import measure_stages_batch
-from .inference import (Failure, NetworkLogits, evaluate_chunk, load_eval_data, loader_workers, resolve_device,
-                        write_logits)
 from .metrics.scores import auroc
 
 log = logging.getLogger(__name__)
-
-# Settings that change the numbers in a shard (their hash is stored in every shard).
-MEASUREMENT_KEYS = ("bins", "temperature", "tace_threshold", "seeds", "ood", "datasets_root")
 
 
 def write_json_atomic(obj, path: str | Path) -> Path:
@@ -45,13 +48,14 @@ def population_path(results: str | Path, space: str) -> Path:
 
 
 def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
-    """Selected indices, chunks, every arch string and class representative of one space."""
-    arch_strs = pop.read_meta(settings["archives"][space])
+    """Selected indices, chunks, every arch string and class representative of one space
+    (``settings``: :func:`calibench.settings.population_settings`)."""
+    arch_strs = pop.read_meta(settings["archive"])
     representatives = pop.representatives(space, arch_strs)
-    selected = pop.select(space, arch_strs, settings["population"][space], reps=representatives)
+    selected = pop.select(space, arch_strs, settings["population"], reps=representatives)
     doc = {
         "space": space,
-        "archive": str(settings["archives"][space]),
+        "archive": str(settings["archive"]),
         "arch_strs": arch_strs,
         "representatives": representatives,
         "selected": selected,
@@ -62,15 +66,129 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     return doc
 
 
-def measurement_hash(settings: Mapping, space: str, hp: str, dataset: str) -> str:
-    relevant = {k: settings.get(k) for k in MEASUREMENT_KEYS}
-    relevant.update(space=space, hp=hp, dataset=dataset, archive=str(settings["archives"][space]))
-    return shards.config_hash(relevant)
-
-
 def _seeds(settings: Mapping):
     seeds = settings.get("seeds", "first")
     return None if seeds == "first" else [int(s) for s in seeds]
+
+
+def _log_slurm() -> None:
+    if os.environ.get("SLURM_JOB_ID"):
+        log.info("SLURM job %s (array task %s) on %s, GPUs allocated: %s", os.environ["SLURM_JOB_ID"],
+                 os.environ.get("SLURM_ARRAY_TASK_ID", "-"), os.environ.get("SLURMD_NODENAME", "?"),
+                 os.environ.get("CUDA_VISIBLE_DEVICES", "none"))
+
+
+def _progress(iterable, enabled: bool, **kwargs):
+    if not enabled:
+        return iterable
+    from tqdm import tqdm
+
+    return tqdm(iterable, mininterval=5, **kwargs)
+
+
+# ---------------------------------------------------------------- labels
+
+def write_labels_job(settings: Mapping, dataset: str, out: str | Path) -> Path:
+    """The labels of one evaluation set, once per dataset (``settings``: datasets_root)."""
+    from .data import load_eval_set
+
+    eval_set = load_eval_set(dataset, settings["datasets_root"])
+    key = store.digest(store.eval_set_fields(dataset, settings["datasets_root"]))
+    path = store.write_labels(out, eval_set.labels, dataset=dataset, key=key, source=str(eval_set.source))
+    log.info("%s: %d labels from %s", path, len(eval_set.labels), eval_set.source)
+    return path
+
+
+# ---------------------------------------------------------------- inference
+
+def infer_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk: int, results: str | Path,
+                    manifest: str | Path, progress: bool = True) -> dict:
+    """Logits of one chunk on every configured dataset into the store, then the manifest.
+
+    ``settings``: :func:`calibench.settings.inference_settings`; ``runtime``: device,
+    batch_size, loader_workers. Each archive file is decompressed at most once, and only
+    if some dataset's logits of that architecture are missing or stale.
+    """
+    from .archive import NatsArchive
+    from .inference import chunk_logits, load_eval_data, loader_workers, resolve_device
+
+    results = Path(results)
+    doc = json.loads(population_path(results, space).read_text())
+    indices = doc["chunks"][chunk]
+    arch_strs = doc["arch_strs"]
+    datasets = list(settings["datasets"])
+    keys = {(i, d): store.logits_key(settings, space, hp, d, i, arch_strs[i]) for i in indices for d in datasets}
+    todo = {i: [d for d in datasets if not store.is_valid(store.logits_path(results, space, hp, d, i), keys[i, d])]
+            for i in indices}
+    todo = {i: needed for i, needed in todo.items() if needed}
+    _log_slurm()
+    n_pairs = len(indices) * len(datasets)
+    n_todo = sum(len(v) for v in todo.values())
+    log.info("%s hp=%s chunk %d: %d architectures x %d datasets, %d logits files already stored (skipped), "
+             "%d to compute from %d archive files", space, hp, chunk, len(indices), len(datasets), n_pairs - n_todo,
+             n_todo, len(todo))
+    failures: list[dict] = []
+    computed = 0
+    start = time.perf_counter()
+    if todo:
+        device = resolve_device(runtime.get("device", "auto"))
+        ood = settings["ood"]
+        needed = [d for d in datasets if any(d in v for v in todo.values())]
+        eval_sets = {d: load_eval_data(d, settings["datasets_root"], device=device, ood=tuple(ood["sets"]),
+                                       svhn_path=ood.get("svhn"), noise_severity=ood["noise_severity"])
+                     for d in needed}
+        labels = {d: e.labels.cpu().numpy() for d, e in eval_sets.items()}
+        archive = NatsArchive(settings["archive"], space, hp)
+        workers = loader_workers(runtime.get("loader_workers", "auto"), device)
+        log.info("device %s, %d archive loader(s), datasets %s", device, workers, ", ".join(needed))
+        stream = chunk_logits(archive, todo, eval_sets, device, _seeds(settings), int(runtime.get("batch_size", 1000)),
+                              prefetch_depth=max(4, 2 * workers), loader_workers=workers)
+        for index, dataset, out in _progress(stream, progress, total=n_todo, desc=f"{space}/{hp} chunk {chunk}",
+                                             unit="logits"):
+            if not isinstance(out, list):
+                failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": out.index,
+                                 "seed": out.seed, "source": out.source, "reason": out.reason, "stage": "inference"})
+                continue
+            fields = store.key_fields(settings, space, hp, dataset, index, arch_strs[index])
+            seeds = [store.SeedLogits(r.entry.seed, r.entry.params, r.entry.flops, r.entry.recorded_accuracy,
+                                      r.entry.source, {store.TEST_SET: r.logits.numpy(),
+                                                       **{f"ood_{k}": v.numpy() for k, v in r.ood_logits.items()}})
+                     for r in out]
+            store.write_network_logits(store.logits_path(results, space, hp, dataset, index), key=keys[index, dataset],
+                                       fields=fields, space=space, hp=hp, dataset=dataset, index=index,
+                                       arch_str=arch_strs[index], labels=labels[dataset], seeds=seeds)
+            computed += 1
+    failed = {(f["arch_index"], f["dataset"]) for f in failures}
+    summary = {
+        "space": space, "hp": hp, "chunk": chunk, "indices": indices, "datasets": {
+            d: {str(i): keys[i, d] for i in indices if (i, d) not in failed} for d in datasets},
+        "skipped": n_pairs - n_todo, "computed": computed, "archive_files_read": len(todo), "failures": failures,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    for f in failures:
+        log.warning("architecture %d %s failed (%s): %s", f["arch_index"], f["dataset"], f["source"], f["reason"])
+    log.info("chunk %d done: %d logits files computed, %d skipped, %d failed in %.1f s", chunk, computed,
+             summary["skipped"], len(failed), summary["seconds"])
+    write_json_atomic(summary, manifest)
+    return summary
+
+
+# ---------------------------------------------------------------- measurement
+
+@dataclass(frozen=True)
+class StoredNetwork:
+    """One (architecture, seed) read back from the store, ready to measure."""
+
+    index: int
+    arch_str: str
+    seed: int
+    params: float
+    flops: float
+    recorded_accuracy: float
+    logits: torch.Tensor  # (N, K) float32
+    ood_logits: dict[str, torch.Tensor]
+    logits_key: str
+    logits_file: str
 
 
 def _ood_auroc(id_logits: torch.Tensor, ood_logits: torch.Tensor) -> torch.Tensor:
@@ -80,12 +198,15 @@ def _ood_auroc(id_logits: torch.Tensor, ood_logits: torch.Tensor) -> torch.Tenso
     return auroc(id_scores, ood_scores)
 
 
-def _measure_group(group: list[NetworkLogits], labels: torch.Tensor, settings: Mapping, meta: Mapping):
+def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: Mapping, space: str, hp: str,
+                   dataset: str, shard_keys: Mapping[int, str]):
     """Metrics for a group of networks at once; returns one (provenance, stages) per network."""
+    from .calibration import measure_stages_batch
+
     temp = settings["temperature"]
     logits = torch.stack([r.logits for r in group])
     out = measure_stages_batch(
-        logits, labels.cpu(), bins=settings["bins"], val_fraction=temp["val_fraction"], seed=temp["seed"],
+        logits, labels, bins=settings["bins"], val_fraction=temp["val_fraction"], seed=temp["seed"],
         method=temp["method"], tace_threshold=settings["tace_threshold"],
     )
     stages = {stage: dict(out[stage]) for stage in ("pre", "post")}  # new keys below; the arrays are not modified
@@ -97,93 +218,115 @@ def _measure_group(group: list[NetworkLogits], labels: torch.Tensor, settings: M
         stages["post"][f"ood_auroc_{name}"] = _ood_auroc(logits / scale, ood / scale).numpy()
     results = []
     for i, r in enumerate(group):
-        e = r.entry
         provenance = {
-            "space": e.space, "hp": e.hp, "dataset": e.dataset, "arch_index": e.index, "arch_str": e.arch_str,
-            "seed": e.seed, "params": e.params, "flops": e.flops, "temperature": float(out["temperature"][i]),
-            "accuracy": float(out["accuracy_full"][i]), "recorded_accuracy": e.recorded_accuracy,
-            "n_eval": int(labels.shape[0]), "config_hash": meta["config_hash"],
+            "space": space, "hp": hp, "dataset": dataset, "arch_index": r.index, "arch_str": r.arch_str,
+            "seed": r.seed, "params": r.params, "flops": r.flops, "temperature": float(out["temperature"][i]),
+            "accuracy": float(out["accuracy_full"][i]), "recorded_accuracy": r.recorded_accuracy,
+            "n_eval": int(labels.shape[0]), "config_hash": shard_keys[r.index], "logits_key": r.logits_key,
+            "logits_file": r.logits_file,
         }
         per_stage = {stage: {k: v[i] for k, v in values.items()} for stage, values in stages.items()}
         results.append((provenance, per_stage))
     return results
 
 
-def evaluate_chunk_job(settings: Mapping, space: str, hp: str, dataset: str, chunk: int, results: str | Path,
-                       manifest: str | Path, progress: bool = True) -> dict:
-    """Evaluate one chunk; write a shard per network, then the chunk's manifest (the job's output)."""
+def shard_key(settings: Mapping, logits_key: str) -> str:
+    """A shard's validity key: the measurement settings plus the key of the logits it measured."""
+    return store.digest({"measurement": dict(settings), "logits": logits_key})
+
+
+def _read_stored(results: Path, space: str, hp: str, dataset: str, index: int, expected_key: str,
+                 labels: store.Labels) -> list[StoredNetwork]:
+    path = store.logits_path(results, space, hp, dataset, index)
+    if not path.is_file():
+        raise store.StoreError(path, "logits file missing (deleted under keep_logits: false, or moved); rerun its "
+                                     f"inference: snakemake --forcerun infer (or delete results/chunks/infer)")
+    stored = store.read_network_logits(path)
+    if stored.key != expected_key:
+        raise store.StoreError(path, f"written for logits key {stored.key}, but its inference job recorded "
+                                     f"{expected_key}; rerun its inference")
+    if stored.meta["labels_sha256"] != labels.meta["labels_sha256"]:
+        raise store.StoreError(path, f"computed on another {dataset} evaluation set than {labels.meta['source']}")
+    relative = str(path.relative_to(results))
+    return [StoredNetwork(index, stored.meta["arch_str"], s.seed, s.params, s.flops, s.recorded_accuracy,
+                          torch.from_numpy(s.sets[store.TEST_SET]),
+                          {name[len("ood_"):]: torch.from_numpy(v) for name, v in s.sets.items() if name != store.TEST_SET},
+                          stored.key, relative)
+            for s in stored.seeds]
+
+
+def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, dataset: str, chunk: int,
+                      results: str | Path, infer_manifest: str | Path, labels_file: str | Path, manifest: str | Path,
+                      keep_logits: bool = True, progress: bool = True) -> dict:
+    """Measure one chunk of one dataset from the logits store; a shard per network, then the
+    manifest. ``settings``: :func:`calibench.settings.measurement_settings`."""
+    from .runtime import keep_freed_memory
+
+    keep_freed_memory()
     results = Path(results)
-    doc = json.loads(population_path(results, space).read_text())
-    indices = doc["chunks"][chunk]
-    digest = measurement_hash(settings, space, hp, dataset)
-    todo = [i for i in indices if not shards.is_valid_shard(shards.shard_path(results, space, hp, dataset, i), digest)]
-    skipped = len(indices) - len(todo)
-    if os.environ.get("SLURM_JOB_ID"):
-        log.info("SLURM job %s (array task %s) on %s, GPUs allocated: %s", os.environ["SLURM_JOB_ID"],
-                 os.environ.get("SLURM_ARRAY_TASK_ID", "-"), os.environ.get("SLURMD_NODENAME", "?"),
-                 os.environ.get("CUDA_VISIBLE_DEVICES", "none"))
-    log.info("%s hp=%s %s chunk %d: %d architectures, %d already measured (skipped), %d to compute",
-             space, hp, dataset, chunk, len(indices), skipped, len(todo))
-    failures: list[dict] = []
+    inferred = json.loads(Path(infer_manifest).read_text())
+    indices = inferred["indices"]
+    logits_keys = {int(i): k for i, k in inferred["datasets"].get(dataset, {}).items()}
+    failures = [dict(f) for f in inferred["failures"] if f["dataset"] == dataset]  # carried into the table
+    keys = {i: shard_key(settings, k) for i, k in logits_keys.items()}
+    todo = [i for i in indices if i in keys and
+            not shards.is_valid_shard(shards.shard_path(results, space, hp, dataset, i), keys[i])]
+    skipped = len(keys) - len(todo)
+    log.info("%s hp=%s %s chunk %d: %d architectures, %d already measured (skipped), %d to measure, %d without "
+             "logits (failed inference)", space, hp, dataset, chunk, len(indices), skipped, len(todo),
+             len(indices) - len(keys))
     computed = 0
     start = time.perf_counter()
     if todo:
-        device = resolve_device(settings["device"])
-        ood = settings["ood"]
-        eval_data = load_eval_data(
-            dataset, settings["datasets_root"], device=device, ood=tuple(ood["sets"]), svhn_path=ood.get("svhn"),
-            noise_severity=ood["noise_severity"],
-        )
-        archive = NatsArchive(settings["archives"][space], space, hp)
-        meta = {"config_hash": digest}
-        group_size = max(1, int(settings.get("measure_group", 8)))
-        pending: list[NetworkLogits] = []
+        labels_read = store.read_labels(labels_file)
+        labels = torch.from_numpy(labels_read.labels)
+        group_size = max(1, int(runtime.get("measure_group", 8)))
+        pending: list[StoredNetwork] = []
 
         def flush():
             nonlocal computed
             by_index: dict[int, list] = {}
-            for provenance, stages in _measure_group(pending, eval_data.labels, settings, meta):
-                by_index.setdefault(provenance["arch_index"], []).append(
-                    shards.shard_table(provenance, stages))
+            for provenance, stages in _measure_group(pending, labels, settings, space, hp, dataset, keys):
+                by_index.setdefault(provenance["arch_index"], []).append(shards.shard_table(provenance, stages))
             for index, tables in by_index.items():
                 shards.write_atomic_parquet(pa.concat_tables(tables), shards.shard_path(results, space, hp, dataset, index))
                 computed += 1
-            if settings.get("keep_logits"):
-                for r in pending:
-                    path = results / "logits" / f"space={space}" / f"hp={hp}" / f"dataset={dataset}" / \
-                        f"arch={r.entry.index:06d}_seed={r.entry.seed}.npz"
-                    write_logits(path, r, eval_data.labels)
             pending.clear()
 
-        workers = loader_workers(settings.get("loader_workers", "auto"), device)
-        log.info("device %s, %d archive loader(s)", device, workers)
-        stream = evaluate_chunk(archive, todo, eval_data, device, _seeds(settings), int(settings.get("batch_size", 1000)),
-                                prefetch_depth=max(4, 2 * workers), loader_workers=workers)
-        if progress:
-            from tqdm import tqdm
-
-            stream = tqdm(stream, desc=f"{space}/{hp}/{dataset} chunk {chunk}", unit="net", mininterval=5)
-        for item in stream:
-            if isinstance(item, Failure):
-                failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": item.index,
-                                 "seed": item.seed, "source": item.source, "reason": item.reason, "config_hash": digest})
+        for index in _progress(todo, progress, desc=f"{space}/{hp}/{dataset} chunk {chunk}", unit="net"):
+            try:
+                networks = _read_stored(results, space, hp, dataset, index, logits_keys[index], labels_read)
+            except (store.StoreError, OSError, KeyError, ValueError) as exc:
+                log.warning("architecture %d: %s", index, exc)
+                failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index, "seed": None,
+                                 "source": str(store.logits_path(results, space, hp, dataset, index)),
+                                 "reason": str(exc), "stage": "measurement"})
                 continue
-            if pending and len(pending) >= group_size and pending[-1].entry.index != item.entry.index:
+            if pending and len(pending) + len(networks) > group_size:
                 flush()
-            pending.append(item)
+            pending.extend(networks)
         if pending:
             flush()
+    removed = 0
+    if not keep_logits:  # every shard of this chunk is written: its logits have served
+        for index in indices:
+            path = store.logits_path(results, space, hp, dataset, index)
+            if path.is_file() and index in keys and shards.is_valid_shard(
+                    shards.shard_path(results, space, hp, dataset, index), keys[index]):
+                path.unlink()
+                removed += 1
     failed = sorted({f["arch_index"] for f in failures})
     summary = {"space": space, "hp": hp, "dataset": dataset, "chunk": chunk, "indices": indices,
                "skipped": skipped, "computed": computed, "failed": failed, "failures": failures,
-               "config_hash": digest, "seconds": round(time.perf_counter() - start, 3)}
-    for f in failures:
-        log.warning("architecture %d failed (%s): %s", f["arch_index"], f["source"], f["reason"])
-    log.info("chunk %d done: %d computed, %d skipped, %d failed in %.1f s",
-             chunk, computed, skipped, len(failed), summary["seconds"])
+               "shards": {str(i): k for i, k in keys.items() if i not in failed},
+               "logits_removed": removed, "seconds": round(time.perf_counter() - start, 3)}
+    log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s", chunk, computed, skipped, len(failed),
+             summary["seconds"], f"; {removed} logits files removed (keep_logits: false)" if removed else "")
     write_json_atomic(summary, manifest)
     return summary
 
+
+# ---------------------------------------------------------------- tables
 
 def wide_table(long: pd.DataFrame) -> pd.DataFrame:
     """Long shards -> one row per (arch_index, seed): ``{stage}_{metric}[_{bins}]`` columns."""
@@ -195,25 +338,29 @@ def wide_table(long: pd.DataFrame) -> pd.DataFrame:
     order = list(pd.unique(long["column"]))  # the shards' order: metric by metric, bins as configured
     keys = ["space", "hp", "dataset", "arch_index", "seed"]
     provenance = ["arch_str", "params", "flops", "temperature", "accuracy", "recorded_accuracy", "n_eval",
-                  "config_hash", "calibench_version"]
+                  "config_hash", "logits_key", "calibench_version"]
     values = long.pivot_table(index=keys, columns="column", values="value", aggfunc="first", dropna=False)[order]
     info = long.groupby(keys)[provenance].first()
     wide = info.join(values).reset_index()
     return wide
 
 
-def build_table(settings: Mapping, space: str, hp: str, dataset: str, results: str | Path, out: str | Path,
-                manifests: list[str | Path]) -> pd.DataFrame:
-    """The wide result table of one (space, hp, dataset); reports how many networks are missing."""
+def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str | Path,
+                manifests: list[str | Path], failures_out: str | Path | None = None) -> pd.DataFrame:
+    """The wide result table of one (space, hp, dataset) from its measurement manifests: each
+    network's row comes from the shard with the key its manifest recorded, so a stale
+    shard never enters; reports how many networks are missing."""
     results = Path(results)
     doc = json.loads(population_path(results, space).read_text())
-    digest = measurement_hash(settings, space, hp, dataset)
-    long = shards.read_shards(results, space, hp, dataset).to_pandas()
-    long = long[long["arch_index"].isin(doc["selected"]) & (long["config_hash"] == digest)]
-    wide = wide_table(long)
+    expected: dict[int, str] = {}
     failed = []
     for m in manifests:
-        failed += json.loads(Path(m).read_text())["failures"]
+        summary = json.loads(Path(m).read_text())
+        expected.update({int(i): k for i, k in summary["shards"].items()})
+        failed += summary["failures"]
+    long = shards.read_shards(results, space, hp, dataset, indices=sorted(expected)).to_pandas()
+    keep = long["arch_index"].map(expected).eq(long["config_hash"]) & long["arch_index"].isin(doc["selected"])
+    wide = wide_table(long[keep])
     measured = set(wide["arch_index"]) if not wide.empty else set()
     missing = sorted(set(doc["selected"]) - measured)
     if missing:
@@ -231,7 +378,7 @@ def build_table(settings: Mapping, space: str, hp: str, dataset: str, results: s
         first = ["space", "hp", "dataset", "arch_index", "measured_by", "seed"]
         wide = wide[first + [c for c in wide.columns if c not in first]].sort_values(["arch_index", "seed"])
     atomic_write(out, lambda f: wide.to_parquet(f, index=False))
-    fail_out = results / "failures" / f"{space}_{hp}_{dataset}.parquet"
+    fail_out = failures_out or results / "failures" / f"{space}_{hp}_{dataset}.parquet"
     shards.write_atomic_parquet(shards.failures_table(failed), fail_out)  # creates the directory
     log.info("%s: %d rows (%d measured networks, %d missing, %d failed)", out, len(wide), len(measured),
              len(missing), len(failed))

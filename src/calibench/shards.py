@@ -4,7 +4,8 @@ Layout: ``{results}/shards/space={space}/hp={hp}/dataset={dataset}/arch={index:0
 (hive-style, so DuckDB and pyarrow read the tree as one dataset). Long format, one
 row per (seed, stage, metric, bins) with the provenance a reader needs repeated on
 every row. Writes are atomic (temporary file, then rename); a shard that exists,
-reads, and carries the current config hash is valid and is never recomputed.
+reads, and carries the expected key (``config_hash``: the measurement settings plus the
+key of the stored logits it measured, ``logits_key``) is valid and is never recomputed.
 """
 
 from __future__ import annotations
@@ -38,13 +39,15 @@ SHARD_SCHEMA = pa.schema(
         ("accuracy", pa.float64()),  # measured, whole evaluation set
         ("recorded_accuracy", pa.float64()),  # NATS-Bench's ori-test
         ("n_eval", pa.int32()),
-        ("config_hash", pa.string()),
+        ("config_hash", pa.string()),  # the shard's key: measurement settings + logits_key
+        ("logits_key", pa.string()),  # the stored logits it measured (calibench.logits)
+        ("logits_file", pa.string()),  # relative to the results directory
         ("calibench_version", pa.string()),
     ]
 )
 FAILURE_SCHEMA = pa.schema(
     [("space", pa.string()), ("hp", pa.string()), ("dataset", pa.string()), ("arch_index", pa.int32()),
-     ("seed", pa.int32()), ("source", pa.string()), ("reason", pa.string()), ("config_hash", pa.string())]
+     ("seed", pa.int32()), ("stage", pa.string()), ("source", pa.string()), ("reason", pa.string())]
 )
 
 
@@ -74,7 +77,7 @@ def shard_table(provenance: Mapping, stages: Mapping[str, Mapping[str, float]]) 
     """Rows for one network: ``stages`` maps stage -> {metric name: value} (one seed).
 
     ``provenance`` holds space, hp, dataset, arch_index, arch_str, seed, params, flops,
-    temperature, accuracy, recorded_accuracy, n_eval, config_hash.
+    temperature, accuracy, recorded_accuracy, n_eval, config_hash, logits_key, logits_file.
     """
     rows = {name: [] for name in SHARD_SCHEMA.names}
     for stage, values in stages.items():
@@ -113,10 +116,14 @@ def is_valid_shard(path: str | Path, expected_hash: str) -> bool:
         return False
 
 
-def read_shards(results: str | Path, space: str, hp: str, dataset: str) -> pa.Table:
-    """All shards of one (space, hp, dataset), concatenated (an empty table if none)."""
+def read_shards(results: str | Path, space: str, hp: str, dataset: str, indices=None) -> pa.Table:
+    """The shards of one (space, hp, dataset) (those of ``indices`` if given), concatenated
+    (an empty table if none)."""
     directory = shard_dir(results, space, hp, dataset)
-    files = sorted(directory.glob("arch=*.parquet"))
+    if indices is None:
+        files = sorted(directory.glob("arch=*.parquet"))
+    else:
+        files = [p for p in (shard_path(results, space, hp, dataset, i) for i in indices) if p.is_file()]
     if not files:
         return SHARD_SCHEMA.empty_table()
     return pa.concat_tables([pq.read_table(f, schema=SHARD_SCHEMA) for f in files])

@@ -13,7 +13,7 @@ rule analysis:
     benchmark:
         f"{RESULTS}/benchmarks/analysis.tsv"
     params:
-        settings=SETTINGS,
+        settings=stage_json(stage.analysis_settings(config)),
         results=results_of(0),
         python=PYTHON,
     shell:

@@ -2,10 +2,19 @@ import json
 import sys
 from pathlib import Path
 
+from calibench import settings as stage
+
 RESULTS = config["results"]
 PYTHON = sys.executable
-# Every job receives the validated configuration as JSON: config overrides reach the jobs.
-SETTINGS = json.dumps(config, sort_keys=True)
+KEEP_LOGITS = bool(config["keep_logits"])
+# Each rule's params carry exactly the settings its outputs depend on (calibench.settings),
+# so the profiles' `params` rerun trigger reruns exactly the jobs a config change affects.
+# Runtime options (device, batch size, loaders, grouping) change no number: they reach the
+# jobs as plain flags, outside params.
+RUNTIME = (
+    f"--device {config['device']} --batch-size {config['batch_size']} "
+    f"--loader-workers {config['loader_workers']} --measure-group {config['measure_group']}"
+)
 
 
 wildcard_constraints:
@@ -36,29 +45,43 @@ def meta_file(space):
     return f"{config['archives'][space]}/meta.pickle.pbz2"
 
 
-def chunk_manifests(wildcards):
-    """The evaluate jobs of one (space, hp, dataset): known once the population is written."""
-    population = checkpoints.population.get(space=wildcards.space).output[0]
+def stage_json(settings):
+    return stage.as_json(settings)
+
+
+def n_chunks(space):
+    """Chunks of a space: known once its population is written (the checkpoint)."""
+    population = checkpoints.population.get(space=space).output[0]
     with open(population) as f:
-        n_chunks = len(json.load(f)["chunks"])
+        return len(json.load(f)["chunks"])
+
+
+def measure_manifests(wildcards):
+    """The measurement jobs of one (space, hp, dataset)."""
     return [
-        f"{RESULTS}/chunks/{wildcards.space}_{wildcards.hp}_{wildcards.dataset}/chunk{i:05d}.json"
-        for i in range(n_chunks)
+        f"{RESULTS}/chunks/measure/{wildcards.space}_{wildcards.hp}_{wildcards.dataset}/chunk{i:05d}.json"
+        for i in range(n_chunks(wildcards.space))
     ]
 
 
-# Budget per network for the SLURM runtime of an evaluate job (minutes): measured GPU
-# inference plus metrics is well under this; weight loading of real -full archives
-# (about 27 MB of bz2 per TSS file) dominates. See BENCHMARKS.md.
+def maybe_temp(path):
+    """Logits are kept for later measurements unless keep_logits: false makes them temporary."""
+    return path if KEEP_LOGITS else temp(path)
+
+
+# Budget per network for the SLURM runtime of an inference job (minutes): measured GPU
+# inference is well under this; weight loading of real -full archives (about 27 MB of bz2
+# per TSS file, once for every dataset) dominates. See BENCHMARKS.md.
 SECONDS_PER_NETWORK = 10
 
 
-def evaluate_runtime(wildcards):
+def infer_runtime(wildcards):
     seeds = 1 if config["seeds"] == "first" else len(config["seeds"])
-    return 10 + int(config["chunk_size"] * seeds * SECONDS_PER_NETWORK / 60 + 1)
+    networks = config["chunk_size"] * seeds * len(config["datasets"])
+    return 10 + int(networks * SECONDS_PER_NETWORK / 60 + 1)
 
 
-# GPUs an evaluate job asks for (resource `gpu`, scope local): one unless the config runs
+# GPUs an inference job asks for (resource `gpu`, scope local): one unless the config runs
 # on the CPU on purpose. Declared here, not in a profile, so that a user's own
-# --set-resources for memory or CPUs cannot drop it.
-EVALUATE_GPUS = 0 if config["device"] == "cpu" else 1
+# --set-resources for memory or CPUs cannot drop it. Measurement jobs need no GPU.
+INFER_GPUS = 0 if config["device"] == "cpu" else 1

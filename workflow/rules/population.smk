@@ -10,7 +10,7 @@ checkpoint population:
         f"{RESULTS}/logs/population/{{space}}.log",
     params:
         python=PYTHON,
-        settings=SETTINGS,
+        settings=lambda wildcards: stage_json(stage.population_settings(config, wildcards.space)),
     shell:
         "{params.python} -m calibench.cli population --settings {params.settings:q} --space {wildcards.space} "
         "--out {output} > {log} 2>&1"

@@ -1,0 +1,292 @@
+"""The logits store: every network's float32 logits, kept between inference and measurement.
+
+Inference (the expensive, once-only work) ends here; recalibration, metrics, tables and
+analysis start here and never open an archive. Layout under ``{results}/logits/``
+(hive-style, so pyarrow and DuckDB read each tree as one dataset)::
+
+    labels/dataset={dataset}.parquet                         labels, once per dataset
+    space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet   one network's logits
+
+A logits file has one row per (seed, set, image): ``arch_index`` and ``seed`` (int32), ``set`` (``test``, or
+``ood_gaussian_noise`` / ``ood_svhn`` for CIFAR-10), ``image`` (int32, the row of that
+set) and ``logit_0`` … ``logit_{K-1}`` (float32, bit-identical to what the network
+produced). A labels file has ``image`` (int32) and ``label`` (int16). Both carry their
+provenance as JSON under the parquet schema metadata key ``calibench``; a logits file's
+``key`` is made only from what changes logits (:func:`key_fields`), so a file whose key
+matches the configuration is valid and is never computed again. Writes are atomic.
+
+Reading without calibench (README, "The logits store")::
+
+    t = pyarrow.parquet.read_table(path, filters=[("set", "=", "test")])
+    logits = numpy.column_stack([t[c].to_numpy() for c in t.column_names if c.startswith("logit_")])
+
+This module needs numpy and pyarrow only (no torch), so the workflow can import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .atomic import atomic_write
+
+from .settings import INFERENCE_VERSION
+
+FORMAT_VERSION = 1
+META_KEY = b"calibench"
+TEST_SET = "test"
+
+
+class StoreError(ValueError):
+    """A store file that cannot be used: names the file and the reason."""
+
+    def __init__(self, path: str | Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = str(path), reason
+
+
+# ---------------------------------------------------------------- layout
+
+def store_dir(results: str | Path) -> Path:
+    return Path(results) / "logits"
+
+
+def logits_path(results: str | Path, space: str, hp: str, dataset: str, index: int) -> Path:
+    return store_dir(results) / f"space={space}" / f"hp={hp}" / f"dataset={dataset}" / f"arch={int(index):06d}.parquet"
+
+
+def labels_path(results: str | Path, dataset: str) -> Path:
+    return store_dir(results) / "labels" / f"dataset={dataset}.parquet"
+
+
+# ---------------------------------------------------------------- keys
+
+def digest(fields: Mapping) -> str:
+    """A short stable hash of a JSON-able mapping."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def eval_set_fields(dataset: str, datasets_root: str | Path) -> dict:
+    """What identifies an evaluation set: its file and NATS-Bench's normalisation for it."""
+    from .data import EVAL_FILES, MEAN_STD  # imported here: calibench.data imports torch
+
+    return {"dataset": dataset, "file": os.path.abspath(Path(datasets_root) / EVAL_FILES[dataset]),
+            "mean_std": MEAN_STD[dataset]}
+
+
+def ood_fields(dataset: str, ood: Mapping) -> dict | None:
+    """The OoD settings a dataset's logits depend on (CIFAR-10 only; None elsewhere)."""
+    if dataset != "cifar10":
+        return None
+    sets = sorted(ood.get("sets", []))
+    if "svhn" in sets and not ood.get("svhn"):
+        sets.remove("svhn")  # no SVHN file configured: the set is not evaluated
+    return {"sets": sets, "noise_severity": int(ood.get("noise_severity", 5)), "noise_seed": 0,
+            "svhn": os.path.abspath(ood["svhn"]) if "svhn" in sets else None}
+
+
+def key_fields(settings: Mapping, space: str, hp: str, dataset: str, index: int, arch_str: str) -> dict:
+    """``settings``: :func:`calibench.settings.inference_settings`. Exactly what changes one network's logits on one dataset (issue 9): the archive and
+    architecture, hp, seed selection, evaluation set and normalisation, OoD settings and
+    the inference code's version. Device, batch size and loaders do not enter."""
+    return {
+        "archive": os.path.abspath(settings["archive"]), "space": space, "hp": str(hp),
+        "arch_index": int(index), "arch_str": arch_str, "seeds": settings.get("seeds", "first"),
+        "eval_set": eval_set_fields(dataset, settings["datasets_root"]), "ood": ood_fields(dataset, settings["ood"]),
+        "inference_version": INFERENCE_VERSION,
+    }
+
+
+def logits_key(settings: Mapping, space: str, hp: str, dataset: str, index: int, arch_str: str) -> str:
+    return digest(key_fields(settings, space, hp, dataset, index, arch_str))
+
+
+# ---------------------------------------------------------------- metadata
+
+def _metadata(path: str | Path) -> dict:
+    try:
+        schema = pq.read_schema(path)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:
+        raise StoreError(path, f"unreadable parquet footer ({type(exc).__name__}: {exc})") from exc
+    raw = (schema.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise StoreError(path, "no calibench metadata (not a calibench store file)")
+    return json.loads(raw)
+
+
+def stored_key(path: str | Path) -> str | None:
+    """The key a store file was written with; None if it is missing, truncated or foreign."""
+    try:
+        return _metadata(path).get("key")
+    except (OSError, StoreError, ValueError):
+        return None
+
+
+def is_valid(path: str | Path, expected_key: str) -> bool:
+    """True if the file exists, its footer reads, and it was made for ``expected_key``."""
+    return Path(path).is_file() and stored_key(path) == expected_key
+
+
+def _write(path: str | Path, table: pa.Table, meta: Mapping) -> Path:
+    table = table.replace_schema_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()})
+    floats = [n for n in table.column_names if n.startswith("logit_")]
+    return atomic_write(path, lambda f: pq.write_table(table, f, compression="zstd", use_dictionary=["set", "arch_index", "seed"],
+                                                       use_byte_stream_split=floats or False))
+
+
+def labels_sha256(labels: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(labels, dtype=np.int64).tobytes()).hexdigest()
+
+
+# ---------------------------------------------------------------- labels
+
+def write_labels(path: str | Path, labels: np.ndarray, *, dataset: str, key: str, source: str) -> Path:
+    """The labels of one evaluation set, once per dataset."""
+    labels = np.asarray(labels)
+    table = pa.table({"image": pa.array(np.arange(len(labels), dtype=np.int32)),
+                      "label": pa.array(labels.astype(np.int16))})
+    meta = {"format": FORMAT_VERSION, "kind": "labels", "dataset": dataset, "key": key, "n": len(labels),
+            "labels_sha256": labels_sha256(labels), "source": source}
+    return _write(path, table, meta)
+
+
+@dataclass(frozen=True)
+class Labels:
+    labels: np.ndarray  # (N,) int64
+    meta: dict
+
+
+def read_labels(path: str | Path) -> Labels:
+    path = Path(path)
+    if not path.is_file():
+        raise StoreError(path, "labels file missing")
+    meta = _metadata(path)
+    try:
+        labels = pq.read_table(path, columns=["label"]).column(0).to_numpy().astype(np.int64)
+    except Exception as exc:
+        raise StoreError(path, f"unreadable ({type(exc).__name__}: {exc})") from exc
+    if meta.get("kind") != "labels" or len(labels) != meta.get("n") or labels_sha256(labels) != meta.get("labels_sha256"):
+        raise StoreError(path, "labels do not match their recorded count and checksum")
+    return Labels(labels, meta)
+
+
+# ---------------------------------------------------------------- logits
+
+@dataclass(frozen=True)
+class SeedLogits:
+    """One trained network (one seed): its recorded facts and float32 logits per set."""
+
+    seed: int
+    params: float
+    flops: float
+    recorded_accuracy: float
+    source: str
+    sets: dict[str, np.ndarray]  # "test" -> (N, K); "ood_<name>" -> (Q, K)
+
+
+def write_network_logits(path: str | Path, *, key: str, fields: Mapping, space: str, hp: str, dataset: str,
+                         index: int, arch_str: str, labels: np.ndarray, seeds: Sequence[SeedLogits]) -> Path:
+    """One architecture's logits on one dataset, every configured seed, as one parquet file."""
+    if not seeds:
+        raise ValueError(f"{path}: no seeds to write")
+    k = seeds[0].sets[TEST_SET].shape[1]
+    blocks, seed_col, set_col, image_col = [], [], [], []
+    for s in seeds:
+        for name, values in s.sets.items():
+            values = np.asarray(values)
+            if values.dtype != np.float32 or values.ndim != 2 or values.shape[1] != k:
+                raise ValueError(f"{path}: seed {s.seed} set {name!r}: expected float32 (n, {k}), got "
+                                 f"{values.dtype} {values.shape}")
+            blocks.append(values)
+            seed_col.append(np.full(len(values), s.seed, dtype=np.int32))
+            set_col += [name] * len(values)
+            image_col.append(np.arange(len(values), dtype=np.int32))
+    matrix = np.concatenate(blocks)
+    columns = {"arch_index": pa.array(np.full(len(matrix), index, dtype=np.int32)),
+               "seed": pa.array(np.concatenate(seed_col)), "set": pa.array(set_col, pa.string()),
+               "image": pa.array(np.concatenate(image_col))}
+    columns.update({f"logit_{j}": pa.array(np.ascontiguousarray(matrix[:, j])) for j in range(k)})
+    from . import __version__
+
+    meta = {
+        "format": FORMAT_VERSION, "kind": "logits", "key": key, "key_fields": dict(fields), "space": space, "hp": hp,
+        "dataset": dataset, "arch_index": int(index), "arch_str": arch_str, "num_classes": int(k),
+        "n_test": int(seeds[0].sets[TEST_SET].shape[0]), "labels_sha256": labels_sha256(labels),
+        "sets": list(seeds[0].sets), "calibench_version": __version__,
+        "networks": [{"seed": int(s.seed), "params": float(s.params), "flops": float(s.flops),
+                      "recorded_accuracy": float(s.recorded_accuracy), "source": s.source} for s in seeds],
+    }
+    return _write(path, pa.table(columns), meta)
+
+
+@dataclass(frozen=True)
+class NetworkLogitsFile:
+    """A logits file read back: metadata and one :class:`SeedLogits` per seed."""
+
+    path: Path
+    meta: dict
+    seeds: list[SeedLogits]
+
+    @property
+    def key(self) -> str:
+        return self.meta["key"]
+
+
+def read_network_logits(path: str | Path) -> NetworkLogitsFile:
+    """Read one logits file; StoreError naming the file if it is missing, truncated or inconsistent."""
+    path = Path(path)
+    if not path.is_file():
+        raise StoreError(path, "logits file missing")
+    meta = _metadata(path)
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:
+        raise StoreError(path, f"unreadable ({type(exc).__name__}: {exc})") from exc
+    k = int(meta["num_classes"])
+    names = [f"logit_{j}" for j in range(k)]
+    if not set(names) <= set(table.column_names):
+        raise StoreError(path, f"expected columns logit_0 … logit_{k - 1}")
+    matrix = np.column_stack([table.column(n).to_numpy() for n in names])
+    seed_col = table.column("seed").to_numpy()
+    set_col = table.column("set")
+    seeds = []
+    for net in meta["networks"]:
+        sets = {}
+        for name in meta["sets"]:
+            in_set = pc.equal(set_col, name).to_numpy(zero_copy_only=False)
+            sets[name] = matrix[in_set & (seed_col == net["seed"])]
+        if sets[TEST_SET].shape[0] != meta["n_test"]:
+            raise StoreError(path, f"seed {net['seed']}: {sets[TEST_SET].shape[0]} test rows, expected {meta['n_test']}")
+        seeds.append(SeedLogits(net["seed"], net["params"], net["flops"], net["recorded_accuracy"], net["source"], sets))
+    return NetworkLogitsFile(path, meta, seeds)
+
+
+def list_store(results: str | Path):
+    """One row per logits file (space, hp, dataset, arch_index, seeds, sets, n_test, classes, bytes,
+    key), read from the footers only; a pandas DataFrame."""
+    import pandas as pd
+
+    rows = []
+    for path in sorted(store_dir(results).glob("space=*/hp=*/dataset=*/arch=*.parquet")):
+        try:
+            meta = _metadata(path)
+        except (OSError, StoreError, ValueError) as exc:
+            rows.append({"path": str(path), "problem": str(exc), "bytes": path.stat().st_size})
+            continue
+        rows.append({"space": meta["space"], "hp": meta["hp"], "dataset": meta["dataset"],
+                     "arch_index": meta["arch_index"], "arch_str": meta["arch_str"],
+                     "seeds": ",".join(str(n["seed"]) for n in meta["networks"]), "sets": ",".join(meta["sets"]),
+                     "n_test": meta["n_test"], "classes": meta["num_classes"], "bytes": path.stat().st_size,
+                     "key": meta["key"], "path": str(path)})
+    return pd.DataFrame(rows)

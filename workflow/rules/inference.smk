@@ -1,0 +1,42 @@
+rule labels:
+    """One evaluation set's labels, once per dataset, into the logits store."""
+    output:
+        maybe_temp(f"{RESULTS}/logits/labels/dataset={{dataset}}.parquet"),
+    conda:
+        "../../environment.yml"
+    log:
+        f"{RESULTS}/logs/labels/{{dataset}}.log",
+    params:
+        python=PYTHON,
+        settings=stage_json(stage.labels_settings(config)),
+    shell:
+        "{params.python} -m calibench.cli labels --settings {params.settings:q} --dataset {wildcards.dataset} "
+        "--out {output} > {log} 2>&1"
+
+
+rule infer:
+    """One chunk of one (space, hp): each archive file decompressed once, every configured
+    dataset and seed run, float32 logits into the store (results/logits/), then the chunk's
+    manifest. Logits already stored with the current key are skipped, so a killed job
+    resumes where it stopped and an unchanged chunk opens no archive."""
+    input:
+        population=f"{RESULTS}/population/{{space}}.json",
+    output:
+        maybe_temp(f"{RESULTS}/chunks/infer/{{space}}_{{hp}}/chunk{{chunk}}.json"),
+    conda:
+        "../../environment.yml"
+    log:
+        f"{RESULTS}/logs/infer/{{space}}_{{hp}}_chunk{{chunk}}.log",
+    benchmark:  # wall time and peak memory (max_rss, MB) per job: size cluster requests from these
+        f"{RESULTS}/benchmarks/infer/{{space}}_{{hp}}_chunk{{chunk}}.tsv"
+    resources:
+        runtime=infer_runtime,
+        gpu=INFER_GPUS,
+    params:
+        settings=lambda wildcards: stage_json(stage.inference_settings(config, wildcards.space)),
+        results=results_of(3),
+        python=PYTHON,
+    shell:
+        "{params.python} -m calibench.cli infer-chunk --settings {params.settings:q} --space {wildcards.space} "
+        "--hp {wildcards.hp} --chunk {wildcards.chunk} --results {params.results} --manifest {output} "
+        f"{RUNTIME} > {{log}} 2>&1"

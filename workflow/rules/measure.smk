@@ -1,0 +1,24 @@
+rule measure:
+    """One chunk of one (space, hp, dataset) from the logits store: the temperature fit and
+    every metric of every stage, a parquet shard per network, then the chunk's manifest.
+    Never opens an archive. Shards already valid are skipped."""
+    input:
+        logits=f"{RESULTS}/chunks/infer/{{space}}_{{hp}}/chunk{{chunk}}.json",
+        labels=f"{RESULTS}/logits/labels/dataset={{dataset}}.parquet",
+    output:
+        f"{RESULTS}/chunks/measure/{{space}}_{{hp}}_{{dataset}}/chunk{{chunk}}.json",
+    conda:
+        "../../environment.yml"
+    log:
+        f"{RESULTS}/logs/measure/{{space}}_{{hp}}_{{dataset}}_chunk{{chunk}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/measure/{{space}}_{{hp}}_{{dataset}}_chunk{{chunk}}.tsv"
+    params:
+        settings=stage_json(stage.measurement_settings(config)),
+        results=results_of(3),
+        python=PYTHON,
+    shell:
+        "{params.python} -m calibench.cli measure-chunk --settings {params.settings:q} --space {wildcards.space} "
+        "--hp {wildcards.hp} --dataset {wildcards.dataset} --chunk {wildcards.chunk} --results {params.results} "
+        "--logits-manifest {input.logits} --labels {input.labels} --manifest {output} "
+        f"--keep-logits {KEEP_LOGITS} {RUNTIME} > {{log}} 2>&1"
