@@ -22,8 +22,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 # The main job: the whole workflow on the embedded mini benchmark (demo numbers, not
 # NATS-Bench results), outputs under results/.
 run: install
-	$(BIN)/snakemake --cores 2
-	@echo "report: $$(pwd)/results/report.html"
+	$(BIN)/calibench run --cores 2
 
 test: install
 	$(BIN)/python -m pytest

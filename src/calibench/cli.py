@@ -120,8 +120,15 @@ def _top(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """A thin wrapper over snakemake: targets from --space/--dataset, everything else passed on."""
+    """A thin wrapper over snakemake: targets from --space/--dataset, everything else passed on.
+
+    It holds the results directory for the run (:mod:`calibench.runlock`): a second run on
+    the same results stops with a message and touches nothing, and a Snakemake lock left
+    by a killed run (kill -9, OOM, a lost login node) is released, with a log line.
+    """
     import yaml
+
+    from .runlock import RunInUse, run_guard
 
     config = yaml.safe_load(Path(args.configfile).read_text())
     spaces = args.space or config["spaces"]
@@ -134,8 +141,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.profile:
         cmd += ["--profile", args.profile]
     cmd += targets + args.snakemake_args
-    print("+", " ".join(cmd), flush=True)
-    code = subprocess.call(cmd)
+    try:
+        with run_guard(Path.cwd(), Path(results), cmd) as guard:
+            print("+", " ".join(cmd), flush=True)
+            code = subprocess.call(cmd, pass_fds=guard.pass_fds)
+    except RunInUse as exc:
+        logging.getLogger("calibench").error("%s", exc)
+        return 3
     if code == 0 and f"{results}/report.html" in targets:
         print(f"report: {Path(results, 'report.html').resolve()}")
     return code
