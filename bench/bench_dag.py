@@ -7,7 +7,7 @@ with the archive paths pointed at them. Prints jobs per rule and the wall time.
 
 It also times what every cluster job pays before its command starts: the Snakemake
 process on the node re-parses the Snakefile and builds the DAG of its one target job
-(``--target-jobs ... --mode remote``, as the SLURM plugin's job step runs it), here
+(``--target-jobs infer:... --mode remote``, as the SLURM plugin's job step runs it), here
 stopped at the dry run (median of 3).
 
 Usage: python bench/bench_dag.py [--chunk-size 200] [--profile profiles/slurm]
@@ -68,7 +68,7 @@ def main() -> None:
           f"{args.chunk_size}): {seconds:.1f} s")
 
     job = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(ROOT),
-           "--target-jobs", "evaluate:space=sss,hp=90,dataset=cifar10,chunk=00000", "--allowed-rules", "evaluate",
+           "--target-jobs", "infer:space=sss,hp=90,chunk=00000", "--allowed-rules", "infer",
            "--cores", "4", "--force-use-threads", "--force", "--target-files-omit-workdir-adjustment",
            "--max-inventory-time", "0", "--nocolor", "--no-hooks", "--nolock", "--ignore-incomplete",
            "--mode", "remote", "--configfiles", str(config_file), "-n"]
@@ -77,11 +77,11 @@ def main() -> None:
         start = time.perf_counter()
         proc = subprocess.run(job, capture_output=True, text=True)
         times.append(time.perf_counter() - start)
-        if proc.returncode != 0 or "evaluate" not in proc.stdout + proc.stderr:
+        if proc.returncode != 0 or "infer" not in proc.stdout + proc.stderr:
             sys.exit(f"the single-job parse failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
     bare = subprocess.run([sys.executable, "-c", "import time; t = time.perf_counter(); import snakemake.cli; "
                            "print(time.perf_counter() - t)"], capture_output=True, text=True)
-    print(f"per-job start-up on a node (Snakefile parse + DAG of one evaluate job, --mode remote): "
+    print(f"per-job start-up on a node (Snakefile parse + DAG of one inference job, --mode remote): "
           f"{sorted(times)[1]:.2f} s (median of 3; importing snakemake alone: {float(bare.stdout):.2f} s)")
 
 

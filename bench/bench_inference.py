@@ -137,7 +137,7 @@ def project(per_network: dict, n_images: int, device: str) -> None:
 
 
 def bench_loading(minibench: Path | None, max_workers: int, repeats: int) -> None:
-    """Archives per second through ``prefetch`` (what evaluate jobs use) with 1..max_workers workers
+    """Archives per second through ``prefetch`` (what inference jobs use) with 1..max_workers workers
     (1: a background thread; more: processes, whose start-up is part of the time)."""
     from calibench.archive import NatsArchive, prefetch
     from calibench.minibench import MiniBenchSpec, TSS_DIR, SSS_DIR, build_minibench

@@ -9,11 +9,18 @@ import pytest
 from calibench import logits as store
 from calibench.settings import INFERENCE_VERSION, inference_settings
 
-CONFIG = {
-    "archives": {"tss": "/data/NATS-tss-v1_0-3ffb9-full", "sss": "/data/NATS-sss-v1_0-50262-full"},
-    "seeds": "first", "datasets": ["cifar10", "cifar100"], "datasets_root": "/data/datasets",
-    "ood": {"sets": ["gaussian_noise", "svhn"], "noise_severity": 5, "svhn": "/data/svhn/test_32x32.mat"},
-}
+META = "a" * 64  # the archive's meta SHA-256, as the population records it
+
+
+def _config(root):
+    """A configuration whose evaluation files exist (the key hashes their bytes)."""
+    for name, content in (("cifar-10-batches-py/test_batch", b"c10"), ("cifar-100-python/test", b"c100"),
+                          ("ImageNet16/val_data", b"in16"), ("svhn/test_32x32.mat", b"svhn")):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(content)
+    return {"archives": {"tss": "/data/NATS-tss-v1_0-3ffb9-full", "sss": "/data/NATS-sss-v1_0-50262-full"},
+            "seeds": "first", "datasets": ["cifar10", "cifar100"], "datasets_root": str(root),
+            "ood": {"sets": ["gaussian_noise", "svhn"], "noise_severity": 5, "svhn": str(root / "svhn/test_32x32.mat")}}
 
 
 def _seed(rng, seed, n, k, ood=()):
@@ -23,9 +30,9 @@ def _seed(rng, seed, n, k, ood=()):
 
 
 def _write(tmp_path, rng, seeds, labels, dataset="cifar10", index=12):
-    settings = inference_settings(CONFIG, "tss")
-    key = store.logits_key(settings, "tss", "200", dataset, index, "|a~0|")
-    fields = store.key_fields(settings, "tss", "200", dataset, index, "|a~0|")
+    settings = inference_settings(_config(tmp_path), "tss")
+    key = store.logits_key(settings, "tss", "200", dataset, index, "|a~0|", META)
+    fields = store.key_fields(settings, "tss", "200", dataset, index, "|a~0|", META)
     path = store.logits_path(tmp_path, "tss", "200", dataset, index)
     store.write_network_logits(path, key=key, fields=fields, space="tss", hp="200", dataset=dataset, index=index,
                                arch_str="|a~0|", labels=labels, seeds=seeds)
@@ -88,26 +95,37 @@ def test_labels_are_stored_once_and_checked(tmp_path, rng):
     assert sorted(p.name for p in (tmp_path / "logits" / "labels").iterdir()) == ["dataset=ImageNet16-120.parquet"]
 
 
-def test_the_key_follows_exactly_what_changes_logits():
-    base = inference_settings(CONFIG, "tss")
-    key = store.logits_key(base, "tss", "200", "cifar10", 5, "|a~0|")
-    assert key == store.logits_key(dict(base), "tss", "200", "cifar10", 5, "|a~0|")  # stable
+def test_the_key_follows_exactly_what_changes_logits(tmp_path):
+    base = inference_settings(_config(tmp_path), "tss")
+
+    def key(settings=base, hp="200", dataset="cifar10", index=5, meta=META):
+        return store.logits_key(settings, "tss", hp, dataset, index, "|a~0|", meta)
+
+    k = key()
+    assert k == key(dict(base))  # stable
     changed = {
-        "archive": {**base, "archive": "/elsewhere/NATS-tss-v1_0-3ffb9-full"},
+        "archive release": {**base, "archive": "/data/NATS-tss-v1_1-xxxxx-full"},
         "seeds": {**base, "seeds": [777, 888]},
-        "datasets_root": {**base, "datasets_root": "/other"},
         "ood severity": {**base, "ood": {**base["ood"], "noise_severity": 3}},
     }
     for what, settings in changed.items():
-        assert store.logits_key(settings, "tss", "200", "cifar10", 5, "|a~0|") != key, what
-    assert store.logits_key(base, "tss", "12", "cifar10", 5, "|a~0|") != key
-    assert store.logits_key(base, "tss", "200", "cifar100", 5, "|a~0|") != key
-    assert store.logits_key(base, "tss", "200", "cifar10", 6, "|a~0|") != key
+        assert key(settings) != k, what
+    assert key(hp="12") != k and key(dataset="cifar100") != k and key(index=6) != k and key(meta="b" * 64) != k
+    # The same archive and datasets elsewhere: the same logits (moving data does not recompute them).
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    _config(moved)
+    elsewhere = {**base, "archive": "/scratch/NATS-tss-v1_0-3ffb9-full", "datasets_root": str(moved),
+                 "ood": {**base["ood"], "svhn": str(moved / "svhn/test_32x32.mat")}}
+    assert key(elsewhere) == k
+    # Other file content under the same path: other logits.
+    (tmp_path / "cifar-10-batches-py/test_batch").write_bytes(b"other test set")
+    assert key() != k
     # OoD settings reach CIFAR-10 only; the datasets list is not part of a file's key.
-    c100 = store.logits_key(base, "tss", "200", "cifar100", 5, "|a~0|")
-    assert store.logits_key(changed["ood severity"], "tss", "200", "cifar100", 5, "|a~0|") == c100
-    assert store.logits_key({**base, "datasets": ["cifar100"]}, "tss", "200", "cifar100", 5, "|a~0|") == c100
-    assert store.key_fields(base, "tss", "200", "cifar10", 5, "|a~0|")["inference_version"] == INFERENCE_VERSION
+    c100 = key(dataset="cifar100")
+    assert key(changed["ood severity"], dataset="cifar100") == c100
+    assert key({**base, "datasets": ["cifar100"]}, dataset="cifar100") == c100
+    assert store.key_fields(base, "tss", "200", "cifar10", 5, "|a~0|", META)["inference_version"] == INFERENCE_VERSION
 
 
 def test_truncated_or_foreign_files_are_not_valid(tmp_path, rng):

@@ -1,6 +1,6 @@
 """Validation/test split and temperature scaling (metrics-spec.md, "Temperature scaling").
 
-``measure_stages_batch`` is what an evaluate job calls: split the evaluation set,
+``measure_stages_batch`` is what a measurement job calls: split the evaluation set,
 fit one temperature per network on the validation part, and measure the suite
 before (``pre``) and after (``post``) scaling on the same test part.
 """

@@ -119,6 +119,24 @@ def _top(args: argparse.Namespace) -> int:
     return 0
 
 
+DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's `configfile:`; --configfile values go over it
+
+
+def _merged_config(configfile: str) -> dict:
+    """The configuration Snakemake will see: the default file, then ``configfile`` over it
+    (nested keys merged, as Snakemake does)."""
+    import yaml
+
+    def merge(base: dict, over: dict) -> dict:
+        out = dict(base)
+        for key, value in over.items():
+            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        return out
+
+    config = yaml.safe_load(Path(DEFAULT_CONFIG).read_text()) if Path(DEFAULT_CONFIG).is_file() else {}
+    return merge(config or {}, yaml.safe_load(Path(configfile).read_text()) or {})
+
+
 def _run(args: argparse.Namespace) -> int:
     """A thin wrapper over snakemake: targets from --space/--dataset, everything else passed on.
 
@@ -126,11 +144,9 @@ def _run(args: argparse.Namespace) -> int:
     the same results stops with a message and touches nothing, and a Snakemake lock left
     by a killed run (kill -9, OOM, a lost login node) is released, with a log line.
     """
-    import yaml
-
     from .runlock import RunInUse, run_guard
 
-    config = yaml.safe_load(Path(args.configfile).read_text())
+    config = _merged_config(args.configfile)
     spaces = args.space or config["spaces"]
     datasets = args.dataset or config["datasets"]
     results = config["results"]
@@ -190,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the workflow (snakemake) for some spaces and datasets")
     run.add_argument("--space", action="append", choices=["tss", "sss"], help="repeatable; default: config")
     run.add_argument("--dataset", action="append", choices=["cifar10", "cifar100", "ImageNet16-120"])
-    run.add_argument("--configfile", default="config/config.yaml")
+    run.add_argument("--configfile", default=DEFAULT_CONFIG, help="over config/config.yaml, as snakemake does")
     run.add_argument("--profile", default=None, help="a snakemake profile, e.g. profiles/slurm")
     run.add_argument("--cores", type=int, default=2)
     run.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake after --")

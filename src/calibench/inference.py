@@ -1,4 +1,4 @@
-"""Logits of many NATS networks on one evaluation set (the evaluate job's engine).
+"""Logits of many NATS networks on their evaluation sets (the inference job's engine).
 
 For a chunk of architectures of one (space, hp): weights come from the archive
 (prefetched in the background, each file read once for every dataset), each network

@@ -25,6 +25,7 @@ This module needs numpy and pyarrow only (no torch), so the workflow can import 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -75,11 +76,30 @@ def digest(fields: Mapping) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=64)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 23):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes (cached per size and modification time)."""
+    st = os.stat(path)
+    return _file_sha256(os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
 def eval_set_fields(dataset: str, datasets_root: str | Path) -> dict:
-    """What identifies an evaluation set: its file and NATS-Bench's normalisation for it."""
+    """What identifies an evaluation set: its file's content and NATS-Bench's normalisation
+    for it (not its path: moving the datasets keeps the logits valid)."""
     from .data import EVAL_FILES, MEAN_STD  # imported here: calibench.data imports torch
 
-    return {"dataset": dataset, "file": os.path.abspath(Path(datasets_root) / EVAL_FILES[dataset]),
+    path = Path(datasets_root) / EVAL_FILES[dataset]
+    if not path.is_file():
+        raise FileNotFoundError(f"{dataset} evaluation set not found: {path} (datasets_root: {datasets_root})")
+    return {"dataset": dataset, "file": EVAL_FILES[dataset], "sha256": file_sha256(path),
             "mean_std": MEAN_STD[dataset]}
 
 
@@ -91,23 +111,27 @@ def ood_fields(dataset: str, ood: Mapping) -> dict | None:
     if "svhn" in sets and not ood.get("svhn"):
         sets.remove("svhn")  # no SVHN file configured: the set is not evaluated
     return {"sets": sets, "noise_severity": int(ood.get("noise_severity", 5)), "noise_seed": 0,
-            "svhn": os.path.abspath(ood["svhn"]) if "svhn" in sets else None}
+            "svhn_sha256": file_sha256(ood["svhn"]) if "svhn" in sets else None}
 
 
-def key_fields(settings: Mapping, space: str, hp: str, dataset: str, index: int, arch_str: str) -> dict:
-    """``settings``: :func:`calibench.settings.inference_settings`. Exactly what changes one network's logits on one dataset (issue 9): the archive and
-    architecture, hp, seed selection, evaluation set and normalisation, OoD settings and
-    the inference code's version. Device, batch size and loaders do not enter."""
+def key_fields(settings: Mapping, space: str, hp: str, dataset: str, index: int, arch_str: str,
+               meta_sha256: str) -> dict:
+    """Exactly what changes one network's logits on one dataset (issue 9): the archive (its
+    release name and the SHA-256 of its meta file, recorded in the population) and the
+    architecture, hp, seed selection, the evaluation set's content and normalisation, OoD
+    settings and the inference code's version. Paths, device, batch size and loaders do
+    not enter. ``settings``: :func:`calibench.settings.inference_settings`."""
     return {
-        "archive": os.path.abspath(settings["archive"]), "space": space, "hp": str(hp),
-        "arch_index": int(index), "arch_str": arch_str, "seeds": settings.get("seeds", "first"),
+        "archive": {"name": Path(settings["archive"]).name, "meta_sha256": meta_sha256}, "space": space,
+        "hp": str(hp), "arch_index": int(index), "arch_str": arch_str, "seeds": settings.get("seeds", "first"),
         "eval_set": eval_set_fields(dataset, settings["datasets_root"]), "ood": ood_fields(dataset, settings["ood"]),
         "inference_version": INFERENCE_VERSION,
     }
 
 
-def logits_key(settings: Mapping, space: str, hp: str, dataset: str, index: int, arch_str: str) -> str:
-    return digest(key_fields(settings, space, hp, dataset, index, arch_str))
+def logits_key(settings: Mapping, space: str, hp: str, dataset: str, index: int, arch_str: str,
+               meta_sha256: str) -> str:
+    return digest(key_fields(settings, space, hp, dataset, index, arch_str, meta_sha256))
 
 
 # ---------------------------------------------------------------- metadata

@@ -51,11 +51,13 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     """Selected indices, chunks, every arch string and class representative of one space
     (``settings``: :func:`calibench.settings.population_settings`)."""
     arch_strs = pop.read_meta(settings["archive"])
+    meta_sha256 = store.file_sha256(Path(settings["archive"]) / "meta.pickle.pbz2")
     representatives = pop.representatives(space, arch_strs)
     selected = pop.select(space, arch_strs, settings["population"], reps=representatives)
     doc = {
         "space": space,
         "archive": str(settings["archive"]),
+        "meta_sha256": meta_sha256,  # the archive's identity in every logits key (calibench.logits)
         "arch_strs": arch_strs,
         "representatives": representatives,
         "selected": selected,
@@ -117,7 +119,9 @@ def infer_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, ch
     indices = doc["chunks"][chunk]
     arch_strs = doc["arch_strs"]
     datasets = list(settings["datasets"])
-    keys = {(i, d): store.logits_key(settings, space, hp, d, i, arch_strs[i]) for i in indices for d in datasets}
+    fields = {(i, d): store.key_fields(settings, space, hp, d, i, arch_strs[i], doc["meta_sha256"])
+              for i in indices for d in datasets}
+    keys = {pair: store.digest(f) for pair, f in fields.items()}
     todo = {i: [d for d in datasets if not store.is_valid(store.logits_path(results, space, hp, d, i), keys[i, d])]
             for i in indices}
     todo = {i: needed for i, needed in todo.items() if needed}
@@ -149,13 +153,12 @@ def infer_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, ch
                 failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": out.index,
                                  "seed": out.seed, "source": out.source, "reason": out.reason, "stage": "inference"})
                 continue
-            fields = store.key_fields(settings, space, hp, dataset, index, arch_strs[index])
             seeds = [store.SeedLogits(r.entry.seed, r.entry.params, r.entry.flops, r.entry.recorded_accuracy,
                                       r.entry.source, {store.TEST_SET: r.logits.numpy(),
                                                        **{f"ood_{k}": v.numpy() for k, v in r.ood_logits.items()}})
                      for r in out]
             store.write_network_logits(store.logits_path(results, space, hp, dataset, index), key=keys[index, dataset],
-                                       fields=fields, space=space, hp=hp, dataset=dataset, index=index,
+                                       fields=fields[index, dataset], space=space, hp=hp, dataset=dataset, index=index,
                                        arch_str=arch_strs[index], labels=labels[dataset], seeds=seeds)
             computed += 1
     failed = {(f["arch_index"], f["dataset"]) for f in failures}

@@ -144,7 +144,7 @@ def _check_index(index, n_archs: int) -> int:
 
 
 def chunks(indices: Sequence[int], size: int) -> list[list[int]]:
-    """Consecutive chunks of at most ``size`` indices (the evaluate jobs' unit of work)."""
+    """Consecutive chunks of at most ``size`` indices (the inference and measurement jobs' unit of work)."""
     if size < 1:
         raise ValueError(f"chunk size must be positive, got {size}")
     return [list(indices[i : i + size]) for i in range(0, len(indices), size)]
