@@ -325,7 +325,7 @@ def _stored(results: Path, sub: str) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in (results / sub).rglob("arch=*.parquet")}
 
 
-def test_kill_9_of_the_whole_run_then_the_readme_command_completes_it(tmp_path, finished_run):
+def test_kill_9_of_the_whole_run_then_the_readme_command_completes_it(tmp_path):
     tiny = {**TINY, "minibench": {**TINY["minibench"], "n_sss": 6}, "spaces": ["sss"], "chunk_size": 3}
     workdir = copy_workflow(tmp_path / "killed", tiny)
     results = workdir / "results"

@@ -66,7 +66,7 @@ def _runtime(args: argparse.Namespace) -> dict:
 
 
 def _build_table(args: argparse.Namespace) -> int:
-    from .pipeline import build_table
+    from .tables import build_table
 
     build_table(args.space, args.hp, args.dataset, args.results, args.out, args.manifests, args.failures)
     return 0

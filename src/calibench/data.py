@@ -28,12 +28,14 @@ import pickle
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import torch
 
 from .atomic import atomic_write
+
+if TYPE_CHECKING:
+    import torch
 
 DATASETS = ("cifar10", "cifar100", "ImageNet16-120")
 
@@ -398,7 +400,7 @@ def normalize(
     images_uint8: np.ndarray | torch.Tensor,
     dataset: str,
     device: str | torch.device = "cpu",
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """NATS-Bench's input transform: ToTensor (``x / 255``) then Normalize with the
     dataset's mean / 255 and std / 255 (nats-bench-facts.md, "Evaluation data").
@@ -407,6 +409,9 @@ def normalize(
     the mean, divide by the std, constants cast to ``dtype``), so float32 results match
     it bit for bit. ``images_uint8``: ``N x 3 x H x W``; returns a tensor on ``device``."""
     check_dataset(dataset)
+    import torch  # here: reading data (labels jobs, the store's keys) needs no torch
+
+    dtype = torch.float32 if dtype is None else dtype
     x = images_uint8 if isinstance(images_uint8, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(images_uint8))
     if x.dtype != torch.uint8:
         raise ValueError(f"normalize: images must be uint8, got {x.dtype}")
