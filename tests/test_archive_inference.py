@@ -5,7 +5,6 @@ import os
 import pickle
 import shutil
 
-import numpy as np
 import pytest
 import torch
 
@@ -26,12 +25,14 @@ def test_entry_fields(tiny_minibench):
     archive = NatsArchive(tiny_minibench / TSS_DIR, "tss")
     (entry,) = archive.load(1, "cifar100")
     assert entry.seed == 777 and entry.hp == "200" and entry.num_classes == 100
-    assert entry.arch_str == archive.api.meta_archs[1]
+    assert entry.arch_str == archive.meta_archs[1] == archive.api.meta_archs[1]
     assert 0.0 <= entry.recorded_accuracy <= 1.0 and entry.params > 0 and entry.flops > 0
     assert entry.source.endswith("000001.pickle.pbz2")
-    assert [e.seed for e in archive.load(1, "cifar100", seeds=[777, 888])] == [777, 888]
+    assert [e.seed for e in archive.load(1, "cifar100", seeds=[888, 777])] == [777, 888]
     assert archive.seeds(1, "cifar100") == [777, 888]
-    assert archive.api.arch2infos_dict == {}  # the per-index cache was dropped: memory stays flat
+    both = archive.load(1, ["ImageNet16-120", "cifar10"], seeds=[777, 888])  # dataset order as given, then seed
+    assert [(e.dataset, e.seed, e.num_classes) for e in both] == [
+        ("ImageNet16-120", 777, 120), ("ImageNet16-120", 888, 120), ("cifar10", 777, 10), ("cifar10", 888, 10)]
 
 
 def test_bad_requests(tiny_minibench):
@@ -44,12 +45,25 @@ def test_bad_requests(tiny_minibench):
         archive.load(0, "cifar10", seeds=[888])
     with pytest.raises(ArchiveError, match=r"architecture 7 .* index outside \[0, 3\)"):
         archive.load(7, "cifar10")
+    with pytest.raises(ValueError, match="unknown dataset"):
+        archive.load(0, ["cifar10", "cifar10-valid"])
+    with pytest.raises(ValueError, match="twice"):
+        archive.load(0, ["cifar10", "cifar10"])
+    with pytest.raises(ValueError, match="at least one"):
+        archive.load(0, [])
+
+
+def _chunk(archive, indices, eval_sets, **kw):
+    """chunk_logits over ``indices`` for every dataset of ``eval_sets``: [(index, dataset, out)]."""
+    todo = {i: list(eval_sets) for i in indices}
+    return list(inference.chunk_logits(archive, todo, eval_sets, torch.device("cpu"), **kw))
 
 
 def test_logits_reproduce_the_recorded_accuracy(tiny_minibench, cifar10):
     archive = NatsArchive(tiny_minibench / SSS_DIR, "sss")
-    results = list(inference.evaluate_chunk(archive, [0, 1, 2], cifar10, torch.device("cpu")))
-    assert [r.entry.index for r in results] == [0, 1, 2]
+    out = _chunk(archive, [0, 1, 2], {"cifar10": cifar10})
+    assert [(i, d) for i, d, _ in out] == [(0, "cifar10"), (1, "cifar10"), (2, "cifar10")]
+    results = [r for _, _, (r,) in out]
     for r in results:
         assert r.logits.shape == (120, 10) and r.logits.dtype == torch.float32
         accuracy = (r.logits.argmax(1) == cifar10.labels).double().mean().item()
@@ -79,15 +93,15 @@ def test_broken_architectures_are_reported_and_the_rest_go_on(tiny_minibench, ci
 
     _rewrite(broken / "000001.pickle.pbz2", wrong_shape)
     archive = NatsArchive(broken, "tss")
-    results = list(inference.evaluate_chunk(archive, [0, 1, 2], cifar10, torch.device("cpu")))
-    assert [type(r).__name__ for r in results] == ["Failure", "Failure", "NetworkLogits"]
-    assert results[0].index == 0 and "file missing" in results[0].reason
+    results = [out for _, _, out in _chunk(archive, [0, 1, 2], {"cifar10": cifar10})]
+    assert [type(r).__name__ for r in results] == ["Failure", "Failure", "list"]
+    assert results[0].index == 0 and "file missing" in results[0].reason and results[0].dataset == "cifar10"
     assert results[0].source.endswith("000000.pickle.pbz2")
-    assert results[1].index == 1 and "state dict does not fit" in results[1].reason
-    assert results[2].entry.index == 2
+    assert results[1].index == 1 and "state dict does not fit" in results[1].reason and results[1].seed == 777
+    assert results[2][0].entry.index == 2
 
     (broken / "000002.pickle.pbz2").write_bytes(b"BZh91AY&SY corrupted")
-    (failure,) = list(inference.evaluate_chunk(archive, [2], cifar10, torch.device("cpu")))
+    ((_, _, failure),) = _chunk(archive, [2], {"cifar10": cifar10})
     assert failure.index == 2 and "cannot read" in failure.reason
 
 
@@ -100,15 +114,16 @@ def test_nan_logits_are_a_failure(tiny_minibench, cifar10, tmp_path):
         sd["classifier.bias"] = torch.full_like(sd["classifier.bias"], float("nan"))
 
     _rewrite(broken / "000001.pickle.pbz2", nan_weights)
-    results = list(inference.evaluate_chunk(NatsArchive(broken, "sss"), [0, 1, 2], cifar10, torch.device("cpu")))
-    assert [type(r).__name__ for r in results] == ["NetworkLogits", "Failure", "NetworkLogits"]
+    results = [out for _, _, out in _chunk(NatsArchive(broken, "sss"), [0, 1, 2], {"cifar10": cifar10})]
+    assert [type(r).__name__ for r in results] == ["list", "Failure", "list"]
     assert "non-finite logits" in results[1].reason
 
 
 def test_prefetch_keeps_order_with_several_workers(tiny_minibench):
     archive = NatsArchive(tiny_minibench / SSS_DIR, "sss")
-    order = [index for index, _ in prefetch(archive, [2, 0, 1, 2], "cifar100", depth=2, workers=2)]
-    assert order == [2, 0, 1, 2]
+    loaded = list(prefetch(archive, [2, 0, 1, 2], ["cifar100", "cifar10"], depth=2, workers=2))
+    assert [index for index, _ in loaded] == [2, 0, 1, 2]
+    assert all([e.dataset for e in entries] == ["cifar100", "cifar10"] for _, entries in loaded)
 
 
 def test_worker_processes_load_what_the_thread_loads_errors_included(tiny_minibench, tmp_path):
@@ -116,14 +131,16 @@ def test_worker_processes_load_what_the_thread_loads_errors_included(tiny_minibe
     shutil.copytree(tiny_minibench / SSS_DIR, broken)
     (broken / "000001.pickle.pbz2").write_bytes(b"BZh91AY&SY corrupted")
     archive = NatsArchive(broken, "sss")
-    by_thread = list(prefetch(archive, [0, 1, 2], "cifar10", workers=1))
-    by_processes = list(prefetch(archive, [0, 1, 2], "cifar10", workers=2))
+    datasets = ["cifar10", "ImageNet16-120", "cifar100"]
+    by_thread = list(prefetch(archive, [0, 1, 2], datasets, workers=1))
+    by_processes = list(prefetch(archive, [0, 1, 2], datasets, workers=2))
     assert [i for i, _ in by_processes] == [0, 1, 2]
     for (_, a), (_, b) in zip(by_thread, by_processes):
         assert type(a) is type(b)
         if isinstance(a, ArchiveError):  # index, file and reason survive the process boundary
             assert (b.index, b.path, b.reason) == (a.index, a.path, a.reason) and b.index == 1
             continue
+        assert [x.dataset for x in a] == [y.dataset for y in b] == datasets
         for x, y in zip(a, b):
             assert (x.index, x.arch_str, x.seed, x.recorded_accuracy) == (y.index, y.arch_str, y.seed, y.recorded_accuracy)
             assert x.state_dict.keys() == y.state_dict.keys()
@@ -131,14 +148,25 @@ def test_worker_processes_load_what_the_thread_loads_errors_included(tiny_minibe
                 assert isinstance(y.state_dict[key], torch.Tensor) and torch.equal(tensor, y.state_dict[key]), key
 
 
-def test_kept_logits_round_trip(tiny_minibench, cifar10, tmp_path):
-    archive = NatsArchive(tiny_minibench / SSS_DIR, "sss")
-    (result,) = list(inference.evaluate_chunk(archive, [0], cifar10, torch.device("cpu")))
-    path = inference.write_logits(tmp_path / "logits" / "arch=000000.npz", result, cifar10.labels)
-    back = inference.read_logits(path)
-    np.testing.assert_array_equal(back["logits"], result.logits.numpy())
-    np.testing.assert_array_equal(back["labels"], cifar10.labels.numpy())
-    np.testing.assert_array_equal(back["ood_gaussian_noise"], result.ood_logits["gaussian_noise"].numpy())
+def test_one_read_per_architecture_serves_every_dataset_and_seed(tiny_minibench, cifar10, tmp_path, monkeypatch):
+    """Each archive file is decompressed once for all datasets; only the datasets asked for run."""
+    read_log = tmp_path / "reads.log"
+    monkeypatch.setenv("CALIBENCH_READ_LOG", str(read_log))
+    cifar100 = inference.load_eval_data("cifar100", tiny_minibench / "datasets")
+    archive = NatsArchive(tiny_minibench / TSS_DIR, "tss")
+    todo = {0: ["cifar10", "cifar100"], 1: ["cifar100"]}
+    out = list(inference.chunk_logits(archive, todo, {"cifar10": cifar10, "cifar100": cifar100},
+                                      torch.device("cpu"), seeds=[777, 888]))
+    assert [(i, d) for i, d, _ in out] == [(0, "cifar10"), (0, "cifar100"), (1, "cifar100")]
+    for index, dataset, results in out:
+        assert [(r.entry.index, r.entry.dataset, r.entry.seed) for r in results] == [(index, dataset, 777),
+                                                                                     (index, dataset, 888)]
+        k = 10 if dataset == "cifar10" else 100
+        assert all(r.logits.shape == (120, k) for r in results)
+        assert set(results[0].ood_logits) == ({"gaussian_noise", "svhn"} if dataset == "cifar10" else set())
+    assert not torch.equal(out[1][2][0].logits, out[1][2][1].logits)  # two trained seeds, two networks
+    reads = read_log.read_text().split()
+    assert [os.path.basename(r) for r in reads] == ["000000.pickle.pbz2", "000001.pickle.pbz2"]
 
 
 def test_device_resolution():

@@ -145,3 +145,26 @@ def test_cli_writes_a_labelled_minibench(tmp_path, capsys):
     assert "NOT NATS-Bench results" in capsys.readouterr().out
     assert "NOT NATS-Bench results" in (out / "README.txt").read_text()
     assert (out / TSS_DIR / "000001.pickle.pbz2").is_file()
+
+
+def test_real_size_is_off_by_default_and_leaves_the_default_readme_as_it_was():
+    assert MiniBenchSpec().real_size is False
+    assert MiniBenchSpec().describe() == (
+        "MiniBenchSpec(n_tss=6, n_sss=6, n_test=300, n_train=100, seed=0, second_seed=False)")
+    assert MiniBenchSpec(real_size=True).describe().endswith("second_seed=False, real_size=True)")
+
+
+def test_real_size_architectures_aim_at_the_real_mean_file_size():
+    import random
+    import statistics
+
+    from calibench.minibench import (BZ2_BYTES_PER_PARAM, REAL_MEAN_FILE_BYTES, REAL_STATE_DICTS, _parameters,
+                                     sample_real_size_archs, sample_tss_archs)
+
+    for space in ("tss", "sss"):
+        archs = sample_real_size_archs(space, random.Random(0), 5)
+        assert len(set(archs)) == 5
+        if space == "tss":  # the isomorphic pair of the default mini benchmark comes first
+            assert archs[:2] == sample_tss_archs(random.Random(0), 2)
+        mean_bytes = statistics.mean(_parameters(space, a) for a in archs) * BZ2_BYTES_PER_PARAM[space]
+        assert mean_bytes * REAL_STATE_DICTS[space] == pytest.approx(REAL_MEAN_FILE_BYTES[space], rel=0.1)

@@ -21,6 +21,22 @@ training splits make heads over-fit to different degrees, so accuracy and
 over-confidence differ across architectures. The "recorded" accuracy stored in the
 archive is each network's real accuracy on the mini test set; only final-epoch
 values are stored in the training-curve fields.
+
+Real-size archives (``MiniBenchSpec(real_size=True)``, ``calibench make-minibench
+--real-size``), for loading benchmarks: each architecture file is shaped like a real
+``-full`` file: every hp (TSS 12, 200; SSS 01, 12, 90), every dataset including
+``cifar10-valid`` (which uses the CIFAR-10 images), the real seeds (TSS hp 200: 777, 888,
+999; TSS hp 12: 111, and 777 for cifar10-valid; SSS hp 90: 777; SSS hp 12: 777, 888,
+999), weights wherever the real files keep them (17 state dicts per TSS file, 16 per SSS
+file; SSS hp 01 has none) and training curves for every epoch. Architectures are chosen
+so the mean compressed file size is near the real archives' (about 27.5 MB TSS, 17.4 MB
+SSS). What the state dicts are: the default schedule's first seed (TSS hp 200 / SSS hp 90,
+seed 777) holds the network described above (calibrated body, fitted head); every other
+stored state dict is a separately seeded random initialisation of the same architecture
+with randomised batch-norm affine parameters and running statistics and a random
+classifier, so each has its own float entropy as trained weights do. It is not fitted:
+its record's accuracy (and, standing in for the training figures, its loss) is that
+network's real, near-chance, accuracy on the mini test set. Every state dict loads with ``strict=True`` into :func:`calibench.networks.build_network`.
 """
 
 from __future__ import annotations
@@ -30,6 +46,7 @@ import collections
 import hashlib
 import pickle
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +73,26 @@ SCHEDULES = {
 BN_IMAGES = 100  # training images that set the batch-norm statistics
 WEIGHTLESS = {("tss", "12"), ("sss", "01"), ("sss", "12")}
 EVAL_NAMES = {"cifar10": ["ori-test"], "cifar100": ["ori-test", "x-valid", "x-test"],
-              "ImageNet16-120": ["ori-test", "x-valid", "x-test"]}
+              "ImageNet16-120": ["ori-test", "x-valid", "x-test"], "cifar10-valid": ["x-valid", "ori-test"]}
+
+# Real-size archives: the real -full files' hps, datasets and seeds (nats-bench-facts.md).
+REAL_DATASETS = ("cifar10-valid", "cifar10", "cifar100", "ImageNet16-120")
+REAL_SCHEDULES = {  # hp -> (epochs, {dataset: seeds})
+    "tss": {"12": (12, {"cifar10-valid": (111, 777), "cifar10": (111,), "cifar100": (111,), "ImageNet16-120": (111,)}),
+            "200": (200, {d: (777, 888, 999) for d in REAL_DATASETS})},
+    "sss": {"01": (1, {d: (777,) for d in REAL_DATASETS}),
+            "12": (12, {d: (777, 888, 999) for d in REAL_DATASETS}),
+            "90": (90, {d: (777,) for d in REAL_DATASETS})},
+}
+REAL_WEIGHTLESS = {("sss", "01")}
+PRIMARY = {"tss": ("200", 777), "sss": ("90", 777)}  # the schedule and seed whose network is fitted
+# Mean compressed size of a real -full file (430 GB / 15,625 TSS; 570 GB / 32,768 SSS), and the
+# bz2-compressed bytes per parameter of a state dict of random-init float32 weights (measured:
+# 3.66 TSS, 3.74 SSS): the architectures of a real-size archive are chosen so that their mean
+# parameter count gives that mean file size.
+REAL_MEAN_FILE_BYTES = {"tss": 27.5e6, "sss": 17.4e6}
+BZ2_BYTES_PER_PARAM = {"tss": 3.66, "sss": 3.74}
+REAL_STATE_DICTS = {"tss": 17, "sss": 16}
 
 
 @dataclass(frozen=True)
@@ -69,6 +105,12 @@ class MiniBenchSpec:
     n_train: int = 100  # training split for the heads (at least 3 images per class)
     seed: int = 0
     second_seed: bool = False  # also store TSS hp-200 seed 888, to exercise multi-seed runs
+    real_size: bool = False  # archive files shaped and sized like the real -full files (module docstring)
+
+    def describe(self) -> str:
+        """The dataclass repr, without ``real_size`` when it is off (so default READMEs stay as they were)."""
+        text = repr(self)
+        return text if self.real_size else text.replace(", real_size=False", "")
 
 
 def write_pbz2(path: Path, obj) -> None:
@@ -177,6 +219,36 @@ def sample_sss_archs(rng: random.Random, n: int) -> list[str]:
     return archs[:n]
 
 
+def sample_real_size_archs(space: str, rng: random.Random, n: int) -> list[str]:
+    """n distinct architectures whose mean size makes real-size archive files of the real mean size.
+
+    TSS starts with the same isomorphic pair as :func:`sample_tss_archs`; then each next
+    architecture is, of 16 random candidates, the one that brings the running mean of
+    parameter counts closest to the target (``REAL_MEAN_FILE_BYTES`` over the state dicts
+    per file and ``BZ2_BYTES_PER_PARAM``)."""
+    target = REAL_MEAN_FILE_BYTES[space] / REAL_STATE_DICTS[space] / BZ2_BYTES_PER_PARAM[space]
+    archs = sample_tss_archs(rng, 2)[:n] if space == "tss" else []
+    sizes = [_parameters(space, a) for a in archs]
+    while len(archs) < n:
+        if space == "tss":
+            candidates = [format_tss((((o[0], 0),), ((o[1], 0), (o[2], 1)), ((o[3], 0), (o[4], 1), (o[5], 2))))
+                          for o in ([rng.choice(TSS_OPS) for _ in range(6)] for _ in range(16))]
+        else:
+            candidates = [":".join(str(rng.choice(SSS_CHANNEL_CHOICES)) for _ in range(5)) for _ in range(16)]
+        candidates = [c for c in dict.fromkeys(candidates) if c not in archs]
+        if not candidates:
+            continue
+        best = min(candidates, key=lambda c: abs((sum(sizes) + _parameters(space, c)) / (len(sizes) + 1) - target))
+        archs.append(best)
+        sizes.append(_parameters(space, best))
+    return archs
+
+
+def _parameters(space: str, arch_str: str) -> int:
+    """Parameters of the network (classifier at 100 classes), as counted for the size target."""
+    return round(count_parameters(build_network(space, arch_str, 100)) * 1e6)
+
+
 # ---------------------------------------------------------------- networks
 
 def _calibrate_batch_norm(net: torch.nn.Module, images: torch.Tensor) -> None:
@@ -229,16 +301,46 @@ def _stable_seed(*parts) -> int:
 
 
 def _result_record(dataset: str, hp_epochs: int, seed: int, state_dict, accuracy: float, train_accuracy: float,
-                   loss: float, arch_config: dict, params: float, flops: float) -> dict:
-    """One ``all_results[(dataset, seed)]`` entry, with the keys of a real archive."""
+                   loss: float, arch_config: dict, params: float, flops: float, curves: bool = False) -> dict:
+    """One ``all_results[(dataset, seed)]`` entry, with the keys of a real archive.
+
+    ``curves``: every epoch has a value, as in the real files (a linear ramp to the final
+    value, which is exact); otherwise only the last epoch."""
     last = hp_epochs - 1
     names = EVAL_NAMES[dataset]
+    if not curves:
+        return {
+            "name": dataset,
+            "train_acc1es": {last: 100.0 * train_accuracy},
+            "train_acc5es": None,
+            "train_losses": {last: loss},
+            "train_times": {last: 0.0},
+            "arch_config": arch_config,
+            "params": float(params),
+            "flop": float(flops),
+            "seed": f"{seed:04d}",
+            "epochs": hp_epochs,
+            "latency": [0.0],
+            "eval_names": list(names),
+            "eval_acc1es": {f"{name}@{last}": 100.0 * accuracy for name in names},
+            "eval_times": {f"{name}@{last}": 0.0 for name in names},
+            "eval_losses": {f"{name}@{last}": 0.0 for name in names},
+            "net_state_dict": state_dict,
+        }
+    epochs = range(hp_epochs)
+
+    def at(final: float, e: int) -> float:
+        return final if e == last else final * (e + 1) / hp_epochs
+
+    def ramp(final: float) -> dict:
+        return {e: at(final, e) for e in epochs}
+
     return {
         "name": dataset,
-        "train_acc1es": {last: 100.0 * train_accuracy},
-        "train_acc5es": None,
-        "train_losses": {last: loss},
-        "train_times": {last: 0.0},
+        "train_acc1es": ramp(100.0 * train_accuracy),
+        "train_acc5es": ramp(100.0 * min(1.0, 2 * train_accuracy)),
+        "train_losses": {e: loss * hp_epochs / (e + 1) for e in epochs},
+        "train_times": collections.OrderedDict((e, 10.0) for e in epochs),
         "arch_config": arch_config,
         "params": float(params),
         "flop": float(flops),
@@ -246,9 +348,9 @@ def _result_record(dataset: str, hp_epochs: int, seed: int, state_dict, accuracy
         "epochs": hp_epochs,
         "latency": [0.0],
         "eval_names": list(names),
-        "eval_acc1es": {f"{name}@{last}": 100.0 * accuracy for name in names},
-        "eval_times": {f"{name}@{last}": 0.0 for name in names},
-        "eval_losses": {f"{name}@{last}": 0.0 for name in names},
+        "eval_acc1es": {f"{name}@{e}": at(100.0 * accuracy, e) for name in names for e in epochs},
+        "eval_times": {f"{name}@{e}": 1.0 for name in names for e in epochs},
+        "eval_losses": {f"{name}@{e}": loss * hp_epochs / (e + 1) for name in names for e in epochs},
         "net_state_dict": state_dict,
     }
 
@@ -311,14 +413,115 @@ def _build_arch_file(space: str, index: int, arch_str: str, splits: dict[str, _D
     return per_hp
 
 
-def build_minibench(out: str | Path, spec: MiniBenchSpec = MiniBenchSpec(), progress: bool = False) -> Path:
-    """Write the mini benchmark under ``out``; deterministic for a given ``spec``."""
+def _random_state_dict(space: str, arch_str: str, num_classes: int, seed: int) -> tuple[torch.nn.Module, dict]:
+    """A seeded random initialisation with randomised batch-norm parameters and statistics:
+    the float entropy of trained weights, without training (real-size archives' extra state dicts)."""
+    torch.manual_seed(seed)
+    net = build_network(space, arch_str, num_classes)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                if m.affine:
+                    m.weight.uniform_(0.5, 1.5)
+                    m.bias.normal_(0.0, 0.1)
+                m.running_mean.normal_(0.0, 0.2)
+                m.running_var.uniform_(0.5, 2.0)
+                m.num_batches_tracked.fill_(int(torch.randint(1, 100_000, ())))
+    net.eval()
+    return net, {key: v.detach().clone() for key, v in net.state_dict().items()}
+
+
+def _evaluate(net: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> tuple[float, float]:
+    """Accuracy and mean cross-entropy of ``net`` (its fast inference form) on ``images``."""
+    with torch.inference_mode():
+        logits = inference_network(net)(images)
+        return (float((logits.argmax(1) == labels).double().mean()),
+                float(torch.nn.functional.cross_entropy(logits.double(), labels)))
+
+
+def _build_real_size_arch_file(space: str, index: int, arch_str: str, splits: dict[str, _DatasetSplits],
+                               spec: MiniBenchSpec):
+    """A real-size architecture file (module docstring): every hp, dataset and seed of the real files."""
+    schedules = REAL_SCHEDULES[space]
+    primary_hp, primary_seed = PRIMARY[space]
+    records = {hp: {} for hp in schedules}
+    for dataset in REAL_DATASETS:
+        data_name = "cifar10" if dataset == "cifar10-valid" else dataset  # cifar10-valid: the CIFAR-10 images
+        split = splits[data_name]
+        k = NUM_CLASSES[data_name]
+        torch.manual_seed(_stable_seed(spec.seed, space, arch_str, dataset))
+        net = build_network(space, arch_str, k)
+        train_x = data_io.normalize(split.train_images, data_name)
+        test_x = data_io.normalize(split.test_images, data_name)
+        _calibrate_batch_norm(net, train_x[:BN_IMAGES])
+        train_features, test_features = _features(net, train_x), _features(net, test_x)
+        train_y = torch.from_numpy(split.train_labels)
+        test_y = torch.from_numpy(split.test_labels)
+        if space == "tss":
+            arch_config = {"channel": 16, "num_cells": 5, "arch_str": arch_str, "class_num": k}
+        else:
+            arch_config = {"name": "infer.shape.tiny", "channels": arch_str, "arch_str": arch_str,
+                           "genotype": SSS_GENOTYPE, "class_num": k}
+        params = count_parameters(net)
+        flops = multiply_adds(net, IMAGE_SIZE[data_name]) / 1e6
+        for hp, (epochs, seeds_of) in schedules.items():
+            for seed in seeds_of[dataset]:
+                if (hp, seed) == (primary_hp, primary_seed) or (space, hp) in REAL_WEIGHTLESS:
+                    gen = torch.Generator().manual_seed(_stable_seed(spec.seed, space, arch_str, dataset, hp, seed))
+                    weight_decay = float(10 ** (-5 + 4 * torch.rand(1, generator=gen)))
+                    iterations = max(3, int(epochs ** 0.5 * 4 * float(0.5 + torch.rand(1, generator=gen))))
+                    w, b = _fit_head(train_features, train_y, k, weight_decay, iterations, gen)
+                    state_dict = None
+                    if (space, hp) not in REAL_WEIGHTLESS:
+                        net.classifier.weight.data.copy_(w)
+                        net.classifier.bias.data.copy_(b)
+                        state_dict = {key: v.detach().clone() for key, v in net.state_dict().items()}
+                    with torch.no_grad():
+                        logits_test = test_features @ w.T + b
+                        logits_train = train_features @ w.T + b
+                    accuracy = float((logits_test.argmax(1) == test_y).double().mean())
+                    train_accuracy = float((logits_train.argmax(1) == train_y).double().mean())
+                    loss = float(torch.nn.functional.cross_entropy(logits_train, train_y))
+                else:  # a separately seeded, unfitted network: its own weights, its own (real) accuracy
+                    other, state_dict = _random_state_dict(
+                        space, arch_str, k, _stable_seed(spec.seed, space, arch_str, dataset, hp, seed, "weights"))
+                    accuracy, loss = _evaluate(other, test_x, test_y)
+                    train_accuracy = accuracy  # not trained: its "training" figures are its test figures
+                records[hp][(dataset, seed)] = _result_record(
+                    dataset, epochs, seed, state_dict, accuracy, train_accuracy, loss, arch_config, params, flops,
+                    curves=True)
+    per_hp = collections.OrderedDict()
+    for hp, (_, seeds_of) in schedules.items():
+        per_hp[hp] = {
+            "arch_index": index,
+            "arch_str": arch_str,
+            "all_results": records[hp],
+            "dataset_seed": {dataset: list(seeds_of[dataset]) for dataset in REAL_DATASETS},
+            "clear_net_done": (space, hp) in REAL_WEIGHTLESS,
+        }
+    return per_hp
+
+
+def build_minibench(out: str | Path, spec: MiniBenchSpec = MiniBenchSpec(), progress: bool = False,
+                    archs: dict[str, Sequence[str]] | None = None) -> Path:
+    """Write the mini benchmark under ``out``; deterministic for a given ``spec``.
+
+    ``archs``: explicit architecture strings per space (e.g. small networks for a fast
+    real-shaped archive in tests), instead of ``spec.n_tss`` / ``spec.n_sss`` sampled ones."""
     out = Path(out)
     rng = np.random.default_rng(spec.seed)
     py_rng = random.Random(spec.seed)
     splits = {dataset: _make_dataset(rng, dataset, spec) for dataset in NUM_CLASSES}
     _write_datasets(out / DATASET_DIR, rng, splits)
-    archs = {"tss": sample_tss_archs(py_rng, spec.n_tss), "sss": sample_sss_archs(py_rng, spec.n_sss)}
+    explicit = archs is not None
+    if explicit:
+        archs = {space: list(archs.get(space, ())) for space in ("tss", "sss")}
+    elif spec.real_size:
+        archs = {"tss": sample_real_size_archs("tss", py_rng, spec.n_tss),
+                 "sss": sample_real_size_archs("sss", py_rng, spec.n_sss)}
+    else:
+        archs = {"tss": sample_tss_archs(py_rng, spec.n_tss), "sss": sample_sss_archs(py_rng, spec.n_sss)}
+    build_file = _build_real_size_arch_file if spec.real_size else _build_arch_file
     jobs = [(space, i, a) for space in ("tss", "sss") for i, a in enumerate(archs[space])]
     iterator = jobs
     if progress:
@@ -327,7 +530,7 @@ def build_minibench(out: str | Path, spec: MiniBenchSpec = MiniBenchSpec(), prog
         iterator = tqdm(jobs, desc="mini benchmark networks", unit="arch")
     for space, index, arch_str in iterator:
         directory = out / (TSS_DIR if space == "tss" else SSS_DIR)
-        write_pbz2(arch_file(directory, index), _build_arch_file(space, index, arch_str, splits, spec))
+        write_pbz2(arch_file(directory, index), build_file(space, index, arch_str, splits, spec))
     for space, directory in (("tss", TSS_DIR), ("sss", SSS_DIR)):
         meta = {"meta_archs": archs[space], "total_archs": len(archs[space]), "arch2infos": None,
                 "evaluated_indexes": set()}
@@ -335,6 +538,10 @@ def build_minibench(out: str | Path, spec: MiniBenchSpec = MiniBenchSpec(), prog
     (out / "README.txt").write_text(
         "calibench mini benchmark: synthetic data and randomly initialised NATS networks with fitted\n"
         "classifier heads, written in NATS-Bench's on-disk formats. These are NOT NATS-Bench results.\n"
-        f"spec: {spec}\n"
+        f"spec: {spec.describe()}\n"
+        + ("real size: every hp, dataset and seed of the real -full files; only the default schedule's first seed\n"
+           "holds a fitted network, the other state dicts are seeded random initialisations (see calibench.minibench).\n"
+           if spec.real_size else "")
+        + (f"architectures given explicitly: {archs}\n" if explicit else "")
     )
     return out
