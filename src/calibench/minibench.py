@@ -362,27 +362,37 @@ def _schedules(space: str, spec: MiniBenchSpec) -> dict[str, tuple[int, tuple[in
     return schedules
 
 
+def _prepared_network(space: str, arch_str: str, dataset: str, data_name: str, split: "_DatasetSplits",
+                      spec: MiniBenchSpec):
+    """A network of one record: seeded from ``dataset`` (the record's name), batch norm set
+    and features taken on ``data_name``'s images; with its arch config, params and FLOPs."""
+    k = NUM_CLASSES[data_name]
+    torch.manual_seed(_stable_seed(spec.seed, space, arch_str, dataset))
+    net = build_network(space, arch_str, k)
+    train_x = data_io.normalize(split.train_images, data_name)
+    test_x = data_io.normalize(split.test_images, data_name)
+    _calibrate_batch_norm(net, train_x[:BN_IMAGES])
+    train_features, test_features = _features(net, train_x), _features(net, test_x)
+    train_y = torch.from_numpy(split.train_labels)
+    test_y = torch.from_numpy(split.test_labels)
+    if space == "tss":
+        arch_config = {"channel": 16, "num_cells": 5, "arch_str": arch_str, "class_num": k}
+    else:
+        arch_config = {"name": "infer.shape.tiny", "channels": arch_str, "arch_str": arch_str,
+                       "genotype": SSS_GENOTYPE, "class_num": k}
+    params = count_parameters(net)
+    flops = multiply_adds(net, IMAGE_SIZE[data_name]) / 1e6
+    return net, train_features, test_features, train_y, test_y, arch_config, params, flops
+
+
 def _build_arch_file(space: str, index: int, arch_str: str, splits: dict[str, _DatasetSplits], spec: MiniBenchSpec):
     per_hp = collections.OrderedDict()
     schedules = _schedules(space, spec)
     records = {hp: {} for hp in schedules}
     for dataset, split in splits.items():
         k = NUM_CLASSES[dataset]
-        torch.manual_seed(_stable_seed(spec.seed, space, arch_str, dataset))
-        net = build_network(space, arch_str, k)
-        train_x = data_io.normalize(split.train_images, dataset)
-        test_x = data_io.normalize(split.test_images, dataset)
-        _calibrate_batch_norm(net, train_x[:BN_IMAGES])
-        train_features, test_features = _features(net, train_x), _features(net, test_x)
-        train_y = torch.from_numpy(split.train_labels)
-        test_y = torch.from_numpy(split.test_labels)
-        if space == "tss":
-            arch_config = {"channel": 16, "num_cells": 5, "arch_str": arch_str, "class_num": k}
-        else:
-            arch_config = {"name": "infer.shape.tiny", "channels": arch_str, "arch_str": arch_str,
-                           "genotype": SSS_GENOTYPE, "class_num": k}
-        params = count_parameters(net)
-        flops = multiply_adds(net, IMAGE_SIZE[dataset]) / 1e6
+        net, train_features, test_features, train_y, test_y, arch_config, params, flops = _prepared_network(
+            space, arch_str, dataset, dataset, split, spec)
         for hp, (epochs, seeds) in schedules.items():
             for seed in seeds:
                 gen = torch.Generator().manual_seed(_stable_seed(spec.seed, space, arch_str, dataset, hp, seed))
@@ -449,21 +459,9 @@ def _build_real_size_arch_file(space: str, index: int, arch_str: str, splits: di
         data_name = "cifar10" if dataset == "cifar10-valid" else dataset  # cifar10-valid: the CIFAR-10 images
         split = splits[data_name]
         k = NUM_CLASSES[data_name]
-        torch.manual_seed(_stable_seed(spec.seed, space, arch_str, dataset))
-        net = build_network(space, arch_str, k)
-        train_x = data_io.normalize(split.train_images, data_name)
-        test_x = data_io.normalize(split.test_images, data_name)
-        _calibrate_batch_norm(net, train_x[:BN_IMAGES])
-        train_features, test_features = _features(net, train_x), _features(net, test_x)
-        train_y = torch.from_numpy(split.train_labels)
-        test_y = torch.from_numpy(split.test_labels)
-        if space == "tss":
-            arch_config = {"channel": 16, "num_cells": 5, "arch_str": arch_str, "class_num": k}
-        else:
-            arch_config = {"name": "infer.shape.tiny", "channels": arch_str, "arch_str": arch_str,
-                           "genotype": SSS_GENOTYPE, "class_num": k}
-        params = count_parameters(net)
-        flops = multiply_adds(net, IMAGE_SIZE[data_name]) / 1e6
+        net, train_features, test_features, train_y, test_y, arch_config, params, flops = _prepared_network(
+            space, arch_str, dataset, data_name, split, spec)
+        test_x = data_io.normalize(split.test_images, data_name)  # the other state dicts are evaluated on it
         for hp, (epochs, seeds_of) in schedules.items():
             for seed in seeds_of[dataset]:
                 if (hp, seed) == (primary_hp, primary_seed) or (space, hp) in REAL_WEIGHTLESS:
