@@ -365,7 +365,8 @@ def _schedules(space: str, spec: MiniBenchSpec) -> dict[str, tuple[int, tuple[in
 def _prepared_network(space: str, arch_str: str, dataset: str, data_name: str, split: "_DatasetSplits",
                       spec: MiniBenchSpec):
     """A network of one record: seeded from ``dataset`` (the record's name), batch norm set
-    and features taken on ``data_name``'s images; with its arch config, params and FLOPs."""
+    and features taken on ``data_name``'s images; with the normalised test images, its
+    arch config, params and FLOPs."""
     k = NUM_CLASSES[data_name]
     torch.manual_seed(_stable_seed(spec.seed, space, arch_str, dataset))
     net = build_network(space, arch_str, k)
@@ -382,7 +383,30 @@ def _prepared_network(space: str, arch_str: str, dataset: str, data_name: str, s
                        "genotype": SSS_GENOTYPE, "class_num": k}
     params = count_parameters(net)
     flops = multiply_adds(net, IMAGE_SIZE[data_name]) / 1e6
-    return net, train_features, test_features, train_y, test_y, arch_config, params, flops
+    return net, test_x, train_features, test_features, train_y, test_y, arch_config, params, flops
+
+
+def _fitted_head_record(net, train_features, test_features, train_y, test_y, epochs: int, seed: int,
+                        keep_weights: bool):
+    """Fit ``net``'s classifier head (weight decay and iteration budget drawn from ``seed``,
+    the budget growing with ``epochs``); returns its state dict (None without weights),
+    test accuracy, training accuracy and training loss."""
+    gen = torch.Generator().manual_seed(seed)
+    weight_decay = float(10 ** (-5 + 4 * torch.rand(1, generator=gen)))
+    iterations = max(3, int(epochs ** 0.5 * 4 * float(0.5 + torch.rand(1, generator=gen))))
+    w, b = _fit_head(train_features, train_y, net.classifier.out_features, weight_decay, iterations, gen)
+    state_dict = None
+    if keep_weights:
+        net.classifier.weight.data.copy_(w)
+        net.classifier.bias.data.copy_(b)
+        state_dict = {key: v.detach().clone() for key, v in net.state_dict().items()}
+    with torch.no_grad():
+        logits_test = test_features @ w.T + b
+        logits_train = train_features @ w.T + b
+    accuracy = float((logits_test.argmax(1) == test_y).double().mean())
+    train_accuracy = float((logits_train.argmax(1) == train_y).double().mean())
+    loss = float(torch.nn.functional.cross_entropy(logits_train, train_y))
+    return state_dict, accuracy, train_accuracy, loss
 
 
 def _build_arch_file(space: str, index: int, arch_str: str, splits: dict[str, _DatasetSplits], spec: MiniBenchSpec):
@@ -390,26 +414,14 @@ def _build_arch_file(space: str, index: int, arch_str: str, splits: dict[str, _D
     schedules = _schedules(space, spec)
     records = {hp: {} for hp in schedules}
     for dataset, split in splits.items():
-        k = NUM_CLASSES[dataset]
-        net, train_features, test_features, train_y, test_y, arch_config, params, flops = _prepared_network(
+        net, _, train_features, test_features, train_y, test_y, arch_config, params, flops = _prepared_network(
             space, arch_str, dataset, dataset, split, spec)
         for hp, (epochs, seeds) in schedules.items():
             for seed in seeds:
-                gen = torch.Generator().manual_seed(_stable_seed(spec.seed, space, arch_str, dataset, hp, seed))
-                weight_decay = float(10 ** (-5 + 4 * torch.rand(1, generator=gen)))
-                iterations = max(3, int(epochs ** 0.5 * 4 * float(0.5 + torch.rand(1, generator=gen))))
-                w, b = _fit_head(train_features, train_y, k, weight_decay, iterations, gen)
-                state_dict = None
-                if (space, hp) not in WEIGHTLESS:
-                    net.classifier.weight.data.copy_(w)
-                    net.classifier.bias.data.copy_(b)
-                    state_dict = {key: v.detach().clone() for key, v in net.state_dict().items()}
-                with torch.no_grad():
-                    logits_test = test_features @ w.T + b
-                    logits_train = train_features @ w.T + b
-                accuracy = float((logits_test.argmax(1) == test_y).double().mean())
-                train_accuracy = float((logits_train.argmax(1) == train_y).double().mean())
-                loss = float(torch.nn.functional.cross_entropy(logits_train, train_y))
+                state_dict, accuracy, train_accuracy, loss = _fitted_head_record(
+                    net, train_features, test_features, train_y, test_y, epochs,
+                    _stable_seed(spec.seed, space, arch_str, dataset, hp, seed),
+                    keep_weights=(space, hp) not in WEIGHTLESS)
                 records[hp][(dataset, seed)] = _result_record(
                     dataset, epochs, seed, state_dict, accuracy, train_accuracy, loss, arch_config, params, flops)
     for hp, (_, seeds) in schedules.items():
@@ -459,27 +471,15 @@ def _build_real_size_arch_file(space: str, index: int, arch_str: str, splits: di
         data_name = "cifar10" if dataset == "cifar10-valid" else dataset  # cifar10-valid: the CIFAR-10 images
         split = splits[data_name]
         k = NUM_CLASSES[data_name]
-        net, train_features, test_features, train_y, test_y, arch_config, params, flops = _prepared_network(
+        net, test_x, train_features, test_features, train_y, test_y, arch_config, params, flops = _prepared_network(
             space, arch_str, dataset, data_name, split, spec)
-        test_x = data_io.normalize(split.test_images, data_name)  # the other state dicts are evaluated on it
         for hp, (epochs, seeds_of) in schedules.items():
             for seed in seeds_of[dataset]:
                 if (hp, seed) == (primary_hp, primary_seed) or (space, hp) in REAL_WEIGHTLESS:
-                    gen = torch.Generator().manual_seed(_stable_seed(spec.seed, space, arch_str, dataset, hp, seed))
-                    weight_decay = float(10 ** (-5 + 4 * torch.rand(1, generator=gen)))
-                    iterations = max(3, int(epochs ** 0.5 * 4 * float(0.5 + torch.rand(1, generator=gen))))
-                    w, b = _fit_head(train_features, train_y, k, weight_decay, iterations, gen)
-                    state_dict = None
-                    if (space, hp) not in REAL_WEIGHTLESS:
-                        net.classifier.weight.data.copy_(w)
-                        net.classifier.bias.data.copy_(b)
-                        state_dict = {key: v.detach().clone() for key, v in net.state_dict().items()}
-                    with torch.no_grad():
-                        logits_test = test_features @ w.T + b
-                        logits_train = train_features @ w.T + b
-                    accuracy = float((logits_test.argmax(1) == test_y).double().mean())
-                    train_accuracy = float((logits_train.argmax(1) == train_y).double().mean())
-                    loss = float(torch.nn.functional.cross_entropy(logits_train, train_y))
+                    state_dict, accuracy, train_accuracy, loss = _fitted_head_record(
+                        net, train_features, test_features, train_y, test_y, epochs,
+                        _stable_seed(spec.seed, space, arch_str, dataset, hp, seed),
+                        keep_weights=(space, hp) not in REAL_WEIGHTLESS)
                 else:  # a separately seeded, unfitted network: its own weights, its own (real) accuracy
                     other, state_dict = _random_state_dict(
                         space, arch_str, k, _stable_seed(spec.seed, space, arch_str, dataset, hp, seed, "weights"))
