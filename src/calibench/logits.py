@@ -191,15 +191,21 @@ class Labels:
     meta: dict
 
 
-def read_labels(path: str | Path) -> Labels:
-    path = Path(path)
+def _read_store_file(path: Path, what: str, columns=None) -> tuple[dict, pa.Table]:
+    """A store file's metadata and table; StoreError naming the file if missing or unreadable."""
     if not path.is_file():
-        raise StoreError(path, "labels file missing")
+        raise StoreError(path, f"{what} file missing")
     meta = _metadata(path)
     try:
-        labels = pq.read_table(path, columns=["label"]).column(0).to_numpy().astype(np.int64)
+        return meta, pq.read_table(path, columns=columns)
     except Exception as exc:
         raise StoreError(path, f"unreadable ({type(exc).__name__}: {exc})") from exc
+
+
+def read_labels(path: str | Path) -> Labels:
+    path = Path(path)
+    meta, table = _read_store_file(path, "labels", columns=["label"])
+    labels = table.column(0).to_numpy().astype(np.int64)
     if meta.get("kind") != "labels" or len(labels) != meta.get("n") or labels_sha256(labels) != meta.get("labels_sha256"):
         raise StoreError(path, "labels do not match their recorded count and checksum")
     return Labels(labels, meta)
@@ -270,13 +276,7 @@ class NetworkLogitsFile:
 def read_network_logits(path: str | Path) -> NetworkLogitsFile:
     """Read one logits file; StoreError naming the file if it is missing, truncated or inconsistent."""
     path = Path(path)
-    if not path.is_file():
-        raise StoreError(path, "logits file missing")
-    meta = _metadata(path)
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:
-        raise StoreError(path, f"unreadable ({type(exc).__name__}: {exc})") from exc
+    meta, table = _read_store_file(path, "logits")
     k = int(meta["num_classes"])
     names = [f"logit_{j}" for j in range(k)]
     if not set(names) <= set(table.column_names):

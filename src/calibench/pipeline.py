@@ -274,7 +274,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     log.info("%s hp=%s %s chunk %d: %d architectures, %d already measured (skipped), %d to measure, %d without "
              "logits (failed inference)", space, hp, dataset, chunk, len(indices), skipped, len(todo),
              len(indices) - len(keys))
-    computed = 0
+    measured: set[int] = set()
     start = time.perf_counter()
     if todo:
         labels_read = store.read_labels(labels_file)
@@ -283,13 +283,12 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
         pending: list[StoredNetwork] = []
 
         def flush():
-            nonlocal computed
             by_index: dict[int, list] = {}
             for provenance, stages in _measure_group(pending, labels, settings, space, hp, dataset, keys):
                 by_index.setdefault(provenance["arch_index"], []).append(shards.shard_table(provenance, stages))
             for index, tables in by_index.items():
                 shards.write_atomic_parquet(pa.concat_tables(tables), shards.shard_path(results, space, hp, dataset, index))
-                computed += 1
+                measured.add(index)
             pending.clear()
 
         for index in _progress(todo, progress, desc=f"{space}/{hp}/{dataset} chunk {chunk}", unit="net"):
@@ -306,12 +305,12 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
             pending.extend(networks)
         if pending:
             flush()
+    computed = len(measured)
     removed = 0
-    if not keep_logits:  # every shard of this chunk is written: its logits have served
-        for index in indices:
+    if not keep_logits:  # the logits of every valid shard (found valid, or just written) have served
+        for index in (set(keys) - set(todo)) | measured:
             path = store.logits_path(results, space, hp, dataset, index)
-            if path.is_file() and index in keys and shards.is_valid_shard(
-                    shards.shard_path(results, space, hp, dataset, index), keys[index]):
+            if path.is_file():
                 path.unlink()
                 removed += 1
     failed = sorted({f["arch_index"] for f in failures})

@@ -18,8 +18,6 @@ from collections.abc import Mapping
 # inference jobs' params, so old logits are recomputed.
 INFERENCE_VERSION = 1
 
-RUNTIME_KEYS = ("device", "batch_size", "loader_workers", "measure_group")
-
 
 def population_settings(config: Mapping, space: str) -> dict:
     """The architectures of one space and their chunks."""
@@ -50,10 +48,6 @@ def analysis_settings(config: Mapping) -> dict:
     """What the analysis and the report depend on besides the tables."""
     return {"analysis": dict(config["analysis"]), "bins": list(config["bins"]),
             "demo": bool(config["minibench"]["build"])}
-
-
-def runtime_settings(config: Mapping) -> dict:
-    return {k: config[k] for k in RUNTIME_KEYS if k in config}
 
 
 def as_json(settings: Mapping) -> str:
