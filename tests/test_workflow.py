@@ -1,5 +1,6 @@
 """The Snakemake workflow end to end on a tiny mini benchmark: the two stages and the logits
-store, results that follow the config, kill -9 of the whole run and resume, and lint."""
+store, every post-hoc method, results that follow the config, kill -9 of the whole run and
+resume, and lint."""
 
 import json
 import os
@@ -19,6 +20,7 @@ import yaml
 from calibench import logits as store
 from calibench import metrics
 from calibench.analysis import hcs
+from calibench.recalibration import STAGES
 from fixtures import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +36,8 @@ TINY = {
     "measure_group": 1,
     "loader_workers": 2,  # archive loading in worker processes, as on a GPU node
     "analysis": {"hcs_betas": [1, 2], "top_k": [2], "top_n": 3},
+    # Every stage (the config's default); a small lambda, mu search keeps the test fast.
+    "recalibration": {"odir": {"search": {"networks": 3, "folds": 2, "seed": 0, "grid": [1.0e-3, 1.0e+1]}}},
 }
 SELECTED = {"tss": [0, 2], "sss": [0, 1, 2, 3]}  # mini TSS archs 0 and 1 are isomorphic
 N_STORED = (2 + 4) * len(DATASETS)  # logits files (and shards) of a finished run
@@ -131,10 +135,13 @@ def test_every_shard_exists_with_the_spec_metric_names_and_its_logits(finished_r
             for index in selected:
                 shard = pq.read_table(results / "shards" / f"space={space}" / f"hp={hp}" / f"dataset={dataset}" /
                                       f"arch={index:06d}.parquet").to_pandas()
-                got = {f"{m}_{int(b)}" if not pd.isna(b) else m for m, b in zip(shard["metric"], shard["bins"])}
                 ood = {"ood_auroc_gaussian_noise", "ood_auroc_svhn"} if dataset == "cifar10" else set()
-                assert got == names | ood, (space, dataset, index)
-                assert set(shard["stage"]) == {"pre", "post"}
+                assert set(shard["stage"]) == set(STAGES)
+                for stage, rows in shard.groupby("stage"):
+                    got = {f"{m}_{int(b)}" if not pd.isna(b) else m for m, b in zip(rows["metric"], rows["bins"])}
+                    assert {g for g in got if not g.startswith("fit_")} == names | ood, (space, dataset, index, stage)
+                    fitted = {g for g in got if g.startswith("fit_")}
+                    assert (not fitted) if stage == "pre" else {"fit_converged", "fit_iterations"} <= fitted
                 assert (shard["arch_index"] == index).all() and shard["config_hash"].nunique() == 1
                 assert shard["temperature"].between(0.05, 20).all()
                 # Provenance: which stored logits it measured.
@@ -154,8 +161,22 @@ def test_tables_count_networks_and_expand_tss(finished_run):
         sss = pd.read_parquet(results / "tables" / f"sss_90_{dataset}.parquet")
         assert len(sss) == 4 and (sss["arch_index"] == sss["measured_by"]).all()
         for col in ("accuracy", "recorded_accuracy", "temperature", "pre_ece_15", "post_cwce_em_50", "pre_kdece",
-                    "logits_key"):
-            assert col in tss.columns and col in sss.columns
+                    "logits_key", "vs_ece_15", "ms_nll", "dir_accuracy", "iso_cwce_15", "hist_ace_50", "spline_ksce",
+                    "post_fit_temperature", "ms_fit_lambda", "dir_fit_mu", "vs_fit_converged"):
+            assert col in tss.columns and col in sss.columns, col
+        np.testing.assert_allclose(sss["temperature"], sss["post_fit_temperature"])
+        for space, table in (("tss", tss), ("sss", sss)):  # ODIR lambda, mu: searched once per table, recorded
+            search = json.loads((results / "recalibration" / f"odir_{space}_{table['hp'].iloc[0]}_{dataset}.json")
+                                .read_text())
+            for stage in ("ms", "dir"):
+                assert {search["chosen"][stage]["lambda"], search["chosen"][stage]["mu"]} <= {1e-3, 1e1}
+                assert (table[f"{stage}_fit_lambda"] == search["chosen"][stage]["lambda"]).all()
+                assert (table[f"{stage}_fit_mu"] == search["chosen"][stage]["mu"]).all()
+        for stage in STAGES:  # every stage measured every network (or says why not in the failures table)
+            failures = pd.read_parquet(results / "failures" / f"sss_90_{dataset}.parquet")
+            failed = set(failures.loc[failures["stage"] == stage, "arch_index"])
+            ok = sss[~sss["arch_index"].isin(failed)]
+            assert ok[f"{stage}_ece_15"].between(0, 1).all() and ok[f"{stage}_accuracy"].between(0, 1).all(), stage
         n = len(store.read_labels(store.labels_path(results, dataset)).labels)
         np.testing.assert_allclose(sss["accuracy"], sss["recorded_accuracy"], atol=1.5 / n)
 
@@ -218,7 +239,8 @@ def test_query_views(finished_run):
     df = run_query("SELECT space, dataset, count(*) AS n, max(hcs_1) AS best FROM networks GROUP BY ALL ORDER BY ALL",
                    results=finished_run / "results")
     assert list(df["n"]) == [4, 4, 4, 3, 3, 3]
-    long = run_query("SELECT count(DISTINCT metric) AS m FROM metrics WHERE bins IS NULL", results=finished_run / "results")
+    long = run_query("SELECT count(DISTINCT metric) AS m FROM metrics WHERE bins IS NULL AND metric NOT LIKE 'fit_%'",
+                     results=finished_run / "results")
     assert long["m"][0] == len(metrics.UNBINNED_METRICS) + 2  # plus the two OoD AUROCs (CIFAR-10)
 
 
@@ -264,6 +286,27 @@ def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp
     assert not np.allclose(ece_before, ece_after)  # a different temperature fit, measured from the same logits
     assert _mtimes(results / "benchmarks" / "infer") == infer_records  # no inference job ran
     assert _mtimes(results / "logits") == logits_before
+
+
+def test_adding_a_stage_reruns_only_measurement_and_opens_no_archive(tmp_path, finished_run):
+    workdir = _clone(finished_run, tmp_path / "stages")
+    results = workdir / "results"
+    target = "results/tables/sss_90_cifar100.parquet"
+    without = [s for s in STAGES if s != "spline"]
+    _set_config(workdir, stages=without)
+    _snakemake(workdir, target)
+    assert not any(c.startswith("spline_") for c in pd.read_parquet(results / target.split("/", 1)[1]).columns)
+    # Later: spline is added, with the archives and datasets gone.
+    shutil.move(workdir / "resources", tmp_path / "moved-resources")
+    _set_config(workdir, minibench={**TINY["minibench"], "build": False}, stages=list(STAGES))
+    logits_before = _mtimes(results / "logits")
+    searches = _mtimes(results / "recalibration")
+    proc = _snakemake(workdir, "-n", "--quiet", "rules", target)
+    assert "infer" not in proc.stdout + proc.stderr and "odir_search" not in proc.stdout + proc.stderr
+    _snakemake(workdir, target)
+    table = pd.read_parquet(results / target.split("/", 1)[1])
+    assert table["spline_ksce"].between(0, 1).all() and table["spline_accuracy"].between(0, 1).all()
+    assert _mtimes(results / "logits") == logits_before and _mtimes(results / "recalibration") == searches
 
 
 def test_analysis_settings_rerun_only_the_analysis_and_no_change_reruns_nothing(tmp_path, finished_run):

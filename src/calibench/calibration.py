@@ -1,28 +1,31 @@
-"""Validation/test split and temperature scaling (metrics-spec.md, "Temperature scaling").
+"""Every stage of one evaluation set, measured on the same test part
+(metrics-spec.md, "Temperature scaling"; recalibration-spec.md, "Common rules").
 
-``measure_stages_batch`` is what a measurement job calls: split the evaluation set,
-fit one temperature per network on the validation part, and measure the suite
-before (``pre``) and after (``post``) scaling on the same test part.
+``measure_stages_batch`` is what a measurement job calls: split the evaluation set once,
+fit every configured post-hoc method (:mod:`calibench.recalibration`) on the validation
+part of each network, and measure the whole metric suite on the test part for each
+stage: ``pre`` (the network's own softmax), ``post`` (temperature scaling), ``vs``,
+``ms``, ``dir``, ``iso``, ``hist``, ``spline``. A method whose fit fails or does not
+converge gives NaN for its stage of that network and a reason; the other stages and
+networks go on.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
-from .metrics import binned
 from .metrics._arrays import check_bins, check_logits
-from .metrics.suite import DEFAULT_BINS, DEFAULT_TACE_THRESHOLD, default_chunk_elements, measure_validated
+from .metrics.scores import auroc
+from .metrics.suite import DEFAULT_BINS, DEFAULT_TACE_THRESHOLD, measure_validated
+from .recalibration import STAGES, fit_stage
+from .recalibration.temperature import T_MAX, T_MIN, fit_temperature, fit_temperature_batch  # noqa: F401 (API)
 
-T_MIN, T_MAX = 0.05, 20.0
-BETA_TOLERANCE = 1e-8
-MAX_NEWTON_STEPS = 100
-GRID_TEMPERATURES = np.arange(1, 101) / 10.0  # 0.1, 0.2, ..., 10.0 (reference benchmark)
-GRID_ECE_BINS = 15
-METHODS = ("nll", "grid_ece")
-
+log = logging.getLogger(__name__)
 
 def split_indices(n: int, val_fraction: float = 0.2, seed: int = 42) -> tuple[np.ndarray, np.ndarray]:
     """Shuffle ``arange(n)`` with ``RandomState(seed)``; the first ``floor(val_fraction * n)`` validate."""
@@ -38,100 +41,72 @@ def split_indices(n: int, val_fraction: float = 0.2, seed: int = 42) -> tuple[np
     return order[:n_val], order[n_val:]
 
 
-def _nll_slope_curvature(z: torch.Tensor, z_true: torch.Tensor, beta: torch.Tensor):
-    """First and second derivative in beta of ``mean NLL(beta * z)``; z (M, N, K)."""
-    p = torch.softmax(beta[:, None, None] * z, dim=-1)
-    expected = (p * z).sum(-1)
-    second_moment = (p * z * z).sum(-1)
-    slope = (expected - z_true).mean(-1)
-    curvature = (second_moment - expected * expected).clamp(min=0).mean(-1)
-    return slope, curvature
+def _fit_isolated(stage: str, z_val: torch.Tensor, y_val: torch.Tensor, options: Mapping):
+    """Fit ``stage`` on all networks at once; if that raises, one network at a time, so a
+    network that breaks the fit fails alone. Yields (network indices, Fitted or None, reason)."""
+    m = z_val.shape[0]
+    try:
+        yield list(range(m)), fit_stage(stage, z_val, y_val, options), None
+        return
+    except Exception as exc:  # noqa: BLE001 - any failure of a numeric fit is isolated and recorded
+        if m == 1:
+            log.warning("stage %s: fit failed: %s", stage, exc)
+            yield [0], None, f"{stage} fit failed: {type(exc).__name__}: {exc}"
+            return
+        log.warning("stage %s: batched fit failed (%s); fitting network by network", stage, exc)
+    for i in range(m):
+        for _, fitted, reason in _fit_isolated(stage, z_val[i : i + 1], y_val, options):
+            yield [i], fitted, reason
 
 
-def _fit_nll(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Safeguarded Newton on beta = 1/T in [1/T_MAX, 1/T_MIN], vectorised over networks.
-
-    NLL is convex in beta, so its slope is increasing: the root is kept bracketed
-    and a Newton step that leaves the bracket is replaced by bisection.
-    """
+def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold, chunk_elements, ood_logits):
+    """Metrics (test part), fitted-parameter summaries and failures of one stage for M networks."""
     m = z.shape[0]
-    z_true = torch.gather(z, -1, y.expand(m, -1).unsqueeze(-1)).squeeze(-1)
-    lo = torch.full((m,), 1.0 / T_MAX, dtype=z.dtype, device=z.device)
-    hi = torch.full((m,), 1.0 / T_MIN, dtype=z.dtype, device=z.device)
-    slope_lo, _ = _nll_slope_curvature(z, z_true, lo)
-    slope_hi, _ = _nll_slope_curvature(z, z_true, hi)
-    at_lo = slope_lo >= 0  # NLL increasing over the whole range: T = T_MAX
-    at_hi = slope_hi <= 0  # decreasing (e.g. all correct with margin): T = T_MIN
-    beta = torch.ones_like(lo).clamp(lo, hi)
-    active = ~(at_lo | at_hi)
-    for _ in range(MAX_NEWTON_STEPS):
-        if not bool(active.any()):
-            break
-        idx = torch.nonzero(active).squeeze(-1)
-        b = beta[idx]
-        slope, curvature = _nll_slope_curvature(z[idx], z_true[idx], b)
-        new_lo = torch.where(slope < 0, b, lo[idx])
-        new_hi = torch.where(slope > 0, b, hi[idx])
-        newton = b - slope / curvature
-        ok = (curvature > 0) & (newton > new_lo) & (newton < new_hi)
-        step = torch.where(ok, newton, (new_lo + new_hi) / 2)
-        step = torch.where(slope == 0, b, step)
-        lo[idx], hi[idx], beta[idx] = new_lo, new_hi, step
-        converged = (step - b).abs() < BETA_TOLERANCE
-        active[idx[converged]] = False
-    beta = torch.where(at_lo, lo, torch.where(at_hi, hi, beta))
-    return 1.0 / beta
-
-
-def _ece_rows(conf: torch.Tensor, hit: torch.Tensor, n_bins: int) -> torch.Tensor:
-    rows = binned.sort_rows(conf, hit)
-    sums = binned.segment_sums(rows, binned.equal_width_segments(rows, (n_bins,)))
-    return binned.total_gap(sums)[:, 0] / rows.n
-
-
-def _fit_grid_ece(z: torch.Tensor, y: torch.Tensor, chunk_elements: int | None) -> torch.Tensor:
-    """The reference benchmark's fit: T on 0.1..10.0 minimising 15-bin ECE (first minimum)."""
-    m, n, k = z.shape
-    if chunk_elements is None:
-        chunk_elements = default_chunk_elements(z.device)
-    temperatures = torch.from_numpy(GRID_TEMPERATURES).to(z.device)
-    pred = torch.argmax(z, dim=-1)  # unchanged by any T > 0
-    hit = (pred == y).to(z.dtype)
-    best = torch.empty(m, dtype=z.dtype, device=z.device)
-    per_chunk = max(1, chunk_elements // (len(temperatures) * n * k))
-    for start in range(0, m, per_chunk):
-        zc = z[start : start + per_chunk]
-        scaled = zc[:, None] / temperatures[None, :, None, None]  # (m, T, N, K)
-        conf = torch.softmax(scaled, dim=-1).amax(dim=-1)
-        rows_hit = hit[start : start + per_chunk, None, :].expand_as(conf)
-        ece = _ece_rows(conf.reshape(-1, n), rows_hit.reshape(-1, n), GRID_ECE_BINS).reshape(-1, len(temperatures))
-        best[start : start + per_chunk] = temperatures[torch.argmin(ece, dim=-1)]
-    return best
-
-
-def fit_temperature_batch(logits_val, labels_val, method: str = "nll", chunk_elements: int | None = None):
-    """One temperature per network: logits (M, N, K), shared labels (N,) -> float64 array (M,).
-
-    ``nll``: argmin of the validation NLL over T in [0.05, 20], solved in beta = 1/T
-    to |d beta| < 1e-8. ``grid_ece``: the reference benchmark's grid search.
-    """
-    z, y = check_logits(logits_val, labels_val, batched=True)
-    return _fit(z, y, method, chunk_elements).cpu().numpy()
-
-
-def _fit(z: torch.Tensor, y: torch.Tensor, method: str, chunk_elements: int | None = None) -> torch.Tensor:
-    if method not in METHODS:
-        raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
-    with torch.inference_mode():
-        if method == "nll":
-            return _fit_nll(z, y)
-        return _fit_grid_ece(z, y, chunk_elements)
-
-
-def fit_temperature(logits_val, labels_val, method: str = "nll") -> float:
-    """The fitted temperature of one network: logits (N, K), labels (N,)."""
-    z, y = check_logits(logits_val, labels_val)
-    return float(_fit(z[None], y, method)[0])
+    names = None
+    metrics: dict[str, np.ndarray] = {}
+    info: dict[str, np.ndarray] = {}
+    failures: list[str | None] = [None] * m
+    groups = [(list(range(m)), None, None)] if stage == "pre" else _fit_isolated(stage, z[:, val_idx], y[val_idx], options)
+    for indices, fitted, reason in groups:
+        idx = torch.tensor(list(indices), device=z.device)
+        if fitted is None and stage != "pre":
+            for i in indices:
+                failures[i] = reason
+            continue
+        transform = (lambda t: t) if stage == "pre" else fitted.logits
+        with torch.inference_mode():
+            recalibrated = transform(z[idx][:, test_idx])
+        finite = ~(torch.isnan(recalibrated) | torch.isposinf(recalibrated)).flatten(1).any(1)
+        finite &= torch.isfinite(recalibrated.amax(-1)).all(-1)
+        values = measure_validated(recalibrated, y[test_idx], bins, tace_threshold, chunk_elements)
+        for name, ood in (ood_logits or {}).items():
+            with torch.inference_mode():
+                id_scores = torch.softmax(transform(z[idx]), -1).amax(-1)
+                ood_scores = torch.softmax(transform(ood[idx].to(torch.float64)), -1).amax(-1)
+            values[f"ood_auroc_{name}"] = auroc(id_scores, ood_scores).cpu().numpy()
+        if names is None:
+            names = list(values)
+            metrics = {n: np.full(m, np.nan) for n in names}
+        for n in names:
+            metrics[n][list(indices)] = values[n]
+        if fitted is not None:
+            for key, v in fitted.info.items():
+                info.setdefault(key, np.full(m, np.nan))[list(indices)] = v
+            for j, i in enumerate(indices):
+                failures[i] = fitted.failures[j]
+        for j, i in enumerate(indices):
+            if failures[i] is None and not bool(finite[j]):
+                failures[i] = f"{stage}: the recalibrated probabilities are not finite"
+    if names is None:  # every network failed: NaN metrics of the suite's names
+        names = list(measure_validated(z[:1, test_idx], y[test_idx], bins, tace_threshold, chunk_elements))
+        names += [f"ood_auroc_{name}" for name in (ood_logits or {})]
+        metrics = {n: np.full(m, np.nan) for n in names}
+    for i, why in enumerate(failures):
+        if why is not None:
+            for n in names:
+                metrics[n][i] = np.nan
+    metrics.update({f"fit_{key}": v for key, v in info.items()})
+    return metrics, failures
 
 
 def measure_stages_batch(
@@ -143,39 +118,53 @@ def measure_stages_batch(
     method: str = "nll",
     tace_threshold: float = DEFAULT_TACE_THRESHOLD,
     chunk_elements: int | None = None,
+    stages: Sequence[str] = ("pre", "post"),
+    recalibration: Mapping | None = None,
+    ood_logits: Mapping[str, torch.Tensor] | None = None,
 ) -> dict:
-    """Pre- and post-temperature-scaling metrics for M networks on a shared evaluation set.
+    """Every stage's metrics for M networks on a shared evaluation set.
 
-    Returns ``{"temperature": (M,), "accuracy_full": (M,), "pre": {metric: (M,)},
-    "post": {metric: (M,)}}``: the temperature fitted on the validation part, the
-    accuracy on the whole evaluation set (what NATS-Bench reports), and the suite
-    on the test part before and after dividing the logits by the temperature.
+    Returns ``{"accuracy_full": (M,), stage: {name: (M,)} for each stage, "failures":
+    {stage: [None or reason] * M}}`` and, with ``post``, ``"temperature": (M,)``. A stage's
+    names are the metric suite's (measured on the test part; ``ood_auroc_{set}`` for each
+    of ``ood_logits``, OoD sets (M, Q, K) through the same fitted map) and ``fit_{name}``
+    for the fitted parameters (``fit_temperature``, ``fit_w_norm``, ...). ``recalibration``:
+    the methods' options (:func:`calibench.recalibration.fit_stage`); ``method``: the
+    temperature fit.
     """
     z, y = check_logits(logits, labels, batched=True)
     bins = check_bins(bins)
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise ValueError(f"stages: unknown {unknown}; expected some of {STAGES}")
+    options = dict(recalibration or {})
+    options.setdefault("temperature", {"method": method})
     val_idx, test_idx = split_indices(z.shape[1], val_fraction, seed)
     val_idx = torch.from_numpy(val_idx).to(z.device)
     test_idx = torch.from_numpy(test_idx).to(z.device)
-    temperature = _fit(z[:, val_idx], y[val_idx], method, chunk_elements)
     with torch.inference_mode():
         accuracy_full = (torch.argmax(z, dim=-1) == y).to(z.dtype).mean(dim=-1)  # argmax of logits = of softmax
-    z_test, y_test = z[:, test_idx], y[test_idx]
-    return {
-        "temperature": temperature.cpu().numpy(),
-        "accuracy_full": accuracy_full.cpu().numpy(),
-        "pre": measure_validated(z_test, y_test, bins, tace_threshold, chunk_elements),
-        "post": measure_validated(z_test / temperature[:, None, None], y_test, bins, tace_threshold, chunk_elements),
-    }
+    out: dict = {"accuracy_full": accuracy_full.cpu().numpy(), "failures": {}}
+    for stage in stages:
+        metrics, failures = _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold,
+                                           chunk_elements, ood_logits)
+        out[stage] = metrics
+        out["failures"][stage] = failures
+    if "post" in out:
+        out["temperature"] = out["post"]["fit_temperature"]
+    return out
 
 
 def measure_stages(logits, labels, bins=DEFAULT_BINS, val_fraction: float = 0.2, seed: int = 42, method: str = "nll",
-                   tace_threshold: float = DEFAULT_TACE_THRESHOLD) -> dict:
+                   tace_threshold: float = DEFAULT_TACE_THRESHOLD, stages: Sequence[str] = ("pre", "post"),
+                   recalibration: Mapping | None = None) -> dict:
     """:func:`measure_stages_batch` for one network (N, K): floats instead of arrays."""
     z, y = check_logits(logits, labels)
-    out = measure_stages_batch(z[None], y, bins, val_fraction, seed, method, tace_threshold)
-    return {
-        "temperature": float(out["temperature"][0]),
-        "accuracy_full": float(out["accuracy_full"][0]),
-        "pre": {k: float(v[0]) for k, v in out["pre"].items()},
-        "post": {k: float(v[0]) for k, v in out["post"].items()},
-    }
+    out = measure_stages_batch(z[None], y, bins, val_fraction, seed, method, tace_threshold, stages=stages,
+                               recalibration=recalibration)
+    single = {"accuracy_full": float(out["accuracy_full"][0]),
+              "failures": {s: f[0] for s, f in out["failures"].items()}}
+    if "temperature" in out:
+        single["temperature"] = float(out["temperature"][0])
+    single.update({s: {k: float(v[0]) for k, v in out[s].items()} for s in stages})
+    return single

@@ -56,7 +56,17 @@ def _measure_chunk(args: argparse.Namespace) -> int:
 
     measure_chunk_job(json.loads(args.settings), _runtime(args), args.space, args.hp, args.dataset, args.chunk,
                       args.results, args.logits_manifest, args.labels, args.manifest, keep_logits=args.keep_logits,
-                      progress=not args.quiet)
+                      progress=not args.quiet, odir_file=args.odir)
+    return 0
+
+
+def _odir_search(args: argparse.Namespace) -> int:
+    from .pipeline import odir_search_job
+    from .runtime import keep_freed_memory
+
+    keep_freed_memory()
+    odir_search_job(json.loads(args.settings), args.space, args.hp, args.dataset, args.results, args.logits_manifests,
+                    args.labels, args.out)
     return 0
 
 
@@ -235,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs = (("population", _population, "job: write a space's population and chunks"),
             ("labels", _labels, "job: one evaluation set's labels into the logits store"),
             ("infer-chunk", _infer_chunk, "job: logits of one chunk on every dataset into the store"),
+            ("odir-search", _odir_search, "job: the ms/dir lambda, mu of one (space, hp, dataset) from stored logits"),
             ("measure-chunk", _measure_chunk, "job: measure one chunk of one dataset from the store into shards"),
             ("build-table", _build_table, "job: aggregate shards into a wide table"),
             ("analyze", _analyze, "job: Kendall, HCS, plots, report"))
@@ -243,15 +254,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         if name != "build-table":
             p.add_argument("--settings", required=True, help="the stage's settings as JSON (calibench.settings)")
-        if name in ("population", "infer-chunk", "measure-chunk", "build-table"):
+        if name in ("population", "infer-chunk", "odir-search", "measure-chunk", "build-table"):
             p.add_argument("--space", required=True)
-        if name in ("labels", "measure-chunk", "build-table"):
+        if name in ("labels", "odir-search", "measure-chunk", "build-table"):
             p.add_argument("--dataset", required=True)
-        if name in ("infer-chunk", "measure-chunk", "build-table"):
+        if name in ("infer-chunk", "odir-search", "measure-chunk", "build-table"):
             p.add_argument("--hp", required=True)
-        if name in ("infer-chunk", "measure-chunk", "build-table", "analyze"):
+        if name in ("infer-chunk", "odir-search", "measure-chunk", "build-table", "analyze"):
             p.add_argument("--results", required=True)
-        if name in ("population", "labels", "build-table"):
+        if name in ("population", "labels", "odir-search", "build-table"):
             p.add_argument("--out", required=True)
         if name in ("infer-chunk", "measure-chunk"):
             p.add_argument("--chunk", type=int, required=True)
@@ -265,6 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--logits-manifest", required=True, help="the chunk's inference manifest")
             p.add_argument("--labels", required=True, help="the dataset's labels file in the store")
             p.add_argument("--keep-logits", type=lambda v: v.lower() in ("1", "true", "yes"), default=True)
+            p.add_argument("--odir", default=None, help="the lambda, mu search's result (where the config leaves them)")
+        if name == "odir-search":
+            p.add_argument("--logits-manifests", nargs="+", required=True, help="inference manifests of the sample")
+            p.add_argument("--labels", required=True, help="the dataset's labels file in the store")
         if name == "build-table":
             p.add_argument("--failures", default=None)
             p.add_argument("--manifests", nargs="*", default=[])

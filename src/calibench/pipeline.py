@@ -190,43 +190,110 @@ class StoredNetwork:
     logits_file: str
 
 
-def _ood_auroc(id_logits: torch.Tensor, ood_logits: torch.Tensor) -> torch.Tensor:
-    """Per network, AUROC of max-softmax scores: (M, N, K) and (M, Q, K) -> (M,)."""
-    id_scores = torch.softmax(id_logits.double(), -1).amax(-1)
-    ood_scores = torch.softmax(ood_logits.double(), -1).amax(-1)
-    return auroc(id_scores, ood_scores)
-
-
 def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: Mapping, space: str, hp: str,
                    dataset: str, shard_keys: Mapping[int, str]):
-    """Metrics for a group of networks at once; returns one (provenance, stages) per network."""
+    """Metrics of every stage for a group of networks at once; returns one (provenance,
+    stages, stage failures) per network."""
     from .calibration import measure_stages_batch
 
     temp = settings["temperature"]
     logits = torch.stack([r.logits for r in group])
+    ood = {name: torch.stack([r.ood_logits[name] for r in group]) for name in group[0].ood_logits}
+    stages = list(settings.get("stages", ("pre", "post")))
     out = measure_stages_batch(
         logits, labels, bins=settings["bins"], val_fraction=temp["val_fraction"], seed=temp["seed"],
-        method=temp["method"], tace_threshold=settings["tace_threshold"],
+        method=temp["method"], tace_threshold=settings["tace_threshold"], stages=stages,
+        recalibration={"temperature": temp, **settings.get("recalibration", {})}, ood_logits=ood,
     )
-    stages = {stage: dict(out[stage]) for stage in ("pre", "post")}  # new keys below; the arrays are not modified
-    temperature = torch.from_numpy(out["temperature"])
-    for name in group[0].ood_logits:
-        ood = torch.stack([r.ood_logits[name] for r in group])
-        stages["pre"][f"ood_auroc_{name}"] = _ood_auroc(logits, ood).numpy()
-        scale = temperature[:, None, None].float()
-        stages["post"][f"ood_auroc_{name}"] = _ood_auroc(logits / scale, ood / scale).numpy()
+    temperature = out.get("temperature")
     results = []
     for i, r in enumerate(group):
         provenance = {
             "space": space, "hp": hp, "dataset": dataset, "arch_index": r.index, "arch_str": r.arch_str,
-            "seed": r.seed, "params": r.params, "flops": r.flops, "temperature": float(out["temperature"][i]),
+            "seed": r.seed, "params": r.params, "flops": r.flops,
+            "temperature": float(temperature[i]) if temperature is not None else float("nan"),
             "accuracy": float(out["accuracy_full"][i]), "recorded_accuracy": r.recorded_accuracy,
             "n_eval": int(labels.shape[0]), "config_hash": shard_keys[r.index], "logits_key": r.logits_key,
             "logits_file": r.logits_file,
         }
-        per_stage = {stage: {k: v[i] for k, v in values.items()} for stage, values in stages.items()}
-        results.append((provenance, per_stage))
+        per_stage = {stage: {k: v[i] for k, v in out[stage].items()} for stage in stages}
+        failed = {stage: out["failures"][stage][i] for stage in stages if out["failures"][stage][i] is not None}
+        results.append((provenance, per_stage, failed))
     return results
+
+
+def resolve_odir(settings: Mapping, odir_file: str | Path | None) -> dict:
+    """The measurement settings with the ODIR lambda, mu that the config leaves open filled in
+    from the search's result (they enter the shard key like any setting)."""
+    settings = json.loads(json.dumps(settings))
+    rec = settings.get("recalibration", {})
+    open_stages = [s for s in ("ms", "dir") if s in rec and (rec[s]["lambda"] is None or rec[s]["mu"] is None)]
+    if not open_stages:
+        return settings
+    if odir_file is None:
+        raise ValueError(f"stages {open_stages}: lambda, mu are left to the search (config recalibration.odir), "
+                         "but no search result was given (--odir)")
+    found = json.loads(Path(odir_file).read_text())
+    for stage in open_stages:
+        if stage not in found.get("chosen", {}):
+            raise ValueError(f"{odir_file}: no lambda, mu chosen for stage {stage}")
+        chosen = found["chosen"][stage]
+        for name in ("lambda", "mu"):
+            if rec[stage][name] is None:
+                rec[stage][name] = float(chosen[name])
+    return settings
+
+
+def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, results: str | Path,
+                    infer_manifests: list[str | Path], labels_file: str | Path, out: str | Path) -> dict:
+    """The ODIR lambda, mu of one (space, hp, dataset), once (recalibration-spec.md, "Choosing
+    lambda and mu"): cross-validated NLL on the validation parts of a seeded sample of the
+    population's networks, read from the logits store. ``settings``:
+    :func:`calibench.settings.odir_search_settings`."""
+    from .calibration import split_indices
+    from .recalibration.odir_search import search_odir
+    from .settings import search_sample
+
+    results = Path(results)
+    doc = json.loads(population_path(results, space).read_text())
+    sample = set(search_sample(doc["selected"], settings["networks"], settings["seed"]))
+    keys: dict[int, str] = {}
+    for m in infer_manifests:
+        keys.update({int(i): k for i, k in json.loads(Path(m).read_text())["datasets"].get(dataset, {}).items()})
+    labels_read = store.read_labels(labels_file)
+    networks, logits = [], []
+    for index in sorted(sample):
+        if index not in keys:
+            log.warning("architecture %d: no logits (failed inference); left out of the search", index)
+            continue
+        try:
+            stored = _read_stored(results, space, hp, dataset, index, keys[index], labels_read)
+        except (store.StoreError, OSError, KeyError, ValueError) as exc:
+            log.warning("architecture %d: %s; left out of the search", index, exc)
+            continue
+        networks.append(index)
+        logits.append(stored[0].logits)  # the first stored seed
+    if not networks:
+        raise RuntimeError(f"{space} hp={hp} {dataset}: none of the {len(sample)} sampled networks has logits")
+    val_idx, _ = split_indices(len(labels_read.labels), settings["split"]["val_fraction"], settings["split"]["seed"])
+    z_val = torch.stack(logits).to(torch.float64)[:, torch.from_numpy(val_idx)]
+    y_val = torch.from_numpy(labels_read.labels).long()[torch.from_numpy(val_idx)]
+    chosen, grids = {}, {}
+    start = time.perf_counter()
+    for stage in settings["stages"]:
+        t0 = time.perf_counter()
+        found = search_odir(z_val, y_val, stage, grid=tuple(settings["grid"]), folds=settings["folds"],
+                            seed=settings["seed"], max_iterations=settings["max_iterations"],
+                            tolerance=settings["tolerance"])
+        chosen[stage] = {"lambda": float(found["lambda"]), "mu": float(found["mu"])}
+        grids[stage] = found["grid"]
+        log.info("%s hp=%s %s %s: lambda=%g mu=%g (mean CV NLL %.6f) from %d networks in %.1f s", space, hp,
+                 dataset, stage, found["lambda"], found["mu"], found["nll"], len(networks), time.perf_counter() - t0)
+    summary = {"space": space, "hp": hp, "dataset": dataset, "settings": dict(settings), "networks": networks,
+               "n_val": int(len(val_idx)), "chosen": chosen, "grid": grids,
+               "seconds": round(time.perf_counter() - start, 3)}
+    write_json_atomic(summary, out)
+    return summary
 
 
 def shard_key(settings: Mapping, logits_key: str) -> str:
@@ -256,12 +323,14 @@ def _read_stored(results: Path, space: str, hp: str, dataset: str, index: int, e
 
 def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, dataset: str, chunk: int,
                       results: str | Path, infer_manifest: str | Path, labels_file: str | Path, manifest: str | Path,
-                      keep_logits: bool = True, progress: bool = True) -> dict:
+                      keep_logits: bool = True, progress: bool = True, odir_file: str | Path | None = None) -> dict:
     """Measure one chunk of one dataset from the logits store; a shard per network, then the
-    manifest. ``settings``: :func:`calibench.settings.measurement_settings`."""
+    manifest. ``settings``: :func:`calibench.settings.measurement_settings`; ``odir_file``:
+    the lambda, mu search's result where the config leaves them to it."""
     from .runtime import keep_freed_memory
 
     keep_freed_memory()
+    settings = resolve_odir(settings, odir_file)
     results = Path(results)
     inferred = json.loads(Path(infer_manifest).read_text())
     indices = inferred["indices"]
@@ -275,6 +344,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
              "logits (failed inference)", space, hp, dataset, chunk, len(indices), skipped, len(todo),
              len(indices) - len(keys))
     measured: set[int] = set()
+    stage_failures: list[dict] = []  # a stage of a network is NaN (its fit failed); the shard stands
     start = time.perf_counter()
     if todo:
         labels_read = store.read_labels(labels_file)
@@ -284,10 +354,18 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
 
         def flush():
             by_index: dict[int, list] = {}
-            for provenance, stages in _measure_group(pending, labels, settings, space, hp, dataset, keys):
+            for provenance, stages, failed in _measure_group(pending, labels, settings, space, hp, dataset, keys):
                 by_index.setdefault(provenance["arch_index"], []).append(shards.shard_table(provenance, stages))
+                for stage, reason in failed.items():  # the network keeps its shard; this stage is NaN
+                    log.warning("architecture %d seed %d: stage %s is NaN: %s", provenance["arch_index"],
+                                provenance["seed"], stage, reason)
+                    stage_failures.append({"space": space, "hp": hp, "dataset": dataset,
+                                           "arch_index": provenance["arch_index"], "seed": provenance["seed"],
+                                           "source": provenance["logits_file"], "reason": reason, "stage": stage})
             for index, tables in by_index.items():
-                shards.write_atomic_parquet(pa.concat_tables(tables), shards.shard_path(results, space, hp, dataset, index))
+                own = [f for f in stage_failures if f["arch_index"] == index]
+                table = shards.with_stage_failures(pa.concat_tables(tables), own)
+                shards.write_atomic_parquet(table, shards.shard_path(results, space, hp, dataset, index))
                 measured.add(index)
             pending.clear()
 
@@ -305,6 +383,8 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
             pending.extend(networks)
         if pending:
             flush()
+    for index in set(keys) - set(todo):  # valid shards kept from an earlier run: their NaN stages' reasons
+        stage_failures += shards.read_stage_failures(shards.shard_path(results, space, hp, dataset, index))
     computed = len(measured)
     removed = 0
     if not keep_logits:  # the logits of every valid shard (found valid, or just written) have served
@@ -315,7 +395,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                 removed += 1
     failed = sorted({f["arch_index"] for f in failures})
     summary = {"space": space, "hp": hp, "dataset": dataset, "chunk": chunk, "indices": indices,
-               "skipped": skipped, "computed": computed, "failed": failed, "failures": failures,
+               "skipped": skipped, "computed": computed, "failed": failed, "failures": failures + stage_failures,
                "shards": {str(i): k for i, k in keys.items() if i not in failed},
                "logits_removed": removed, "seconds": round(time.perf_counter() - start, 3)}
     log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s", chunk, computed, skipped, len(failed),

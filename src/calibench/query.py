@@ -49,12 +49,19 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
 
 
 def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str | Path = "results", ascending: bool = False):
+    """The top ``n`` measured networks of one table by any column of the ``networks`` view
+    (every stage's metric, e.g. ``vs_ece_15``, ``spline_ksce``, ``ms_fit_lambda``)."""
     con = connect(results)
     columns = [r[0] for r in con.execute("DESCRIBE networks").fetchall()]
     if by not in columns:
-        raise ValueError(f"--by {by!r}: not a column of the networks view (e.g. hcs_1, accuracy, pre_ece_15)")
+        stages = sorted({c.split("_", 1)[0] for c in columns if c.endswith("_accuracy")})
+        raise ValueError(f"--by {by!r}: not a column of the networks view (e.g. hcs_1, accuracy, pre_ece_15; "
+                         f"stages present: {', '.join(stages)})")
+    shown = [c for c in ("arch_index", "measured_by", "arch_str", "accuracy", "pre_ece_15", "post_ece_15",
+                         "temperature") if c in columns]
+    shown += [by] if by not in shown else []
     order = "ASC" if ascending else "DESC"
-    sql = (f"SELECT arch_index, measured_by, arch_str, accuracy, pre_ece_15, post_ece_15, temperature, \"{by}\" "
-           f"FROM networks WHERE space = '{space}' AND dataset = '{dataset}' AND arch_index = measured_by "
-           f"ORDER BY \"{by}\" {order} LIMIT {int(n)}")
+    select = ", ".join(f'"{c}"' for c in shown)
+    sql = (f"SELECT {select} FROM networks WHERE space = '{space}' AND dataset = '{dataset}' "
+           f"AND arch_index = measured_by ORDER BY \"{by}\" {order} NULLS LAST LIMIT {int(n)}")
     return run_query(sql, results)

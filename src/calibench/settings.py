@@ -18,6 +18,10 @@ from collections.abc import Mapping
 # inference jobs' params, so old logits are recomputed.
 INFERENCE_VERSION = 1
 
+# Post-hoc stages that need the ODIR lambda, mu (recalibration-spec.md), and the search grid.
+ODIR_STAGES = ("ms", "dir")
+DEFAULT_ODIR_GRID = (1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3)
+
 
 def population_settings(config: Mapping, space: str) -> dict:
     """The architectures of one space and their chunks."""
@@ -37,11 +41,66 @@ def labels_settings(config: Mapping) -> dict:
     return {"datasets_root": config["datasets_root"]}
 
 
+def recalibration_settings(config: Mapping) -> dict:
+    """The options of the configured post-hoc methods that change their numbers
+    (recalibration-spec.md); a method that does not run contributes nothing. ``ms`` / ``dir``
+    lambda and mu are ``None`` where the search chooses them (:func:`odir_search_settings`)."""
+    stages = list(config["stages"])
+    rec = config.get("recalibration", {})
+    out: dict = {}
+    if any(s in stages for s in ("vs", "ms", "dir")):
+        out["max_iterations"] = int(rec.get("max_iterations", 1000))
+        out["tolerance"] = float(rec.get("tolerance", 1e-6))
+    odir = rec.get("odir", {})
+    for s in ODIR_STAGES:
+        if s in stages:
+            given = odir.get(s) or {}
+            out[s] = {"lambda": given.get("lambda"), "mu": given.get("mu")}
+    if "hist" in stages:
+        out["hist_bins"] = int(rec.get("hist_bins", 15))
+    if "spline" in stages:
+        out["spline_knots"] = int(rec.get("spline_knots", 6))
+    return out
+
+
 def measurement_settings(config: Mapping) -> dict:
-    """What a shard's numbers depend on besides its logits: bin counts, TACE threshold, the
-    temperature fit (method, validation fraction, split seed)."""
+    """What a shard's numbers depend on besides its logits (and the searched ODIR lambda, mu):
+    bin counts, TACE threshold, the split and temperature fit, the stages and their methods'
+    options."""
     return {"bins": list(config["bins"]), "tace_threshold": config["tace_threshold"],
-            "temperature": dict(config["temperature"])}
+            "temperature": dict(config["temperature"]), "stages": list(config["stages"]),
+            "recalibration": recalibration_settings(config)}
+
+
+def odir_searched_stages(config: Mapping) -> list[str]:
+    """The ODIR stages (ms, dir) that run and whose lambda or mu the config leaves to the search."""
+    rec = recalibration_settings(config)
+    return [s for s in ODIR_STAGES if s in rec and (rec[s]["lambda"] is None or rec[s]["mu"] is None)]
+
+
+def odir_search_settings(config: Mapping) -> dict:
+    """What the lambda, mu search of one (space, hp, dataset) depends on besides the logits:
+    the searched stages, the sample, folds and grid, the split (validation parts) and the
+    fit's iteration limits (recalibration-spec.md, "Choosing lambda and mu")."""
+    search = dict(config.get("recalibration", {}).get("odir", {}).get("search", {}))
+    rec = recalibration_settings(config)
+    return {"stages": odir_searched_stages(config),
+            "networks": int(search.get("networks", 64)), "folds": int(search.get("folds", 5)),
+            "seed": int(search.get("seed", 0)),
+            "grid": [float(g) for g in search.get("grid", DEFAULT_ODIR_GRID)],
+            "split": {"val_fraction": config["temperature"]["val_fraction"], "seed": config["temperature"]["seed"]},
+            "max_iterations": rec.get("max_iterations", 1000), "tolerance": rec.get("tolerance", 1e-6)}
+
+
+def search_sample(selected: list[int], networks: int, seed: int) -> list[int]:
+    """The seeded sample of a population's networks the lambda, mu search fits (sorted)."""
+    import numpy as np
+
+    selected = sorted(int(i) for i in selected)
+    if len(selected) <= networks:
+        return selected
+    chosen = np.random.RandomState(seed).choice(len(selected), size=networks, replace=False)
+    return sorted(selected[i] for i in chosen)
 
 
 def analysis_settings(config: Mapping) -> dict:

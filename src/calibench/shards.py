@@ -29,8 +29,8 @@ SHARD_SCHEMA = pa.schema(
         ("arch_index", pa.int32()),
         ("arch_str", pa.string()),
         ("seed", pa.int32()),
-        ("stage", pa.string()),  # pre | post
-        ("metric", pa.string()),
+        ("stage", pa.string()),  # pre | post | vs | ms | dir | iso | hist | spline
+        ("metric", pa.string()),  # the suite's names, and fit_* for a stage's fitted parameters
         ("bins", pa.int16()),  # null for unbinned metrics
         ("value", pa.float64()),
         ("params", pa.float64()),
@@ -99,6 +99,23 @@ def shard_table(provenance: Mapping, stages: Mapping[str, Mapping[str, float]]) 
 def write_atomic_parquet(table: pa.Table, path: str | Path) -> Path:
     """Write to a temporary file in the same directory, then rename: readers never see half a file."""
     return atomic_write(path, lambda f: pq.write_table(table, f, compression="zstd"))
+
+
+STAGE_FAILURES_KEY = b"calibench_stage_failures"
+
+
+def with_stage_failures(table: pa.Table, failures: list[dict]) -> pa.Table:
+    """The shard with the reasons of its NaN stages in its schema metadata, so that a later
+    run that keeps the shard still reports them (recalibration-spec.md, "Common rules")."""
+    metadata = dict(table.schema.metadata or {})
+    metadata[STAGE_FAILURES_KEY] = json.dumps(failures).encode()
+    return table.replace_schema_metadata(metadata)
+
+
+def read_stage_failures(path: str | Path) -> list[dict]:
+    """The stage failures a shard recorded (:func:`with_stage_failures`); [] if none."""
+    metadata = pq.read_schema(path).metadata or {}
+    return json.loads(metadata.get(STAGE_FAILURES_KEY, b"[]"))
 
 
 def is_valid_shard(path: str | Path, expected_hash: str) -> bool:

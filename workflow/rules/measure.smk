@@ -1,8 +1,17 @@
+def odir_input(wildcards):
+    """The lambda, mu search's result, where the config leaves it to the search."""
+    if not stage.odir_searched_stages(config):
+        return {}
+    return {"odir": f"{RESULTS}/recalibration/odir_{wildcards.space}_{wildcards.hp}_{wildcards.dataset}.json"}
+
+
 rule measure:
-    """One chunk of one (space, hp, dataset) from the logits store: the temperature fit and
-    every metric of every stage, a parquet shard per network, then the chunk's manifest.
-    Never opens an archive. Shards already valid are skipped."""
+    """One chunk of one (space, hp, dataset) from the logits store: every configured post-hoc
+    method fitted on the validation part, every metric of every stage on the test part, a
+    parquet shard per network, then the chunk's manifest. Never opens an archive. Shards
+    already valid are skipped."""
     input:
+        unpack(odir_input),
         logits=f"{RESULTS}/chunks/infer/{{space}}_{{hp}}/chunk{{chunk}}.json",
         labels=f"{RESULTS}/logits/labels/dataset={{dataset}}.parquet",
     output:
@@ -16,9 +25,10 @@ rule measure:
     params:
         settings=stage_json(stage.measurement_settings(config)),
         results=results_of(3),
+        odir=lambda wildcards, input: f"--odir {input.odir}" if "odir" in input.keys() else "",
         python=PYTHON,
     shell:
         "{params.python} -m calibench.cli measure-chunk --settings {params.settings:q} --space {wildcards.space} "
         "--hp {wildcards.hp} --dataset {wildcards.dataset} --chunk {wildcards.chunk} --results {params.results} "
-        "--logits-manifest {input.logits} --labels {input.labels} --manifest {output} "
+        "--logits-manifest {input.logits} --labels {input.labels} --manifest {output} {params.odir} "
         f"--keep-logits {KEEP_LOGITS} {RUNTIME} > {{log}} 2>&1"

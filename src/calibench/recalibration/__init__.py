@@ -1,0 +1,54 @@
+"""Post-hoc recalibration, every method of recalibration-spec.md (numeric core: arrays in,
+fitted maps out; batched over networks; CPU or CUDA).
+
+Each ``fit_*`` takes validation logits (M, N_val, K) and shared labels (N_val,) and
+returns a :class:`Fitted` whose ``probs(logits)`` gives full probability vectors and whose
+``info`` holds the per-network fitted parameters (:mod:`.base`).
+"""
+
+from .base import Fitted
+from .temperature import fit_temperature, fit_temperature_batch, fit_temperature_scaling
+
+__all__ = ["STAGES", "ODIR_STAGES", "fit_stage", "Fitted", "fit_temperature", "fit_temperature_batch", "fit_temperature_scaling"]
+
+# Stage names in shards and tables (recalibration-spec.md, "Common rules"), in table order.
+STAGES = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")
+ODIR_STAGES = ("ms", "dir")
+
+
+def fit_stage(stage: str, logits_val, labels_val, options=None) -> Fitted:
+    """Fit the method of ``stage`` to M networks: logits (M, N_val, K) float64, labels (N_val,).
+
+    ``options`` (all optional): ``temperature: {method}``; ``max_iterations``, ``tolerance``
+    (vs, ms, dir); ``ms`` / ``dir``: ``{lambda, mu}`` (required for those stages);
+    ``hist_bins`` (15); ``spline_knots`` (6).
+    """
+    options = dict(options or {})
+    iterations = {k: options[k] for k in ("max_iterations", "tolerance") if options.get(k) is not None}
+    if stage == "post":
+        return fit_temperature_scaling(logits_val, labels_val, options.get("temperature", {}).get("method", "nll"))
+    if stage == "vs":
+        from .scaling import fit_vector_scaling
+
+        return fit_vector_scaling(logits_val, labels_val, **iterations)
+    if stage in ODIR_STAGES:
+        from .scaling import fit_dirichlet, fit_matrix_scaling
+
+        odir = options.get(stage) or {}
+        if odir.get("lambda") is None or odir.get("mu") is None:
+            raise ValueError(f"{stage}: lambda and mu must be given (config, or the search: odir_search)")
+        fit = fit_matrix_scaling if stage == "ms" else fit_dirichlet
+        return fit(logits_val, labels_val, float(odir["lambda"]), float(odir["mu"]), **iterations)
+    if stage == "iso":
+        from .nonparametric import fit_isotonic
+
+        return fit_isotonic(logits_val, labels_val)
+    if stage == "hist":
+        from .nonparametric import fit_histogram_binning
+
+        return fit_histogram_binning(logits_val, labels_val, n_bins=int(options.get("hist_bins", 15)))
+    if stage == "spline":
+        from .spline import fit_spline
+
+        return fit_spline(logits_val, labels_val, n_knots=int(options.get("spline_knots", 6)))
+    raise ValueError(f"stage: {stage!r} is not a recalibration method; expected one of {STAGES[1:]}")

@@ -1,0 +1,35 @@
+def odir_manifests(wildcards):
+    """Inference manifests of the chunks that hold the search's seeded sample of networks."""
+    population = checkpoints.population.get(space=wildcards.space).output[0]
+    with open(population) as f:
+        doc = json.load(f)
+    search = stage.odir_search_settings(config)
+    sample = set(stage.search_sample(doc["selected"], search["networks"], search["seed"]))
+    chunks = [i for i, chunk in enumerate(doc["chunks"]) if sample & set(chunk)]
+    return [f"{RESULTS}/chunks/infer/{wildcards.space}_{wildcards.hp}/chunk{i:05d}.json" for i in chunks]
+
+
+rule odir_search:
+    """The ODIR lambda, mu of matrix scaling and Dirichlet calibration, once per (space, hp,
+    dataset): 5-fold cross-validated NLL on the validation parts of a seeded sample of the
+    population's networks, from the logits store (recalibration-spec.md). Runs only for the
+    stages whose lambda, mu the config leaves null."""
+    input:
+        logits=odir_manifests,
+        labels=f"{RESULTS}/logits/labels/dataset={{dataset}}.parquet",
+    output:
+        f"{RESULTS}/recalibration/odir_{{space}}_{{hp}}_{{dataset}}.json",
+    conda:
+        "../../environment.yml"
+    log:
+        f"{RESULTS}/logs/odir_search/{{space}}_{{hp}}_{{dataset}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/odir_search/{{space}}_{{hp}}_{{dataset}}.tsv"
+    params:
+        settings=stage_json(stage.odir_search_settings(config)),
+        results=results_of(1),
+        python=PYTHON,
+    shell:
+        "{params.python} -m calibench.cli odir-search --settings {params.settings:q} --space {wildcards.space} "
+        "--hp {wildcards.hp} --dataset {wildcards.dataset} --results {params.results} --out {output} "
+        "--logits-manifests {input.logits} --labels {input.labels} > {log} 2>&1"
