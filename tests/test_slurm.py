@@ -31,6 +31,8 @@ TINY = {
     "measure_group": 1,
     "device": "cpu",  # the fake GPUs have no CUDA: the config says to use the CPU on purpose
     "analysis": {"hcs_betas": [1], "top_k": [], "top_n": 3},
+    # Every stage; lambda, mu given (the search job is proven in test_workflow.py).
+    "recalibration": {"odir": {"ms": {"lambda": 0.1, "mu": 0.1}, "dir": {"lambda": 0.1, "mu": 0.1}}},
 }
 SET_RESOURCES = ["infer:mem_mb=2000", "infer:cpus_per_task=1", "measure:mem_mb=1000", "measure:cpus_per_task=1",
                  "analysis:mem_mb=2000", "table:mem_mb=1000"]

@@ -4,13 +4,25 @@ Reads only the wide tables. Writes tidy parquet files under ``{results}/analysis
 PNG plots under ``{results}/plots/`` and one HTML report, ``{results}/report.html``:
 
 * Kendall tau-b matrices: one metric across datasets (Fig. 2), metrics against each
-  other within a dataset (Fig. 4a), pre- against post-temperature-scaling ECE across
-  bin counts (Fig. 4b), for the top-k networks by accuracy and for all of them.
+  other within a dataset (Fig. 4a), pre- against post-method ECE across bin counts
+  (Fig. 4b; the paper's question 4, for temperature scaling and for every other
+  post-hoc method in the tables), for the top-k networks by accuracy and for all of them.
 * HCS_beta (metrics-spec.md, "Harmonic Calibration Score") rankings with the top n per
   dataset; for TSS the operation frequency on each edge among the top n (Fig. 10), for
   SSS ECE and accuracy by size bracket (Fig. 7).
+* Post-hoc methods (recalibration-spec.md, "What the analysis asks of these stages"):
+  the distribution of each metric per (space, hp, dataset, stage)
+  (``methods_summary.parquet``/``.csv``: Nixon et al. 2019 Tables 1/2, Gupta et al.
+  2021 Table 1 at population scale) and how often each stage is the best for a network,
+  and by how much (``method_wins.parquet``).
 * Plots: the heatmaps, ECE by bin count before and after scaling (Fig. 6), ECE against
-  accuracy (Fig. 5), HCS against accuracy (Fig. 8).
+  accuracy (Fig. 5), HCS against accuracy (Fig. 8), ECE per method (box plots), the
+  method-by-metric win rates.
+
+Stages are those of recalibration-spec.md ("Common rules"): ``pre`` (the network's own
+softmax), ``post`` (temperature scaling) and ``vs, ms, dir, iso, hist, spline``; the
+analysis uses the stages whose ``{stage}_accuracy`` column is in the tables, so a run
+with ``stages: [pre, post]`` gives exactly the outputs it gave before.
 """
 
 from __future__ import annotations
@@ -31,6 +43,16 @@ log = logging.getLogger(__name__)
 
 EDGE_NAMES = ("1<-0", "2<-0", "2<-1", "3<-0", "3<-1", "3<-2")
 HCS_ECE = "pre_ece_15"
+# recalibration-spec.md, "Common rules": every stage a table may hold, in report order.
+STAGES = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")
+STAGE_NAMES = {"pre": "no recalibration: the network's softmax", "post": "temperature scaling", "vs": "vector scaling",
+               "ms": "matrix scaling, ODIR", "dir": "Dirichlet calibration, ODIR",
+               "iso": "isotonic regression, one-vs-rest", "hist": "histogram binning, one-vs-rest",
+               "spline": "spline recalibration, Gupta et al. 2021"}
+# The method-comparison metrics; the binned ones at the bin count nearest 15 (see summary_metrics).
+BINNED_SUMMARY = ("ece", "cwce", "ace", "tace")
+UNBINNED_SUMMARY = ("ksce", "nll", "brier", "accuracy")
+HIGHER_IS_BETTER = frozenset({"accuracy"})
 
 
 def hcs(accuracy, ece, beta: float):
@@ -50,25 +72,240 @@ def measured(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["arch_index"] == df["measured_by"]]
 
 
+def _tau(x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """Kendall tau-b over the rows where neither value is NaN, and their count."""
+    keep = ~(np.isnan(x) | np.isnan(y))
+    n = int(keep.sum())
+    return (float(kendalltau(x[keep], y[keep]).statistic) if n > 1 else np.nan), n
+
+
 def kendall_matrix(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """Tidy tau-b matrix over pairwise-complete rows: columns row, col, tau, n."""
+    values = {c: df[c].to_numpy(dtype=float) for c in columns}
     rows, done = [], {}
     for a in columns:
         for b in columns:
             if (b, a) in done:  # tau-b is symmetric: each pair is computed once
                 tau, n = done[(b, a)]
             else:
-                pair = df[[a, b]].dropna() if a != b else df[[a]].dropna()
-                n = len(pair)
                 if a == b:
+                    n = int((~np.isnan(values[a])).sum())
                     tau = 1.0 if n > 1 else np.nan
-                elif n > 1:
-                    tau = kendalltau(pair[a], pair[b]).statistic
                 else:
-                    tau = np.nan
+                    tau, n = _tau(values[a], values[b])
                 done[(a, b)] = tau, n
             rows.append({"row": a, "col": b, "tau": float(tau), "n": n})
     return pd.DataFrame(rows)
+
+
+def kendall_cross(df: pd.DataFrame, rows: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
+    """The rectangular block ``rows`` x ``cols`` of :func:`kendall_matrix` (same columns: row,
+    col, tau, n; pairwise-complete rows), without the pairs inside ``rows`` or inside ``cols``."""
+    values = {c: df[c].to_numpy(dtype=float) for c in dict.fromkeys([*rows, *cols])}
+    out = []
+    for a in rows:
+        for b in cols:
+            tau, n = _tau(values[a], values[b])
+            out.append({"row": a, "col": b, "tau": tau, "n": n})
+    return pd.DataFrame(out, columns=["row", "col", "tau", "n"])
+
+
+# ---------------------------------------------------------------- stages and methods
+
+def stages_present(df: pd.DataFrame) -> list[str]:
+    """The stages of :data:`STAGES` whose ``{stage}_accuracy`` column is in ``df``, in that order."""
+    return [s for s in STAGES if f"{s}_accuracy" in df.columns]
+
+
+def method_stages(df: pd.DataFrame) -> list[str]:
+    """The post-hoc method stages in ``df``: every present stage except ``pre``."""
+    return [s for s in stages_present(df) if s != "pre"]
+
+
+def nearest_bins(bins: Sequence[int], target: int = 15) -> int:
+    """The configured bin count closest to ``target`` (15: Guo et al.'s and the paper's
+    choice); of two equally close, the smaller."""
+    if not bins:
+        raise ValueError("no bin counts configured")
+    return min(bins, key=lambda b: (abs(int(b) - target), int(b)))
+
+
+def summary_metrics(bins: Sequence[int]) -> list[str]:
+    """Column suffixes of the method comparison: ECE, cwCE (= SCE), ACE and TACE at the
+    bin count nearest 15, then KS error (top-1), NLL, Brier score and accuracy."""
+    b = nearest_bins(bins)
+    return [f"{m}_{b}" for m in BINNED_SUMMARY] + list(UNBINNED_SUMMARY)
+
+
+def table_stages(paths: Sequence[str | Path]) -> dict[tuple[str, str, str], list[str]]:
+    """(space, hp, dataset) -> the stages of that result table, from its schema (a table that
+    holds a stage whose fit failed on every network still lists it)."""
+    out = {}
+    for path in paths:
+        with pq.ParquetFile(path) as table:
+            if table.metadata.num_rows == 0:
+                continue
+            names = table.schema_arrow.names
+            first = table.read_row_group(0, columns=["space", "hp", "dataset"]).slice(0, 1).to_pylist()[0]
+        key = (str(first["space"]), str(first["hp"]), str(first["dataset"]))
+        out[key] = [s for s in STAGES if f"{s}_accuracy" in names]
+    return out
+
+
+def _listed(stages_by_table, space, hp, dataset) -> list[str] | None:
+    """A table's own stages from :func:`table_stages`; None (judge by the values) if unknown."""
+    if stages_by_table is None:
+        return None
+    return stages_by_table.get((str(space), str(hp), str(dataset)))
+
+
+def _group_stages(part: pd.DataFrame, stages: Sequence[str], metric: str,
+                  listed: Sequence[str] | None = None) -> list[str]:
+    """The stages of one table with a ``{stage}_{metric}`` column: those of ``listed`` (the
+    table's own stages, :func:`table_stages`) if given; otherwise those with at least one
+    non-NaN value in ``part``, since a stage missing from one table of a concatenation is
+    all NaN there (a stage that failed on every network of the table is then left out too,
+    and logged)."""
+    out = []
+    for s in stages:
+        col = f"{s}_{metric}"
+        if col not in part.columns:
+            continue
+        if listed is not None:
+            if s in listed:
+                out.append(s)
+            continue
+        if part[col].isna().all():
+            if len(part) and metric == "accuracy":
+                log.info("%s: no values in this table (%d rows): not run or failed everywhere", col, len(part))
+            continue
+        out.append(s)
+    return out
+
+
+def _quantile(sorted_values: np.ndarray, q: float) -> float:
+    """Linear-interpolation quantile (numpy's default) of NaN-free sorted values that may hold
+    +-inf: interpolating towards an infinite neighbour gives it; two equal infinite
+    neighbours give that infinity (numpy gives NaN there)."""
+    n = len(sorted_values)
+    if n == 0:
+        return np.nan
+    h = (n - 1) * q
+    lo, hi = int(np.floor(h)), int(np.ceil(h))
+    a, b = float(sorted_values[lo]), float(sorted_values[hi])
+    if lo == hi or a == b:
+        return a
+    return a + (b - a) * (h - lo)
+
+
+def describe_values(values) -> dict:
+    """n, n_nan, n_inf, mean, median, q25, q75, iqr of one metric over networks.
+
+    NaN values (a failed fit, recalibration-spec.md "Common rules") are counted in
+    ``n_nan`` and left out of every statistic. Infinite values (an NLL of +inf where a
+    method gave the true class probability 0) are counted in ``n_inf`` and kept: the
+    mean is then inf, and the quartiles are rank statistics (linear interpolation
+    between neighbours, an infinite neighbour giving inf), so the median stays finite
+    while fewer than half the networks are infinite. ``iqr = q75 - q25``, NaN where
+    both quartiles are the same infinity.
+    """
+    v = np.asarray(values, dtype=float)
+    nan = np.isnan(v)
+    kept = np.sort(v[~nan])
+    q25, median, q75 = (_quantile(kept, q) for q in (0.25, 0.5, 0.75))
+    with np.errstate(invalid="ignore"):
+        iqr = q75 - q25
+        mean = float(np.mean(kept)) if len(kept) else np.nan
+    return {"n": int(len(v)), "n_nan": int(nan.sum()), "n_inf": int(np.isinf(kept).sum()), "mean": mean,
+            "median": median, "q25": q25, "q75": q75, "iqr": float(iqr)}
+
+
+def methods_summary(df: pd.DataFrame, bins: Sequence[int],
+                    stages_by_table: Mapping[tuple[str, str, str], Sequence[str]] | None = None) -> pd.DataFrame:
+    """Population-scale Nixon et al. 2019 Tables 1/2 and Gupta et al. 2021 Table 1.
+
+    One row per (space, hp, dataset, stage, metric) over the measured networks (TSS
+    isomorph copies dropped; every seed row counts) of the stages in the tables, for the
+    metrics of :func:`summary_metrics`; ``metric`` is the column suffix (``ece_15``,
+    ``ksce``...). Columns: space, hp, dataset, stage, metric, then
+    :func:`describe_values`'s n, n_nan, n_inf, mean, median, q25, q75, iqr.
+    ``stages_by_table`` (:func:`table_stages`): the stages of each table, so that a method
+    that failed on all of a table's networks still has its rows (all NaN).
+    """
+    columns = ["space", "hp", "dataset", "stage", "metric", "n", "n_nan", "n_inf", "mean", "median", "q25", "q75",
+               "iqr"]
+    stages = stages_present(df)
+    rows = []
+    for (space, hp, dataset), part in measured(df).groupby(["space", "hp", "dataset"]):
+        listed = _listed(stages_by_table, space, hp, dataset)
+        for metric in summary_metrics(bins):
+            for stage in _group_stages(part, stages, metric, listed):
+                rows.append({"space": space, "hp": hp, "dataset": dataset, "stage": stage, "metric": metric,
+                             **describe_values(part[f"{stage}_{metric}"])})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def method_wins(df: pd.DataFrame, bins: Sequence[int],
+                stages_by_table: Mapping[tuple[str, str, str], Sequence[str]] | None = None) -> pd.DataFrame:
+    """How often each stage is the best for a network, and by how much.
+
+    Per (space, hp, dataset, metric) over the measured networks (TSS isomorph copies
+    dropped; every seed row is one contest), for each metric of :func:`summary_metrics`:
+
+    * The contestants of a network are the stages with a *finite* value (a failed fit,
+      NaN, and an infinite NLL take no part). A network with no finite value is left
+      out; ``n_networks`` counts the rest. A network with one finite value is won by that
+      stage, with no margin.
+    * The best value is the lowest; for accuracy the highest. Values are compared
+      exactly: every stage holding the best value is a winner, and the network's win is
+      split evenly among them (1/t each of t tied winners).
+    * ``share`` = (outright wins + the tied fractions) / n_networks, so the shares of a
+      group sum to 1. ``outright``: networks the stage wins alone; ``tied``: networks
+      whose best value it shares.
+    * The margin of an outright win is the gap between the winner's value and the
+      runner-up's (the best value among the other contestants), in the metric's units
+      and positive. ``margin_median``, ``margin_mean`` are over the stage's outright
+      wins that have a runner-up (``n_margin`` of them; a tie has margin 0 and is not
+      counted); NaN when there are none.
+
+    One row per (space, hp, dataset, metric, stage) for the stages of that table (as in
+    :func:`methods_summary`); a table with fewer than two stages gives no rows for that
+    metric.
+    """
+    columns = ["space", "hp", "dataset", "metric", "stage", "n_networks", "outright", "tied", "share",
+               "margin_median", "margin_mean", "n_margin"]
+    stages = stages_present(df)
+    rows = []
+    for (space, hp, dataset), part in measured(df).groupby(["space", "hp", "dataset"]):
+        listed = _listed(stages_by_table, space, hp, dataset)
+        for metric in summary_metrics(bins):
+            present = _group_stages(part, stages, metric, listed)
+            if len(present) < 2:
+                continue
+            values = part[[f"{s}_{metric}" for s in present]].to_numpy(dtype=float)
+            score = -values if metric in HIGHER_IS_BETTER else values  # lower is better from here on
+            finite = np.isfinite(score)
+            score = np.where(finite, score, np.inf)
+            contest = finite.any(axis=1)
+            score, finite = score[contest], finite[contest]
+            best = score.min(axis=1, keepdims=True)
+            winner = finite & (score == best)
+            n_winners = winner.sum(axis=1)
+            share = (winner / n_winners[:, None]).sum(axis=0)
+            runner_up = np.sort(score, axis=1)[:, 1] if score.shape[1] > 1 else np.full(len(score), np.inf)
+            margin = runner_up - best[:, 0]
+            alone = n_winners == 1
+            with_margin = alone & np.isfinite(runner_up)
+            n = int(contest.sum())
+            for j, stage in enumerate(present):
+                won = winner[:, j] & alone
+                m = margin[won & with_margin]
+                rows.append({"space": space, "hp": hp, "dataset": dataset, "metric": metric, "stage": stage,
+                             "n_networks": n, "outright": int(won.sum()), "tied": int((winner[:, j] & ~alone).sum()),
+                             "share": float(share[j] / n) if n else np.nan,
+                             "margin_median": float(np.median(m)) if len(m) else np.nan,
+                             "margin_mean": float(np.mean(m)) if len(m) else np.nan, "n_margin": int(len(m))})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _top_populations(df: pd.DataFrame, top_k: Sequence[int], by: str = "accuracy"):
@@ -93,9 +330,22 @@ def metric_columns(df: pd.DataFrame, bins: Sequence[int]) -> list[str]:
 
 
 def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
+    """Every Kendall matrix, tidy: row, col, tau, n, figure, metric, space, hp, dataset,
+    population, stage.
+
+    ``figure``: ``datasets`` (Fig. 2), ``metrics`` (Fig. 4a) or ``pre_post`` (Fig. 4b,
+    question 4: rows ``pre_ece_{B}``, columns ``{stage}_ece_{B}`` for every bin count B).
+    ``stage`` names the post-hoc method of a ``pre_post`` block (``post`` is temperature
+    scaling, as before) and is null for the other figures.
+    """
     bins = settings["bins"]
     top_k = settings["analysis"]["top_k"]
+    methods = method_stages(df)
     out = []
+
+    def usable(part, cols):
+        return [c for c in cols if c in part.columns and part[c].notna().sum() > 1]
+
     for (space, hp), group in df.groupby(["space", "hp"]):
         nets = measured(group)
         first_seed = nets.groupby(["dataset", "arch_index"])["seed"].transform("min") == nets["seed"]
@@ -110,18 +360,20 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
             for population, part in _top_populations(wide, top_k, "_acc"):
                 m = kendall_matrix(part, [c for c in wide.columns if c != "_acc"])
                 out.append(m.assign(figure="datasets", metric=metric, space=space, hp=hp, dataset="*",
-                                    population=population))
+                                    population=population, stage=None))
         for dataset, part_all in nets.groupby("dataset"):
             for population, part in _top_populations(part_all, top_k):
                 m = kendall_matrix(part, metric_columns(part, bins))
                 out.append(m.assign(figure="metrics", metric="*", space=space, hp=hp, dataset=dataset,
-                                    population=population))
-                cols = [c for c in _binned(bins, "ece", "pre") + _binned(bins, "ece", "post")
-                        if c in part.columns and part[c].notna().sum() > 1]
-                m = kendall_matrix(part, cols)
-                m = m[m["row"].str.startswith("pre_") & m["col"].str.startswith("post_")]
-                out.append(m.assign(figure="pre_post", metric="ece", space=space, hp=hp, dataset=dataset,
-                                    population=population))
+                                    population=population, stage=None))
+                # Fig. 4b, the paper's question 4, for every post-hoc method in the tables.
+                pre_cols = usable(part, _binned(bins, "ece", "pre"))
+                for stage in methods:
+                    cols = usable(part, _binned(bins, "ece", stage))
+                    if pre_cols and cols:
+                        m = kendall_cross(part, pre_cols, cols)
+                        out.append(m.assign(figure="pre_post", metric="ece", space=space, hp=hp, dataset=dataset,
+                                            population=population, stage=stage))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 
@@ -207,8 +459,9 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
     for old in plots.glob("*.png"):  # plots of an earlier configuration must not outlive it
         old.unlink()
     demo = " [mini benchmark: not NATS-Bench results]" if settings["demo"] else ""
-    for (figure, metric, space, hp, dataset), m in kendall[kendall["population"] == "all"].groupby(
-            ["figure", "metric", "space", "hp", "dataset"]):
+    single = (kendall["population"] == "all") & ((kendall["figure"] != "pre_post") | (kendall["stage"] == "post"))
+    for (figure, metric, space, hp, dataset), m in kendall[single].groupby(
+            ["figure", "metric", "space", "hp", "dataset"]):  # the other methods: make_method_plots
         name = f"kendall_{figure}_{metric}_{space}_{hp}_{dataset}".replace("*", "all").replace("-", "_")
         title = {"datasets": f"{metric} across datasets", "metrics": f"metrics, {dataset}",
                  "pre_post": f"ECE pre vs post scaling, {dataset}"}[figure] + f" ({space}, hp {hp})" + demo
@@ -249,8 +502,295 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
     return made
 
 
+def _stage_color(stage: str) -> str:
+    import matplotlib
+
+    palette = matplotlib.colormaps["tab10"].colors
+    return matplotlib.colors.to_hex(palette[STAGES.index(stage) % 10] if stage in STAGES else palette[-1])
+
+
+def _facets(df: pd.DataFrame):
+    """(space, hp) rows and dataset columns of a facet grid over the measured networks."""
+    nets = measured(df)
+    groups = sorted(nets.groupby(["space", "hp"]).groups)
+    datasets = sorted(nets["dataset"].unique())
+    return nets, groups, datasets
+
+
+def _kendall_methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path: Path) -> None:
+    """Question 4 for every method of one table: one pre-vs-method heatmap per stage."""
+    import matplotlib.pyplot as plt
+
+    ncols = min(4, len(stages))
+    nrows = -(-len(stages) // ncols)
+    size = int(block.groupby("stage")["col"].nunique().max())  # bin counts of a panel
+    side = 1.0 + 0.3 * max(size, 3)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols + 0.8, side * nrows + 0.5), squeeze=False,
+                             layout="constrained")
+    im = None
+    for ax, stage in zip(axes.flat, stages):
+        m = block[block["stage"] == stage]
+        rows, cols = list(dict.fromkeys(m["row"])), list(dict.fromkeys(m["col"]))
+        grid = m.pivot(index="row", columns="col", values="tau").loc[rows, cols]
+        im = ax.imshow(grid.values, vmin=-1, vmax=1, cmap="RdBu_r")
+        ax.set_xticks(range(len(cols)), [c.rpartition("_")[2] for c in cols], fontsize=7)
+        ax.set_yticks(range(len(rows)), [r.rpartition("_")[2] for r in rows], fontsize=7)
+        ax.set_xlabel(f"{stage} ECE, bins", fontsize=8)
+        ax.set_ylabel("pre ECE, bins", fontsize=8)
+        ax.set_title(f"{stage}: {STAGE_NAMES.get(stage, stage)}", fontsize=8)
+        if size <= 12:
+            for i in range(len(rows)):
+                for j in range(len(cols)):
+                    v = grid.values[i, j]
+                    if np.isfinite(v):
+                        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
+                                color="white" if abs(v) > 0.75 else "black")
+    for ax in list(axes.flat)[len(stages):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    if im is not None:
+        fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="Kendall tau-b")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def make_method_plots(df: pd.DataFrame, kendall: pd.DataFrame, wins: pd.DataFrame, settings: Mapping,
+                      plots: Path) -> list[tuple[str, Path]]:
+    """The post-hoc method plots (after :func:`make_plots`, which clears ``plots``), only for
+    the stages in the tables: question 4 for every method (when there is more than
+    temperature scaling, whose heatmap :func:`make_plots` draws), box plots of ECE per
+    stage and the stage-by-metric win-rate heatmap (when there are two stages or more)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import PercentFormatter
+
+    plots.mkdir(parents=True, exist_ok=True)
+    demo = " [mini benchmark: not NATS-Bench results]" if settings["demo"] else ""
+    made: list[tuple[str, Path]] = []
+    methods = method_stages(df)
+    if len(methods) > 1 and not kendall.empty:
+        q4 = kendall[(kendall["figure"] == "pre_post") & (kendall["population"] == "all")]
+        for (space, hp, dataset), block in q4.groupby(["space", "hp", "dataset"]):
+            stages = [s for s in methods if s in set(block["stage"])]
+            if not stages:
+                continue
+            title = f"Question 4: ECE pre vs after each method, {dataset} ({space}, hp {hp}){demo}"
+            path = plots / f"kendall_pre_methods_{space}_{hp}_{dataset}.png".replace("-", "_")
+            _kendall_methods_figure(block, stages, title, path)
+            made.append((f"Question 4 for every method: Kendall tau of pre- against post-method ECE across bin "
+                         f"counts, {dataset} ({space}, hp {hp})", path))
+    stages = stages_present(df)
+    if len(stages) < 2:
+        return made
+    nets, groups, datasets = _facets(df)
+    b = nearest_bins(settings["bins"])
+    metric = f"ece_{b}"
+    # Box plots: no fliers (tens of thousands of networks would be a smear of points).
+    fig, axes = plt.subplots(len(groups), len(datasets), squeeze=False,
+                             figsize=((1.2 + 0.5 * len(stages)) * len(datasets), 3.6 * len(groups)))
+    drawn = False
+    for r, (space, hp) in enumerate(groups):
+        for c, dataset in enumerate(datasets):
+            ax = axes[r][c]
+            part = nets[(nets["space"] == space) & (nets["hp"] == hp) & (nets["dataset"] == dataset)]
+            present = _group_stages(part, stages, metric)
+            data = [part[f"{s}_{metric}"].to_numpy(dtype=float) for s in present]
+            data = [v[np.isfinite(v)] for v in data]
+            keep = [(s, v) for s, v in zip(present, data) if len(v)]
+            if not keep:
+                ax.axis("off")
+                continue
+            labels = []
+            for s, v in keep:
+                failed = int(part[f"{s}_{metric}"].isna().sum())
+                labels.append(s + (f"\n{failed} NaN" if failed else ""))
+            box = ax.boxplot([v for _, v in keep], patch_artist=True, showfliers=False, widths=0.6,
+                             medianprops={"color": "black"})
+            ax.set_xticks(range(1, len(keep) + 1), labels, fontsize=6.5)
+            for patch, (s, _) in zip(box["boxes"], keep):
+                patch.set_facecolor(_stage_color(s))
+                patch.set_alpha(0.75)
+            if all(v.min() > 0 for _, v in keep):
+                ax.set_yscale("log")
+            ax.grid(axis="y", alpha=0.3, which="both")
+            ax.set_title(f"{space} (hp {hp}), {dataset}: {len(part)} networks", fontsize=9)
+            ax.set_ylabel(f"ECE ({b} bins)", fontsize=8)
+            drawn = True
+    fig.suptitle(f"ECE ({b} bins) per method: boxes quartiles, whiskers 1.5 IQR, outliers not drawn; "
+                 f"NaN: failed fits{demo}", fontsize=10)
+    if drawn:
+        made.append((f"ECE ({b} bins) per method", _save(fig, plots / "ece_by_method.png")))
+    else:
+        plt.close(fig)
+    # Win rates: stages x metrics, one panel per table.
+    if not wins.empty:
+        metrics = [m for m in summary_metrics(settings["bins"]) if m in set(wins["metric"])]
+        rows = [s for s in stages if s in set(wins["stage"])]
+        fig, axes = plt.subplots(len(groups), len(datasets), squeeze=False, layout="constrained",
+                                 figsize=((1.0 + 0.5 * len(metrics)) * len(datasets) + 1,
+                                          (1.2 + 0.3 * len(rows)) * len(groups) + 0.4))
+        vmax = max(float(wins["share"].max()), 0.05)  # the figure's own scale: shares of 8 methods are small
+        im = None
+        for r, (space, hp) in enumerate(groups):
+            for c, dataset in enumerate(datasets):
+                ax = axes[r][c]
+                part = wins[(wins["space"] == space) & (wins["hp"] == hp) & (wins["dataset"] == dataset)]
+                if part.empty:
+                    ax.axis("off")
+                    continue
+                grid = part.pivot(index="stage", columns="metric", values="share").reindex(index=rows, columns=metrics)
+                values = grid.to_numpy(dtype=float)
+                im = ax.imshow(values, vmin=0, vmax=vmax, cmap="Blues", aspect="auto")
+                for i in range(len(rows)):
+                    for j in range(len(metrics)):
+                        v = values[i, j]
+                        if np.isfinite(v):
+                            ax.text(j, i, f"{100 * v:.0f}%", ha="center", va="center", fontsize=7,
+                                    color="white" if v > 0.6 * vmax else "black")
+                ax.set_xticks(range(len(metrics)), metrics, rotation=45, ha="right", fontsize=7)
+                ax.set_yticks(range(len(rows)), rows, fontsize=7)
+                n = int(part["n_networks"].max())
+                ax.set_title(f"{space} (hp {hp}), {dataset}: {n} networks", fontsize=9)
+        fig.suptitle(f"Share of networks for which each method is the best (ties split){demo}", fontsize=10)
+        if im is not None:
+            fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="share of networks won",
+                         format=PercentFormatter(1.0))
+            path = plots / "method_win_rates.png"
+            fig.savefig(path, dpi=110)
+            made.append(("Win rate of each method per metric", path))
+        plt.close(fig)
+    return made
+
+
+def _fmt(x: float) -> str:
+    if not np.isfinite(x):
+        return "–" if np.isnan(x) else ("inf" if x > 0 else "-inf")
+    return f"{x:.3g}"
+
+
+def _stage_order(stages) -> list[str]:
+    present = set(stages)
+    return [s for s in STAGES if s in present] + sorted(present - set(STAGES))
+
+
+def summary_grid(summary: pd.DataFrame) -> pd.DataFrame:
+    """The method summary for the report: one row per (space, hp, dataset, stage) with the
+    networks and the failed fits (NaN accuracy), one HTML cell per metric, ``median
+    [q25–q75]``, the best median of each table and metric in bold, infinite values and NaNs
+    beyond the row's failed fits noted."""
+    s = summary.copy()
+    keys = ["space", "hp", "dataset", "stage"]
+    # A failed fit makes every metric NaN, accuracy included: its NaN count is the row's failures.
+    acc_nan = s["n_nan"].where(s["metric"] == "accuracy")
+    failed = acc_nan.groupby([s[k] for k in keys]).transform("max").fillna(
+        s.groupby(keys)["n_nan"].transform("min")).astype(int)
+    lower = ~s["metric"].isin(HIGHER_IS_BETTER)
+    key = s["median"].where(lower, -s["median"])
+    best = key.eq(key.groupby([s["space"], s["hp"], s["dataset"], s["metric"]]).transform("min")) & key.notna()
+    cells = []
+    for row, is_best, fail in zip(s.itertuples(), best, failed):
+        text = f"{_fmt(row.median)} [{_fmt(row.q25)}–{_fmt(row.q75)}]"
+        if is_best:
+            text = f"<b>{text}</b>"
+        extra = row.n_nan - fail
+        notes = [f"{extra} NaN"] * (extra > 0) + [f"{row.n_inf} inf"] * (row.n_inf > 0)
+        if notes:
+            text += f" <small>({', '.join(notes)})</small>"
+        cells.append(text)
+    s["cell"] = cells
+    s["failed"] = failed
+    metrics = list(dict.fromkeys(s["metric"]))
+    s["stage"] = pd.Categorical(s["stage"], _stage_order(s["stage"]), ordered=True)
+    grid = s.pivot(index=keys, columns="metric", values="cell")[metrics].fillna("")
+    counts = s.groupby(keys, observed=True).agg(networks=("n", "max"), failed=("failed", "max"))
+    grid = counts.join(grid)
+    grid.columns.name = None
+    return grid
+
+
+def summary_html(summary: pd.DataFrame) -> str:
+    """:func:`summary_grid` as an HTML table ('' if there is nothing to show)."""
+    return summary_grid(summary).to_html(escape=False) if not summary.empty else ""
+
+
+def q4_html(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
+    """Kendall tau of pre- against post-method ECE at the same bin count (nearest 15), all
+    networks: one row per table, one column per method."""
+    if kendall.empty or "stage" not in kendall.columns:
+        return ""
+    b = nearest_bins(bins)
+    q4 = kendall[(kendall["figure"] == "pre_post") & (kendall["population"] == "all")
+                 & (kendall["row"] == f"pre_ece_{b}") & (kendall["col"] == kendall["stage"] + f"_ece_{b}")]
+    if q4.empty:
+        return ""
+    grid = q4.pivot(index=["space", "hp", "dataset"], columns="stage", values="tau")
+    grid = grid[_stage_order(grid.columns)]
+    grid.columns.name = None
+    return grid.to_html(float_format=lambda x: f"{x:.3f}", na_rep="–")
+
+
+def wins_html(wins: pd.DataFrame, metric: str) -> str:
+    """One metric's win shares and median margins: one row per table, one column per stage,
+    cells ``share (median margin)``."""
+    part = wins[wins["metric"] == metric]
+    if part.empty:
+        return ""
+    part = part.assign(cell=[f"{100 * sh:.0f}%" + (f" ({_fmt(m)})" if np.isfinite(m) else "")
+                             for sh, m in zip(part["share"], part["margin_median"])])
+    grid = part.pivot(index=["space", "hp", "dataset"], columns="stage", values="cell")
+    grid = grid[_stage_order(grid.columns)].fillna("–")
+    grid.columns.name = None
+    return grid.to_html()
+
+
+def methods_section(results: Path, summary: pd.DataFrame, wins: pd.DataFrame, kendall: pd.DataFrame,
+                    plots: Sequence[tuple[str, Path]], bins: Sequence[int]) -> str:
+    """The report's section on the post-hoc methods (recalibration-spec.md, "What the
+    analysis asks of these stages")."""
+    if summary.empty:
+        return ""
+    b = nearest_bins(bins)
+    stages = _stage_order(summary["stage"])
+    parts = ["<h2>Post-hoc recalibration methods</h2>",
+             "<p>Stages in these tables: " + ", ".join(
+                 f"<b>{html.escape(s)}</b> ({html.escape(STAGE_NAMES.get(s, s))})" for s in stages)
+             + ". Every method is fitted on the validation part of each network's split and measured on the "
+               "test part (recalibration-spec.md), so the stages of a network are compared sample for sample. "
+               "A failed fit gives NaN for its stage and network: it is counted under <i>failed</i> and left "
+               "out of the statistics; an infinite NLL (a probability 0 on the true class) is noted as <i>inf</i> "
+               "and kept (the mean is then infinite; the median stays finite while fewer than half the networks "
+               "are infinite).</p>"]
+    parts.append(f"<h3>Distribution over networks: median [25th–75th percentile]</h3>"
+                 f"<p>Binned metrics at {b} bins; cwce is Nixon et al.'s SCE, ksce the top-1 KS error of Gupta et "
+                 f"al. Bold: the best median of the table and metric (lowest; highest for accuracy). Full numbers "
+                 f"(n, mean, IQR): <code>analysis/methods_summary.csv</code>.</p>" + summary_html(summary))
+    q4 = q4_html(kendall, bins)
+    if q4:
+        parts.append(f"<h3>Question 4: does a method affect all networks uniformly?</h3><p>Kendall tau-b between "
+                     f"the networks' ECE before and after each method ({b} bins, all networks). Near 1: the method "
+                     f"keeps the networks' calibration ranking; low: it reorders them. The full matrices across bin "
+                     f"counts are the heatmaps below (<code>analysis/kendall.parquet</code>, figure "
+                     f"<code>pre_post</code>, column <code>stage</code>).</p>" + q4)
+    if not wins.empty:
+        parts.append("<h3>Which method is best for a network, and by how much</h3><p>For each network and metric "
+                     "the stages with a finite value compete; the lowest value wins (for accuracy the highest), "
+                     "exact ties split the win evenly. The heatmap gives each stage's share of the networks; "
+                     "<code>analysis/method_wins.parquet</code> adds outright wins, ties and the median and mean "
+                     "margin over the runner-up of the outright wins.</p>"
+                     f"<p>ECE ({b} bins): share of networks won (median margin of the outright wins over the "
+                     f"runner-up, in ECE)</p>" + wins_html(wins, f"ece_{b}"))
+    for title, path in plots:
+        rel = path.relative_to(results)
+        parts.append(f"<h3>{html.escape(title)}</h3><img src='{html.escape(str(rel))}' alt='{html.escape(title)}'>")
+    return "\n".join(parts)
+
+
 def write_report(results: Path, plots: list[tuple[str, Path]], tops: pd.DataFrame, edges: pd.DataFrame,
-                 brackets: pd.DataFrame, n_rows: Mapping[str, int], minibench: bool) -> Path:
+                 brackets: pd.DataFrame, n_rows: Mapping[str, int], minibench: bool,
+                 sections: Sequence[str] = ()) -> Path:
+    """``sections``: further HTML fragments (each with its own heading), placed before the plots."""
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>calibench report</title>",
              "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
              "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}"
@@ -269,6 +809,7 @@ def write_report(results: Path, plots: list[tuple[str, Path]], tops: pd.DataFram
     if not brackets.empty:
         parts.append("<h2>SSS: accuracy and ECE by total channel count</h2>"
                      + brackets.to_html(index=False, float_format=lambda x: f"{x:.4f}"))
+    parts.extend(section for section in sections if section)
     parts.append("<h2>Plots</h2>")
     for title, path in plots:
         rel = path.relative_to(results)
@@ -301,10 +842,20 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     edges.to_parquet(analysis_dir / "tss_edge_ops.parquet", index=False)
     brackets = size_brackets(df)
     brackets.to_parquet(analysis_dir / "sss_size_brackets.parquet", index=False)
+    stages_by_table = table_stages(tables)
+    summary = methods_summary(df, settings["bins"], stages_by_table)
+    summary.to_parquet(analysis_dir / "methods_summary.parquet", index=False)
+    summary.to_csv(analysis_dir / "methods_summary.csv", index=False)
+    wins = method_wins(df, settings["bins"], stages_by_table)
+    wins.to_parquet(analysis_dir / "method_wins.parquet", index=False)
     plots = make_plots(df, kendall, hcs_df, settings, results / "plots")
+    method_plots = make_method_plots(df, kendall, wins, settings, results / "plots")
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only, no second read
     report = write_report(results, plots, tops[["space", "dataset", "arch_index", "arch_str", "accuracy", "pre_ece_15"]
                                                 + [f"hcs_{b:g}" for b in betas]],
-                          edges, brackets, n_rows, bool(settings["demo"]))
-    log.info("analysis written: %s, %d plots", report, len(plots))
-    return {"report": report, "kendall": analysis_dir / "kendall.parquet", "hcs": analysis_dir / "hcs.parquet"}
+                          edges, brackets, n_rows, bool(settings["demo"]),
+                          sections=[methods_section(results, summary, wins, kendall, method_plots, settings["bins"])])
+    log.info("analysis written: %s, %d plots", report, len(plots) + len(method_plots))
+    return {"report": report, "kendall": analysis_dir / "kendall.parquet", "hcs": analysis_dir / "hcs.parquet",
+            "methods_summary": analysis_dir / "methods_summary.parquet",
+            "method_wins": analysis_dir / "method_wins.parquet"}

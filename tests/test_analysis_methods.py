@@ -1,0 +1,400 @@
+"""The post-hoc method analysis (calibench.analysis): question 4 for every method, the
+per-method distribution table, the win shares and margins, the plots and the report,
+on small synthetic wide tables with failed fits (NaN) and infinite NLLs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import kendalltau
+
+from calibench import analysis as an
+from calibench.archstr import SSS_CHANNEL_CHOICES, TSS_OPS
+
+BINS = [5, 15, 50]
+ALL_STAGES = list(an.STAGES)
+BINNED = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace")
+UNBINNED = ("ksce", "ks_top2", "ks_within_top2", "kdece", "mmce", "nll", "brier", "accuracy", "mean_conf_correct",
+            "mean_conf_incorrect")
+HP = {"tss": "200", "sss": "90"}
+
+
+def settings(demo=False, top_k=(10,)):
+    return {"analysis": {"hcs_betas": [1, 2], "top_k": list(top_k), "top_n": 3}, "bins": list(BINS), "demo": demo}
+
+
+def wide_table(rng: np.random.Generator, space: str, dataset: str, n: int, stages, copies: int = 0,
+               full: bool = True) -> pd.DataFrame:
+    """A wide result table as calibench.tables builds it: ``n`` measured networks (and, for
+    TSS, ``copies`` isomorph rows repeating networks 0, 1, ...), every metric of every stage
+    (``full``; else only those the method analysis reads, for faster plots), fitted-parameter
+    columns, failed fits (a stage all NaN for a network), infinite NLLs of iso/hist,
+    accuracy unchanged by post and spline (exact ties) and some exact ECE ties."""
+    binned = BINNED if full else ("ece", "cwce", "ace", "tace")
+    unbinned = UNBINNED if full else ("ksce", "nll", "brier", "accuracy")
+    rows = []
+    for i in range(n):
+        if space == "tss":
+            arch = "+".join("|" + "|".join(f"{rng.choice(TSS_OPS)}~{s}" for s in range(j)) + "|" for j in (1, 2, 3))
+        else:
+            arch = ":".join(str(rng.choice(SSS_CHANNEL_CHOICES)) for _ in range(5))
+        acc = float(rng.uniform(0.3, 0.95))
+        row = {"space": space, "hp": HP[space], "dataset": dataset, "arch_index": i, "measured_by": i, "seed": 777,
+               "arch_str": arch, "params": float(rng.uniform(0.1, 2)), "flops": float(rng.uniform(5, 200)),
+               "temperature": float(rng.uniform(0.5, 3)), "accuracy": acc, "recorded_accuracy": acc, "n_eval": 1000}
+        base = rng.uniform(0.02, 0.3)
+        for stage in stages:
+            scale = 1.0 if stage == "pre" else rng.uniform(0.1, 1.2)
+            for metric in binned:
+                for b in BINS:
+                    row[f"{stage}_{metric}_{b}"] = float(base * scale * rng.uniform(0.8, 1.25) * (1 + b / 100))
+            for metric in unbinned:
+                row[f"{stage}_{metric}"] = float(rng.uniform(0.05, 2.0))
+            row[f"{stage}_accuracy"] = acc if stage in ("pre", "post", "spline") else float(
+                np.clip(acc + rng.choice([-0.01, 0.0, 0.01]), 0, 1))
+            if stage != "pre":
+                row[f"{stage}_fit_converged"] = 1.0
+                row[f"{stage}_fit_w_norm"] = float(rng.uniform(1, 5))
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    present = [s for s in stages if s != "pre"]
+    for k, stage in enumerate(present):  # failed fits: all metrics of a stage NaN for some networks
+        failed = (np.arange(n) % (len(present) + 3)) == k
+        cols = [c for c in df.columns if c.startswith(f"{stage}_") and "_fit_" not in c]
+        df.loc[failed, cols] = np.nan
+        df.loc[failed, f"{stage}_fit_converged"] = 0.0
+    for stage in ("iso", "hist"):
+        if stage in stages:
+            df.loc[df.index[(np.arange(n) % 4 == 1) & df[f"{stage}_nll"].notna()], f"{stage}_nll"] = np.inf
+    if "vs" in stages and "post" in stages:  # exact ECE ties between two methods
+        tie = df["vs_ece_15"].notna() & df["post_ece_15"].notna() & (np.arange(n) % 5 == 0)
+        df.loc[tie, "vs_ece_15"] = df.loc[tie, "post_ece_15"]
+    if copies:
+        extra = df.iloc[:copies].copy()
+        extra["arch_index"] = np.arange(n, n + copies)
+        df = pd.concat([df, extra], ignore_index=True)
+    return df
+
+
+def population(rng, stages, spaces=("tss", "sss"), datasets=("cifar10", "cifar100"), n=30, full=True):
+    return {(space, dataset): wide_table(rng, space, dataset, n, stages, copies=3 if space == "tss" else 0, full=full)
+            for space in spaces for dataset in datasets}
+
+
+@pytest.fixture(scope="module")
+def df():
+    """Every stage, two spaces, two datasets (the tests read it, never change it)."""
+    return pd.concat(population(np.random.default_rng(7), ALL_STAGES).values(), ignore_index=True)
+
+
+# ---------------------------------------------------------------- stages and statistics
+
+def test_stages_are_detected_from_the_accuracy_columns(df):
+    assert an.stages_present(df) == ALL_STAGES  # recorded_accuracy is no stage
+    assert an.method_stages(df) == ALL_STAGES[1:]
+    two = df[[c for c in df.columns if not c.startswith(tuple(f"{s}_" for s in ALL_STAGES[2:]))]]
+    assert an.stages_present(two) == ["pre", "post"]
+    reordered = df[list(reversed(df.columns))]
+    assert an.stages_present(reordered) == ALL_STAGES
+
+
+def test_nearest_bins_and_summary_metrics():
+    assert an.nearest_bins([5, 15, 50]) == 15
+    assert an.nearest_bins([5, 10, 20, 50]) == 10  # equally close: the smaller
+    assert an.nearest_bins([30, 50, 100]) == 30
+    assert an.summary_metrics([5, 10]) == ["ece_10", "cwce_10", "ace_10", "tace_10", "ksce", "nll", "brier",
+                                           "accuracy"]
+
+
+def test_describe_values_by_hand():
+    d = an.describe_values([4.0, np.nan, 1.0, np.inf, 3.0, 2.0])
+    assert (d["n"], d["n_nan"], d["n_inf"]) == (6, 1, 1)
+    # Kept, sorted: 1 2 3 4 inf; positions (n-1)q = 1, 2, 3.
+    assert (d["q25"], d["median"], d["q75"], d["iqr"]) == (2.0, 3.0, 4.0, 2.0)
+    assert d["mean"] == np.inf
+    d = an.describe_values([1.0, 2.0, 4.0, 10.0])
+    assert d["q25"] == pytest.approx(1.75) and d["median"] == 3.0 and d["q75"] == pytest.approx(5.5)
+    assert d["iqr"] == pytest.approx(3.75) and d["mean"] == 4.25
+    d = an.describe_values([1.0, np.inf, np.inf])  # interpolating towards inf gives inf; inf - inf: NaN
+    assert d["q25"] == np.inf and d["median"] == np.inf and d["q75"] == np.inf and np.isnan(d["iqr"])
+    d = an.describe_values([np.nan, np.nan])
+    assert (d["n"], d["n_nan"], d["n_inf"]) == (2, 2, 0)
+    assert all(np.isnan(d[k]) for k in ("mean", "median", "q25", "q75", "iqr"))
+
+
+def test_methods_summary_matches_an_independent_computation(df):
+    summary = an.methods_summary(df, BINS)
+    metrics = ["ece_15", "cwce_15", "ace_15", "tace_15", "ksce", "nll", "brier", "accuracy"]
+    assert list(summary.columns) == ["space", "hp", "dataset", "stage", "metric", "n", "n_nan", "n_inf", "mean",
+                                     "median", "q25", "q75", "iqr"]
+    assert len(summary) == 2 * 2 * len(ALL_STAGES) * len(metrics)
+    assert set(summary["metric"]) == set(metrics)
+    nets = df[df["arch_index"] == df["measured_by"]]
+    saw_nan = saw_inf = False
+    for row in summary.itertuples():
+        values = nets[(nets["space"] == row.space) & (nets["dataset"] == row.dataset)][f"{row.stage}_{row.metric}"]
+        assert row.n == len(values) == 30  # TSS isomorph copies left out
+        assert row.n_nan == values.isna().sum()
+        assert row.n_inf == np.isinf(values).sum()
+        saw_nan |= row.n_nan > 0
+        saw_inf |= row.n_inf > 0
+        kept = values.dropna().to_numpy()
+        if row.n_inf == 0:
+            expected = np.quantile(kept, [0.25, 0.5, 0.75])
+            np.testing.assert_allclose([row.q25, row.median, row.q75], expected, rtol=1e-12)
+            assert row.mean == pytest.approx(kept.mean(), rel=1e-12)
+            assert row.iqr == pytest.approx(expected[2] - expected[0], rel=1e-12)
+        else:  # inf as a huge value: quantiles that interpolate towards it are inf
+            big = np.quantile(np.where(np.isinf(kept), 1e300, kept), [0.25, 0.5, 0.75])
+            expected = np.where(big > 1e200, np.inf, big)
+            np.testing.assert_allclose([row.q25, row.median, row.q75], expected, rtol=1e-12)
+            assert row.mean == np.inf
+    assert saw_nan and saw_inf
+    failed = summary[(summary["stage"] != "pre") & (summary["n_nan"] > 0)]
+    assert set(failed["stage"]) == set(ALL_STAGES[1:])  # every method failed somewhere
+    assert (summary[summary["stage"] == "pre"]["n_nan"] == 0).all()
+
+
+def test_a_method_that_failed_everywhere_in_a_table_keeps_its_rows(tmp_path):
+    rng = np.random.default_rng(2)
+    tables = population(rng, ["pre", "post", "ms"], spaces=("sss",), full=False)
+    tables[("sss", "cifar100")] = tables[("sss", "cifar100")].drop(columns=[
+        c for c in tables[("sss", "cifar100")].columns if c.startswith("ms_")])  # ms not run there
+    broken = tables[("sss", "cifar10")]
+    broken.loc[:, [c for c in broken.columns if c.startswith("ms_") and "_fit_" not in c]] = np.nan
+    paths = _write(tables, tmp_path)
+    listed = an.table_stages(paths)
+    assert listed == {("sss", "90", "cifar10"): ["pre", "post", "ms"], ("sss", "90", "cifar100"): ["pre", "post"]}
+    df = an.load_tables(paths)
+    summary = an.methods_summary(df, BINS, listed)
+    ms = summary[summary["stage"] == "ms"]
+    assert set(ms["dataset"]) == {"cifar10"} and (ms["n_nan"] == 30).all() and ms["median"].isna().all()
+    wins = an.method_wins(df, BINS, listed)
+    ms = wins[wins["stage"] == "ms"]
+    assert set(ms["dataset"]) == {"cifar10"} and (ms["share"] == 0).all() and (ms["n_networks"] == 30).all()
+    # Without the tables' own stage lists, an all-NaN stage cannot be told from one not run.
+    assert "ms" not in set(an.methods_summary(df, BINS).query("dataset == 'cifar10'")["stage"])
+
+
+# ---------------------------------------------------------------- wins
+
+def _hand_table() -> pd.DataFrame:
+    """Seven networks, three stages; ECE and accuracy given, the other metrics absent."""
+    ece = {  # pre, post, vs
+        0: (0.10, 0.05, 0.07),  # post, margin 0.02
+        1: (0.10, 0.04, 0.04),  # post and vs tie
+        2: (0.02, 0.05, np.nan),  # pre, margin 0.03 (vs failed)
+        3: (np.nan, np.nan, 0.20),  # vs alone: a win without a margin
+        4: (np.nan, np.nan, np.nan),  # no contest
+        5: (0.30, 0.10, np.inf),  # post, margin 0.2 (inf takes no part)
+        6: (0.50, 0.45, 0.90),  # post, margin 0.05
+    }
+    acc = {0: (0.9, 0.9, 0.85), 1: (0.8, 0.8, 0.85), 2: (0.7, 0.7, np.nan), 3: (np.nan, np.nan, 0.6),
+           4: (np.nan, np.nan, np.nan), 5: (0.5, 0.5, 0.4), 6: (0.6, 0.6, 0.62)}
+    rows = []
+    for i in range(7):
+        row = {"space": "sss", "hp": "90", "dataset": "cifar10", "arch_index": i, "measured_by": i, "seed": 777}
+        for s, stage in enumerate(("pre", "post", "vs")):
+            row[f"{stage}_ece_15"] = ece[i][s]
+            row[f"{stage}_accuracy"] = acc[i][s]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_method_wins_by_hand():
+    wins = an.method_wins(_hand_table(), [15]).set_index(["metric", "stage"])
+    assert set(wins.index.get_level_values("metric")) == {"ece_15", "accuracy"}  # the other metrics: no columns
+    ece = wins.loc["ece_15"]
+    assert list(ece.index) == ["pre", "post", "vs"]
+    assert (ece["n_networks"] == 6).all()
+    assert list(ece["outright"]) == [1, 3, 1] and list(ece["tied"]) == [0, 1, 1]
+    np.testing.assert_allclose(ece["share"], [1 / 6, 3.5 / 6, 1.5 / 6])
+    assert ece.loc["post", "n_margin"] == 3
+    assert ece.loc["post", "margin_median"] == pytest.approx(0.05)
+    assert ece.loc["post", "margin_mean"] == pytest.approx((0.02 + 0.2 + 0.05) / 3)
+    assert ece.loc["pre", "margin_median"] == pytest.approx(0.03) and ece.loc["pre", "n_margin"] == 1
+    assert ece.loc["vs", "n_margin"] == 0 and np.isnan(ece.loc["vs", "margin_median"])
+    acc = wins.loc["accuracy"]  # highest wins: pre and post always tie (temperature keeps the arg-max)
+    assert list(acc["outright"]) == [0, 0, 3] and list(acc["tied"]) == [3, 3, 0]
+    np.testing.assert_allclose(acc["share"], [1.5 / 6, 1.5 / 6, 3 / 6])
+    assert acc.loc["vs", "n_margin"] == 2  # 0.85 - 0.8 and 0.62 - 0.6; 0.6 alone has no runner-up
+    assert acc.loc["vs", "margin_median"] == pytest.approx(0.035)
+    assert acc.loc["vs", "margin_mean"] == pytest.approx(0.035)
+
+
+def test_method_wins_match_a_row_by_row_computation(df):
+    wins = an.method_wins(df, BINS)
+    assert np.allclose(wins.groupby(["space", "hp", "dataset", "metric"])["share"].sum(), 1.0)
+    nets = df[df["arch_index"] == df["measured_by"]]
+    checked_ties = 0
+    for (space, dataset, metric), part in wins.groupby(["space", "dataset", "metric"]):
+        group = nets[(nets["space"] == space) & (nets["dataset"] == dataset)]
+        stages = list(part["stage"])
+        share = dict.fromkeys(stages, 0.0)
+        margins = {s: [] for s in stages}
+        outright = dict.fromkeys(stages, 0)
+        n = 0
+        for _, net in group.iterrows():
+            values = {s: net[f"{s}_{metric}"] for s in stages if math.isfinite(net[f"{s}_{metric}"])}
+            if not values:
+                continue
+            n += 1
+            sign = -1 if metric == "accuracy" else 1
+            best = min(sign * v for v in values.values())
+            winners = [s for s, v in values.items() if sign * v == best]
+            for s in winners:
+                share[s] += 1 / len(winners)
+            checked_ties += len(winners) > 1
+            others = sorted(sign * v for s, v in values.items() if s not in winners)
+            if len(winners) == 1:
+                outright[winners[0]] += 1
+                if others:
+                    margins[winners[0]].append(others[0] - best)
+        for row in part.itertuples():
+            assert row.n_networks == n
+            assert row.share == pytest.approx(share[row.stage] / n, abs=1e-12)
+            assert row.outright == outright[row.stage]
+            assert row.n_margin == len(margins[row.stage])
+            if margins[row.stage]:
+                assert row.margin_median == pytest.approx(np.median(margins[row.stage]), abs=1e-12)
+                assert row.margin_mean == pytest.approx(np.mean(margins[row.stage]), abs=1e-12)
+                assert row.margin_median > 0
+    assert checked_ties > 0
+
+
+# ---------------------------------------------------------------- question 4
+
+def test_question_4_for_every_method_matches_scipy(df):
+    df = df[df["space"] == "tss"]  # with isomorph copies, which Kendall leaves out
+    kendall = an.kendall_all(df, settings())
+    assert set(kendall["figure"]) == {"datasets", "metrics", "pre_post"}
+    q4 = kendall[kendall["figure"] == "pre_post"]
+    assert set(q4["stage"]) == set(ALL_STAGES[1:])
+    assert kendall[kendall["figure"] != "pre_post"]["stage"].isna().all()
+    assert set(q4["population"]) == {"all", "top10"}
+    nets = df[df["arch_index"] == df["measured_by"]]
+    for (space, dataset, population, stage), block in q4.groupby(["space", "dataset", "population", "stage"]):
+        assert len(block) == len(BINS) ** 2
+        assert set(block["row"]) == {f"pre_ece_{b}" for b in BINS}
+        assert set(block["col"]) == {f"{stage}_ece_{b}" for b in BINS}
+        part = nets[(nets["space"] == space) & (nets["dataset"] == dataset)]
+        if population == "top10":
+            part = part.nlargest(10, "accuracy")
+        for row in block.itertuples():
+            pair = part[[row.row, row.col]].dropna()
+            assert row.n == len(pair)
+            assert row.tau == pytest.approx(kendalltau(pair[row.row], pair[row.col]).statistic, abs=1e-12)
+
+
+def test_question_4_keeps_the_temperature_scaling_rows_of_a_two_stage_run():
+    rng = np.random.default_rng(3)
+    two = pd.concat(population(rng, ["pre", "post"], spaces=("sss",)).values(), ignore_index=True)
+    kendall = an.kendall_all(two, settings())
+    q4 = kendall[kendall["figure"] == "pre_post"]
+    assert set(q4["stage"]) == {"post"}
+    assert q4["row"].str.startswith("pre_ece_").all() and q4["col"].str.startswith("post_ece_").all()
+    assert len(q4) == 2 * 2 * len(BINS) ** 2  # datasets, populations (all, top10)
+
+
+def test_summary_html_marks_the_best_medians_and_counts_failures(df):
+    summary = an.methods_summary(df, BINS)
+    grid = an.summary_grid(summary).reset_index()
+    assert len(grid) == 2 * 2 * len(ALL_STAGES)
+    assert list(grid["stage"].astype(str).iloc[:len(ALL_STAGES)]) == ALL_STAGES  # the report order
+    nets = df[df["arch_index"] == df["measured_by"]]
+    for _, row in grid.iterrows():
+        part = nets[(nets["space"] == row["space"]) & (nets["dataset"] == row["dataset"])]
+        stage = str(row["stage"])
+        assert row["networks"] == len(part) and row["failed"] == part[f"{stage}_accuracy"].isna().sum()
+        n_inf = np.isinf(part[f"{stage}_nll"]).sum()
+        assert (f"({n_inf} inf)" in row["nll"]) == (n_inf > 0)
+    for (space, dataset, metric), part in summary.groupby(["space", "dataset", "metric"]):
+        best = part.loc[part["median"].idxmax() if metric == "accuracy" else part["median"].idxmin()]
+        cells = grid[(grid["space"] == space) & (grid["dataset"] == dataset)].set_index("stage")[metric]
+        bold = [str(stage) for stage, cell in cells.items() if cell.startswith("<b>")]
+        expected = list(part.loc[part["median"] == best["median"], "stage"])
+        assert sorted(bold) == sorted(expected)
+        assert cells[best["stage"]].startswith(f"<b>{an._fmt(best['median'])} [{an._fmt(best['q25'])}–")
+    assert "<table" in an.summary_html(summary) and an.summary_html(summary.iloc[:0]) == ""
+
+
+def test_wins_html_gives_shares_and_margins(df):
+    wins = an.method_wins(df, BINS)
+    text = an.wins_html(wins, "ece_15")
+    row = wins[(wins["metric"] == "ece_15") & (wins["stage"] == "spline") & (wins["space"] == "sss")
+               & (wins["dataset"] == "cifar10")].iloc[0]
+    assert f"{100 * row.share:.0f}% ({an._fmt(row.margin_median)})" in text
+
+
+# ---------------------------------------------------------------- end to end
+
+def _write(tables, directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for (space, dataset), table in tables.items():
+        path = directory / f"{space}_{HP[space]}_{dataset}.parquet"
+        table.to_parquet(path, index=False)
+        paths.append(path)
+    return paths
+
+
+def _png_ok(path: Path) -> bool:
+    data = path.read_bytes()
+    return data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_run_analysis_with_five_methods(tmp_path):
+    stages = ["pre", "post", "vs", "iso", "spline"]
+    rng = np.random.default_rng(5)
+    tables = population(rng, stages, spaces=("sss",), full=False)
+    results = tmp_path / "results"
+    out = an.run_analysis(settings(demo=True, top_k=()), _write(tables, tmp_path / "tables"), results)
+    analysis = results / "analysis"
+    for name in ("kendall.parquet", "hcs.parquet", "top_hcs.csv", "methods_summary.parquet", "methods_summary.csv",
+                 "method_wins.parquet"):
+        assert (analysis / name).is_file(), name
+    assert out["methods_summary"] == analysis / "methods_summary.parquet"
+    assert out["method_wins"] == analysis / "method_wins.parquet"
+    summary = pd.read_parquet(analysis / "methods_summary.parquet")
+    csv = pd.read_csv(analysis / "methods_summary.csv", dtype={"hp": str})
+    assert len(csv) == len(summary) and list(csv.columns) == list(summary.columns)
+    wins = pd.read_parquet(analysis / "method_wins.parquet")
+    assert set(wins["stage"]) == set(stages)
+    report = out["report"].read_text()
+    for heading in ("Post-hoc recalibration methods", "Distribution over networks", "Question 4",
+                    "Which method is best for a network"):
+        assert heading in report
+    assert report.count("<b>") >= 2 * 8  # a best median per table and metric
+    assert "<th>failed</th>" in report and "<th>networks</th>" in report and " inf)</small>" in report
+    plots = sorted((results / "plots").glob("*.png"))
+    for plot in plots:
+        assert _png_ok(plot), plot
+        assert f"plots/{plot.name}" in report
+    names = {p.name for p in plots}
+    assert {"ece_by_method.png", "method_win_rates.png"} <= names
+    for space, dataset in tables:
+        assert f"kendall_pre_methods_{space}_{HP[space]}_{dataset}.png" in names
+        assert f"kendall_pre_post_ece_{space}_{HP[space]}_{dataset}.png" in names
+
+
+
+def test_run_analysis_with_pre_and_post_only(tmp_path):
+    rng = np.random.default_rng(11)
+    tables = population(rng, ["pre", "post"], spaces=("tss",), datasets=("cifar10",), full=False)  # isomorph copies
+    results = tmp_path / "results"
+    an.run_analysis(settings(top_k=()), _write(tables, tmp_path / "tables"), results)
+    wins = pd.read_parquet(results / "analysis" / "method_wins.parquet")
+    assert set(wins["stage"]) == {"pre", "post"}
+    summary = pd.read_parquet(results / "analysis" / "methods_summary.parquet")
+    assert set(summary["stage"]) == {"pre", "post"} and len(summary) == 2 * 8
+    names = {p.name for p in (results / "plots").glob("*.png")}
+    assert not any(n.startswith("kendall_pre_methods") for n in names)  # the post heatmap says it all
+    assert {"ece_by_method.png", "method_win_rates.png", "kendall_pre_post_ece_tss_200_cifar10.png"} <= names
+    report = (results / "report.html").read_text()
+    assert "Post-hoc recalibration methods" in report
+    for name in names:
+        assert _png_ok(results / "plots" / name) and f"plots/{name}" in report
