@@ -1,11 +1,14 @@
 rule analysis:
-    """Kendall matrices, HCS rankings, edge-operation and size-bracket summaries, plots, report."""
+    """Kendall matrices, HCS rankings, edge-operation and size-bracket summaries, the
+    methods' summary and win shares, plots, report."""
     input:
         all_tables(),
     output:
         report=f"{RESULTS}/report.html",
         kendall=f"{RESULTS}/analysis/kendall.parquet",
         hcs=f"{RESULTS}/analysis/hcs.parquet",
+        methods=f"{RESULTS}/analysis/methods_summary.parquet",
+        wins=f"{RESULTS}/analysis/method_wins.parquet",
     conda:
         "../../environment.yml"
     log:
