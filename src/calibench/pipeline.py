@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import torch
 
@@ -286,7 +287,9 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
                             seed=settings["seed"], max_iterations=settings["max_iterations"],
                             tolerance=settings["tolerance"])
         chosen[stage] = {"lambda": float(found["lambda"]), "mu": float(found["mu"])}
-        grids[stage] = found["grid"]
+        grids[stage] = {"values": list(found["grid"]), "mean_nll": np.asarray(found["mean_nll"]).tolist(),
+                        "not_converged": np.asarray(found["not_converged"]).tolist(),
+                        "iterations": np.asarray(found["iterations"]).tolist()}
         log.info("%s hp=%s %s %s: lambda=%g mu=%g (mean CV NLL %.6f) from %d networks in %.1f s", space, hp,
                  dataset, stage, found["lambda"], found["mu"], found["nll"], len(networks), time.perf_counter() - t0)
     summary = {"space": space, "hp": hp, "dataset": dataset, "settings": dict(settings), "networks": networks,

@@ -85,3 +85,21 @@ def infer_runtime(wildcards):
 # on the CPU on purpose. Declared here, not in a profile, so that a user's own
 # --set-resources for memory or CPUs cannot drop it. Measurement jobs need no GPU.
 INFER_GPUS = 0 if config["device"] == "cpu" else 1
+
+
+def odir_manifests(wildcards):
+    """Inference manifests of the chunks that hold the search's seeded sample of networks."""
+    population = checkpoints.population.get(space=wildcards.space).output[0]
+    with open(population) as f:
+        doc = json.load(f)
+    search = stage.odir_search_settings(config)
+    sample = set(stage.search_sample(doc["selected"], search["networks"], search["seed"]))
+    chunks = [i for i, chunk in enumerate(doc["chunks"]) if sample & set(chunk)]
+    return [f"{RESULTS}/chunks/infer/{wildcards.space}_{wildcards.hp}/chunk{i:05d}.json" for i in chunks]
+
+
+def odir_input(wildcards):
+    """The lambda, mu search's result, where the config leaves it to the search."""
+    if not stage.odir_searched_stages(config):
+        return {}
+    return {"odir": f"{RESULTS}/recalibration/odir_{wildcards.space}_{wildcards.hp}_{wildcards.dataset}.json"}

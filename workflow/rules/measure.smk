@@ -1,10 +1,3 @@
-def odir_input(wildcards):
-    """The lambda, mu search's result, where the config leaves it to the search."""
-    if not stage.odir_searched_stages(config):
-        return {}
-    return {"odir": f"{RESULTS}/recalibration/odir_{wildcards.space}_{wildcards.hp}_{wildcards.dataset}.json"}
-
-
 rule measure:
     """One chunk of one (space, hp, dataset) from the logits store: every configured post-hoc
     method fitted on the validation part, every metric of every stage on the test part, a

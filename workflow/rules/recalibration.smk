@@ -1,14 +1,3 @@
-def odir_manifests(wildcards):
-    """Inference manifests of the chunks that hold the search's seeded sample of networks."""
-    population = checkpoints.population.get(space=wildcards.space).output[0]
-    with open(population) as f:
-        doc = json.load(f)
-    search = stage.odir_search_settings(config)
-    sample = set(stage.search_sample(doc["selected"], search["networks"], search["seed"]))
-    chunks = [i for i, chunk in enumerate(doc["chunks"]) if sample & set(chunk)]
-    return [f"{RESULTS}/chunks/infer/{wildcards.space}_{wildcards.hp}/chunk{i:05d}.json" for i in chunks]
-
-
 rule odir_search:
     """The ODIR lambda, mu of matrix scaling and Dirichlet calibration, once per (space, hp,
     dataset): 5-fold cross-validated NLL on the validation parts of a seeded sample of the
