@@ -329,13 +329,21 @@ def test_failures_are_flagged_per_network(method):
 
 @pytest.mark.parametrize("method", ["vs", "ms", "dir"])
 def test_not_converged_is_flagged(method):
+    """A network stopped by max_iterations is flagged (and keeps its last iterate) while a
+    network that converges within them, in the same batch, is not."""
     rng = np.random.default_rng(11)
-    z, y = _batch(rng, 2, 200, 5)
-    fitted = FITS[method](z, y, max_iterations=2)
-    for reason in fitted.failures:
-        assert reason is not None and reason.startswith("did not converge")
-        assert reason.endswith("after 2 iterations") and "gradient norm" in reason
-    assert (fitted.info["converged"] == 0).all() and (fitted.info["iterations"] == 2).all()
+    n, k = 200, 5
+    ordinary, y = sample_problem(rng, n, k, label_temperature=2.0)
+    constant = np.tile(rng.normal(size=(1, k)), (n, 1))
+    z = torch.tensor(np.stack([constant, ordinary]))
+    fast = int(FITS[method](z[:1], torch.tensor(y)).info["iterations"][0])
+    slow = int(FITS[method](z[1:], torch.tensor(y)).info["iterations"][0])
+    assert slow > fast + 1
+    fitted = FITS[method](z, torch.tensor(y), max_iterations=fast + 1)
+    assert fitted.failures[0] is None and fitted.info["converged"].tolist() == [1.0, 0.0]
+    reason = fitted.failures[1]
+    assert reason.startswith("did not converge: gradient norm ") and reason.endswith(f"after {fast + 1} iterations")
+    assert fitted.info["iterations"].tolist() == [fast, fast + 1]
     assert torch.isfinite(fitted.probs(z)).all()  # the last iterate is kept
 
 

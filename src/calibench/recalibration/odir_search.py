@@ -22,6 +22,7 @@ from .scaling import (DEFAULT_TOLERANCE, _check_batch, _fit_odir, _label_rows)
 DEFAULT_GRID = (1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3)
 DEFAULT_FOLDS = 5
 METHODS = ("ms", "dir")
+CPU_CHUNK = 10
 
 
 def fold_assignment(n: int, folds: int, seed: int) -> np.ndarray:
@@ -76,12 +77,14 @@ def _held_out_nll(x, y, w, theta):
 
 def search_odir(logits_val, labels_val, method: str, grid=DEFAULT_GRID, folds: int = DEFAULT_FOLDS,
                 seed: int = 0, max_iterations: int = 1000, tolerance: float = DEFAULT_TOLERANCE,
-                chunk: int | None = 64) -> dict:
+                chunk: int | None = None) -> dict:
     """Cross-validated choice of (lambda, mu) for ``method`` ("ms" or "dir").
 
     ``logits_val`` (M, N_val, K): the validation parts of the sampled networks; shared
-    ``labels_val`` (N_val,). ``chunk``: at most this many (network, fold) problems are fitted
-    at once (memory), None for all. Networks whose logits are not finite are left out
+    ``labels_val`` (N_val,). ``chunk``: about this many (network, fold) problems are fitted
+    at once (whole networks; at least one); default ``CPU_CHUNK`` on CPU (larger batches
+    run slower per problem there: the L-BFGS histories leave the cache) and all on other
+    devices. Networks whose logits are not finite are left out
     (listed in ``excluded``); a fit whose objective becomes non-finite counts as an
     infinite held-out NLL, so its grid point cannot win.
 
@@ -116,7 +119,9 @@ def search_odir(logits_val, labels_val, method: str, grid=DEFAULT_GRID, folds: i
     mean_nll = np.full((nl, nl), np.nan)
     not_converged = np.zeros((nl, nl), dtype=np.int64)
     iterations = np.zeros((nl, nl), dtype=np.int64)
-    per_chunk = max(1, (chunk or m * folds) // folds)  # whole networks per chunk
+    if chunk is None:
+        chunk = CPU_CHUNK if x.device.type == "cpu" else m * folds
+    per_chunk = max(1, chunk // folds)  # whole networks per chunk
     sums = np.zeros((nl, nl))
     with torch.no_grad():
         for start in range(0, m, per_chunk):
