@@ -196,6 +196,19 @@ def test_temperature_scaling_is_vector_scaling_with_equal_weights(netcal_scaling
     np.testing.assert_allclose(as_vs.probs(zt).numpy(), post.probs(zt).numpy(), atol=1e-12, rtol=0)
     _, q_netcal = _netcal_fit(netcal_scaling.TemperatureScaling, _softmax(z), y)
     np.testing.assert_allclose(post.probs(zt)[0].numpy(), q_netcal, atol=1e-5, rtol=0)
+    assert post.info["converged"][0] == 1 and 1 <= post.info["iterations"][0] < 100, post.info
+
+
+def test_temperature_info_counts_newton_steps_per_network():
+    """Each network reports its own Newton steps; one pinned at a bound of [0.05, 20] takes none."""
+    rng = np.random.default_rng(3)
+    z, y = sample_problem(rng, 400, 4, label_temperature=2.0)
+    pinned = np.zeros_like(z)
+    pinned[np.arange(len(y)), y] = 50.0  # all correct with a margin: T = 0.05
+    post = fit_temperature_scaling(torch.tensor(np.stack([z, pinned])), torch.tensor(y))
+    assert post.info["temperature"][1] == pytest.approx(0.05)
+    assert post.info["iterations"][0] >= 1 and post.info["iterations"][1] == 0
+    assert post.failures == [None, None] and post.info["converged"].tolist() == [1.0, 1.0]
 
 
 # --------------------------------------------------------------------------------------

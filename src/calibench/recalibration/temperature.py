@@ -33,11 +33,12 @@ def _nll_slope_curvature(z: torch.Tensor, z_true: torch.Tensor, beta: torch.Tens
     return slope, curvature
 
 
-def _fit_nll(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def _fit_nll(z: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Safeguarded Newton on beta = 1/T in [1/T_MAX, 1/T_MIN], vectorised over networks.
 
     NLL is convex in beta, so its slope is increasing: the root is kept bracketed
-    and a Newton step that leaves the bracket is replaced by bisection.
+    and a Newton step that leaves the bracket is replaced by bisection. Returns T,
+    the Newton steps each network took and whether it met the tolerance.
     """
     m = z.shape[0]
     z_true = torch.gather(z, -1, y.expand(m, -1).unsqueeze(-1)).squeeze(-1)
@@ -49,6 +50,7 @@ def _fit_nll(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     at_hi = slope_hi <= 0  # decreasing (e.g. all correct with margin): T = T_MIN
     beta = torch.ones_like(lo).clamp(lo, hi)
     active = ~(at_lo | at_hi)
+    steps = torch.zeros(m, dtype=torch.long, device=z.device)
     for _ in range(MAX_NEWTON_STEPS):
         if not bool(active.any()):
             break
@@ -62,10 +64,11 @@ def _fit_nll(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         step = torch.where(ok, newton, (new_lo + new_hi) / 2)
         step = torch.where(slope == 0, b, step)
         lo[idx], hi[idx], beta[idx] = new_lo, new_hi, step
+        steps[idx] += 1
         converged = (step - b).abs() < BETA_TOLERANCE
         active[idx[converged]] = False
     beta = torch.where(at_lo, lo, torch.where(at_hi, hi, beta))
-    return 1.0 / beta
+    return 1.0 / beta, steps, ~active
 
 
 def _ece_rows(conf: torch.Tensor, hit: torch.Tensor, n_bins: int) -> torch.Tensor:
@@ -101,34 +104,39 @@ def fit_temperature_batch(logits_val, labels_val, method: str = "nll", chunk_ele
     to |d beta| < 1e-8. ``grid_ece``: the reference benchmark's grid search.
     """
     z, y = check_logits(logits_val, labels_val, batched=True)
-    return _fit(z, y, method, chunk_elements).cpu().numpy()
+    return _fit(z, y, method, chunk_elements)[0].cpu().numpy()
 
 
-def _fit(z: torch.Tensor, y: torch.Tensor, method: str, chunk_elements: int | None = None) -> torch.Tensor:
+def _fit(z: torch.Tensor, y: torch.Tensor, method: str, chunk_elements: int | None = None):
+    """(T, iterations, converged) per network; the grid search counts its grid points."""
     if method not in METHODS:
         raise ValueError(f"method: expected one of {METHODS}, got {method!r}")
     with torch.inference_mode():
         if method == "nll":
             return _fit_nll(z, y)
-        return _fit_grid_ece(z, y, chunk_elements)
+        temperature = _fit_grid_ece(z, y, chunk_elements)
+        m = temperature.shape[0]
+        return (temperature, torch.full((m,), len(GRID_TEMPERATURES), device=z.device),
+                torch.ones(m, dtype=torch.bool, device=z.device))
 
 
 def fit_temperature(logits_val, labels_val, method: str = "nll") -> float:
     """The fitted temperature of one network: logits (N, K), labels (N,)."""
     z, y = check_logits(logits_val, labels_val)
-    return float(_fit(z[None], y, method)[0])
+    return float(_fit(z[None], y, method)[0][0])
 
 
 def fit_temperature_scaling(logits_val: torch.Tensor, labels_val: torch.Tensor, method: str = "nll",
                             chunk_elements: int | None = None) -> Fitted:
-    """Temperature scaling of M networks: ``softmax(z / T)``; ``info``: temperature."""
-    temperature = _fit(logits_val, labels_val, method, chunk_elements)
-    m = temperature.shape[0]
+    """Temperature scaling of M networks: ``softmax(z / T)``; ``info``: temperature,
+    iterations (Newton steps; grid points for ``grid_ece``), converged."""
+    temperature, iterations, converged = _fit(logits_val, labels_val, method, chunk_elements)
     scale = temperature[:, None, None]
     return Fitted(
         method="post",
         transform=lambda z: z / scale.to(z.device),
-        info=as_info({"temperature": temperature, "converged": np.ones(m), "iterations": np.zeros(m)}),
-        failures=[None] * m,
+        info=as_info({"temperature": temperature, "converged": converged, "iterations": iterations}),
+        failures=[None if ok else f"temperature: Newton did not reach |d beta| < {BETA_TOLERANCE:g} "
+                  f"in {MAX_NEWTON_STEPS} steps" for ok in converged.tolist()],
         params={"temperature": temperature},
     )
