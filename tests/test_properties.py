@@ -126,3 +126,30 @@ def test_cuda_equals_cpu():
     gpu = M.measure_batch(logits.cuda(), labels.cuda())
     for key in cpu:
         np.testing.assert_allclose(gpu[key], cpu[key], rtol=0, atol=1e-9, err_msg=key)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_every_recalibration_stage_on_cuda_equals_cpu():
+    """The same code on the GPU: every stage's fit, its parameters and the whole metric suite
+    (issue 10; recalibration-spec.md)."""
+    from calibench.calibration import measure_stages_batch
+    from calibench.recalibration import STAGES
+
+    rng = np.random.default_rng(10)
+    logits = torch.from_numpy(rng.normal(size=(3, 1500, 20)) * rng.uniform(1, 6, size=(3, 1, 1)))
+    labels = torch.from_numpy(rng.integers(0, 20, size=1500))
+    ood = {"noise": torch.from_numpy(rng.normal(size=(3, 300, 20)))}
+    rec = {"ms": {"lambda": 1e-1, "mu": 1e-1}, "dir": {"lambda": 1e1, "mu": 1e1}}
+    kwargs = {"stages": STAGES, "recalibration": rec}
+    cpu = measure_stages_batch(logits, labels, ood_logits=ood, **kwargs)
+    gpu = measure_stages_batch(logits.cuda(), labels.cuda(), ood_logits={k: v.cuda() for k, v in ood.items()},
+                               **kwargs)
+    assert gpu["failures"] == cpu["failures"]
+    for stage in STAGES:
+        assert set(gpu[stage]) == set(cpu[stage]), stage
+        for key, want in cpu[stage].items():
+            # iterative fits stop at a gradient-norm tolerance: parameters agree to about its size
+            atol = 1e-5 if stage in ("ms", "dir", "vs") else 1e-9
+            if key.startswith("fit_iterations"):
+                continue  # the path to the tolerance may differ by an iteration in floating point
+            np.testing.assert_allclose(gpu[stage][key], want, rtol=0, atol=atol, err_msg=f"{stage} {key}")
