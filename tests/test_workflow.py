@@ -21,6 +21,7 @@ from calibench import logits as store
 from calibench import metrics
 from calibench.analysis import hcs
 from calibench.recalibration import STAGES
+from calibench.shards import read_reliability
 from fixtures import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -820,6 +820,34 @@ def write_report(results: Path, plots: list[tuple[str, Path]], tops: pd.DataFram
     return out
 
 
+def make_reliability_plots(hcs_df: pd.DataFrame, results: Path, beta: float) -> list[tuple[str, Path]]:
+    """Reliability diagrams of the best and the worst network by HCS of every table, pre and
+    post side by side (from the shards' bins; a table without shards, e.g. imported, has none)."""
+    from . import reliability
+
+    col = f"hcs_{beta:g}"
+    out = []
+    for (space, hp, dataset), part in hcs_df.dropna(subset=[col]).groupby(["space", "hp", "dataset"]):
+        ranked = part.sort_values(col, ascending=False)
+        panels = []
+        for label, row in (("best", ranked.iloc[0]), ("worst", ranked.iloc[-1])):
+            try:
+                found = reliability.load(results, space, dataset, int(row["arch_index"]), hp=str(hp))
+            except (OSError, KeyError, ValueError) as exc:
+                log.info("no reliability diagram for %s %s %s: %s", space, hp, dataset, exc)
+                panels = []
+                break
+            for stage in ("pre", "post"):
+                if stage in found["stages"]:
+                    panels.append((f"{label} by HCS_{beta:g}: arch {int(row['arch_index'])}, {stage}\n"
+                                   f"acc {row['accuracy']:.3f}, HCS {row[col]:.3f}", found["stages"][stage]))
+        if panels:
+            path = reliability.figure(panels, f"{space} hp {hp} {dataset}: reliability of the best and worst network",
+                                      results / "plots" / f"reliability_{space}_{hp}_{dataset}.png")
+            out.append((f"Reliability, best and worst by HCS: {space} {dataset}", path))
+    return out
+
+
 def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
     """``settings``: :func:`calibench.settings.analysis_settings` (analysis, bins, demo)."""
     results = Path(results)
@@ -850,6 +878,7 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     wins.to_parquet(analysis_dir / "method_wins.parquet", index=False)
     plots = make_plots(df, kendall, hcs_df, settings, results / "plots")
     method_plots = make_method_plots(df, kendall, wins, settings, results / "plots")
+    plots += make_reliability_plots(hcs_df, results, betas[0])
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only, no second read
     report = write_report(results, plots, tops[["space", "dataset", "arch_index", "arch_str", "accuracy", "pre_ece_15"]
                                                 + [f"hcs_{b:g}" for b in betas]],

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from .metrics._arrays import check_bins, check_logits
+from .metrics.reliability import RELIABILITY_BINS, reliability_from_logits
 from .metrics.scores import auroc
 from .metrics.suite import DEFAULT_BINS, DEFAULT_TACE_THRESHOLD, measure_validated
 from .recalibration import STAGES, fit_stage
@@ -60,9 +61,11 @@ def _fit_isolated(stage: str, z_val: torch.Tensor, y_val: torch.Tensor, options:
 
 
 def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold, chunk_elements, ood_logits):
-    """Metrics (test part), fitted-parameter summaries and failures of one stage for M networks."""
+    """Metrics (test part), fitted-parameter summaries, failures and reliability-diagram bins
+    (:mod:`calibench.metrics.reliability`) of one stage for M networks."""
     m = z.shape[0]
     names = None
+    rel = {key: np.full((m, RELIABILITY_BINS), np.nan) for key in ("count", "confidence", "accuracy")}
     metrics: dict[str, np.ndarray] = {}
     info: dict[str, np.ndarray] = {}
     failures: list[str | None] = [None] * m
@@ -79,6 +82,8 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
         finite = ~(torch.isnan(recalibrated) | torch.isposinf(recalibrated)).flatten(1).any(1)
         finite &= torch.isfinite(recalibrated.amax(-1)).all(-1)
         values = measure_validated(recalibrated, y[test_idx], bins, tace_threshold, chunk_elements)
+        for key, v in reliability_from_logits(recalibrated, y[test_idx]).items():
+            rel[key][list(indices)] = v
         for name, ood in (ood_logits or {}).items():
             with torch.inference_mode():
                 id_scores = torch.softmax(transform(z[idx]), -1).amax(-1)
@@ -105,8 +110,10 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
         if why is not None:
             for n in names:
                 metrics[n][i] = np.nan
+            for v in rel.values():
+                v[i] = np.nan
     metrics.update({f"fit_{key}": v for key, v in info.items()})
-    return metrics, failures
+    return metrics, failures, rel
 
 
 def measure_stages_batch(
@@ -125,7 +132,8 @@ def measure_stages_batch(
     """Every stage's metrics for M networks on a shared evaluation set.
 
     Returns ``{"accuracy_full": (M,), stage: {name: (M,)} for each stage, "failures":
-    {stage: [None or reason] * M}}`` and, with ``post``, ``"temperature": (M,)``. A stage's
+    {stage: [None or reason] * M}, "reliability": {stage: {"count", "confidence",
+    "accuracy": (M, 15)}}}`` and, with ``post``, ``"temperature": (M,)``. A stage's
     names are the metric suite's (measured on the test part; ``ood_auroc_{set}`` for each
     of ``ood_logits``, OoD sets (M, Q, K) through the same fitted map) and ``fit_{name}``
     for the fitted parameters (``fit_temperature``, ``fit_w_norm``, ...). ``recalibration``:
@@ -144,12 +152,13 @@ def measure_stages_batch(
     test_idx = torch.from_numpy(test_idx).to(z.device)
     with torch.inference_mode():
         accuracy_full = (torch.argmax(z, dim=-1) == y).to(z.dtype).mean(dim=-1)  # argmax of logits = of softmax
-    out: dict = {"accuracy_full": accuracy_full.cpu().numpy(), "failures": {}}
+    out: dict = {"accuracy_full": accuracy_full.cpu().numpy(), "failures": {}, "reliability": {}}
     for stage in stages:
-        metrics, failures = _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold,
-                                           chunk_elements, ood_logits)
+        metrics, failures, rel = _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold,
+                                                chunk_elements, ood_logits)
         out[stage] = metrics
         out["failures"][stage] = failures
+        out["reliability"][stage] = rel
     if "post" in out:
         out["temperature"] = out["post"]["fit_temperature"]
     return out
@@ -167,4 +176,5 @@ def measure_stages(logits, labels, bins=DEFAULT_BINS, val_fraction: float = 0.2,
     if "temperature" in out:
         single["temperature"] = float(out["temperature"][0])
     single.update({s: {k: float(v[0]) for k, v in out[s].items()} for s in stages})
+    single["reliability"] = {s: {k: v[0] for k, v in rel.items()} for s, rel in out["reliability"].items()}
     return single

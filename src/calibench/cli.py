@@ -194,6 +194,25 @@ def _make_minibench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reliability(args: argparse.Namespace) -> int:
+    from . import reliability
+
+    try:
+        found = reliability.load(args.results, args.space, args.dataset, args.arch, hp=args.hp, seed=args.seed)
+        stages = args.stages.split(",") if args.stages else None
+        out = args.out or (Path(args.results) / "plots" / "reliability"
+                           / f"{args.space}_{found['hp']}_{args.dataset}_arch{args.arch:06d}.png")
+        path = reliability.plot_network(found, out, stages)
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"calibench reliability: {exc}", file=sys.stderr)
+        return 2
+    if stages:
+        found = {**found, "stages": {s: found["stages"][s] for s in stages}}
+    print(reliability.as_text(found))
+    print(f"\ndiagram: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     # No package imports here: `calibench query` must not pay for importing torch.
     parser = argparse.ArgumentParser(prog="calibench", description="Calibration of NATS-Bench populations.")
@@ -236,6 +255,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--ascending", action="store_true", help="smallest first (for errors)")
     t.add_argument("--results", default="results")
     t.set_defaults(func=_top)
+
+    rl = sub.add_parser("reliability", help="reliability diagram of one network, every stage (from its shard)")
+    rl.add_argument("--space", required=True, choices=["tss", "sss"])
+    rl.add_argument("--dataset", required=True, choices=["cifar10", "cifar100", "ImageNet16-120"])
+    rl.add_argument("--arch", type=int, required=True, help="architecture index")
+    rl.add_argument("--hp", default=None, help="needed only where several hps were measured")
+    rl.add_argument("--seed", type=int, default=None, help="default: the first measured seed")
+    rl.add_argument("--stages", default=None, help="comma-separated, e.g. pre,post (default: every stage)")
+    rl.add_argument("--out", default=None, help="PNG path (default: results/plots/reliability/...)")
+    rl.add_argument("--results", default="results")
+    rl.set_defaults(func=_reliability)
 
     lg = sub.add_parser("logits", help="what the logits store holds (per space, hp, dataset; --files: every file)")
     lg.add_argument("--results", default="results")

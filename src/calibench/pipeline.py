@@ -194,7 +194,7 @@ class StoredNetwork:
 def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: Mapping, space: str, hp: str,
                    dataset: str, shard_keys: Mapping[int, str]):
     """Metrics of every stage for a group of networks at once; returns one (provenance,
-    stages, stage failures) per network."""
+    stages, stage failures, reliability bins) per network."""
     from .calibration import measure_stages_batch
 
     temp = settings["temperature"]
@@ -219,7 +219,8 @@ def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: M
         }
         per_stage = {stage: {k: v[i] for k, v in out[stage].items()} for stage in stages}
         failed = {stage: out["failures"][stage][i] for stage in stages if out["failures"][stage][i] is not None}
-        results.append((provenance, per_stage, failed))
+        reliability = {stage: {k: v[i] for k, v in out["reliability"][stage].items()} for stage in stages}
+        results.append((provenance, per_stage, failed, reliability))
     return results
 
 
@@ -357,8 +358,10 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
 
         def flush():
             by_index: dict[int, list] = {}
-            for provenance, stages, failed in _measure_group(pending, labels, settings, space, hp, dataset, keys):
+            reliability: dict[int, dict] = {}
+            for provenance, stages, failed, rel in _measure_group(pending, labels, settings, space, hp, dataset, keys):
                 by_index.setdefault(provenance["arch_index"], []).append(shards.shard_table(provenance, stages))
+                reliability.setdefault(provenance["arch_index"], {})[provenance["seed"]] = rel
                 for stage, reason in failed.items():  # the network keeps its shard; this stage is NaN
                     log.warning("architecture %d seed %d: stage %s is NaN: %s", provenance["arch_index"],
                                 provenance["seed"], stage, reason)
@@ -368,6 +371,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
             for index, tables in by_index.items():
                 own = [f for f in stage_failures if f["arch_index"] == index]
                 table = shards.with_stage_failures(pa.concat_tables(tables), own)
+                table = shards.with_reliability(table, reliability[index])
                 shards.write_atomic_parquet(table, shards.shard_path(results, space, hp, dataset, index))
                 measured.add(index)
             pending.clear()

@@ -66,10 +66,11 @@ def recalibration_settings(config: Mapping) -> dict:
 def measurement_settings(config: Mapping) -> dict:
     """What a shard's numbers depend on besides its logits (and the searched ODIR lambda, mu):
     bin counts, TACE threshold, the split and temperature fit, the stages and their methods'
-    options."""
+    options, and the reliability-diagram bins its metadata holds (fixed; in the key so that
+    shards written before they existed are measured again)."""
     return {"bins": list(config["bins"]), "tace_threshold": config["tace_threshold"],
             "temperature": dict(config["temperature"]), "stages": list(config["stages"]),
-            "recalibration": recalibration_settings(config)}
+            "recalibration": recalibration_settings(config), "reliability_bins": 15}
 
 
 def odir_searched_stages(config: Mapping) -> list[str]:

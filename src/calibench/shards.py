@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -116,6 +117,35 @@ def read_stage_failures(path: str | Path) -> list[dict]:
     """The stage failures a shard recorded (:func:`with_stage_failures`); [] if none."""
     metadata = pq.read_schema(path).metadata or {}
     return json.loads(metadata.get(STAGE_FAILURES_KEY, b"[]"))
+
+
+RELIABILITY_KEY = b"calibench_reliability"
+
+
+def with_reliability(table: pa.Table, reliability: Mapping[int, Mapping[str, Mapping]]) -> pa.Table:
+    """The shard with its reliability-diagram bins in its schema metadata: ``{seed: {stage:
+    {"count", "confidence", "accuracy"}}}`` (:mod:`calibench.metrics.reliability`); NaN
+    (empty bins, failed stages) is stored as null."""
+    def listed(values):
+        return [None if v != v else float(v) for v in values]
+
+    blob = {str(seed): {stage: {k: listed(rel[k]) for k in ("count", "confidence", "accuracy")}
+                        for stage, rel in stages.items()}
+            for seed, stages in reliability.items()}
+    metadata = dict(table.schema.metadata or {})
+    metadata[RELIABILITY_KEY] = json.dumps(blob).encode()
+    return table.replace_schema_metadata(metadata)
+
+
+def read_reliability(path: str | Path) -> dict[int, dict]:
+    """``{seed: {stage: {"count", "confidence", "accuracy"}}}`` of a shard, float arrays
+    with NaN where a bin is empty or the stage failed; {} for a shard written without them."""
+    metadata = pq.read_schema(path).metadata or {}
+    blob = json.loads(metadata.get(RELIABILITY_KEY, b"{}"))
+    return {int(seed): {stage: {k: np.array([np.nan if v is None else v for v in values], dtype=float)
+                                for k, values in rel.items()}
+                        for stage, rel in stages.items()}
+            for seed, stages in blob.items()}
 
 
 def is_valid_shard(path: str | Path, expected_hash: str) -> bool:
