@@ -13,6 +13,9 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 validate(config, schema="workflow/schemas/config.schema.yaml")
 
 

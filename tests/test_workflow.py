@@ -221,6 +221,21 @@ def test_report_and_plots_exist(finished_run):
     for job_log in ("logs/analysis.log", "logs/minibench.log", "logs/population/tss.log", "logs/labels/cifar10.log"):
         assert (results / job_log).is_file()
     assert len(pd.read_csv(results / "analysis" / "top_hcs.csv")) > 0
+    # the best and the worst network by HCS of each table, pre and post
+    assert {p.name for p in (results / "plots").glob("reliability_*.png")} == {
+        f"reliability_{space}_{hp}_{d}.png" for space, hp in (("tss", "200"), ("sss", "90")) for d in DATASETS}
+
+
+def test_snakemake_report_holds_every_figure(finished_run, tmp_path):
+    import zipfile
+
+    out = tmp_path / "report.zip"
+    _snakemake(finished_run, "--report", str(out))
+    with zipfile.ZipFile(out) as z:
+        names = z.namelist()
+    figures = {p.name for p in (finished_run / "results" / "plots").glob("*.png")}
+    assert figures and all(any(n.endswith("/" + f) for n in names) for f in figures), (sorted(figures), names[:40])
+    assert any(n.endswith("report.html") for n in names)
 
 
 def test_every_job_records_its_time_and_peak_memory(finished_run):
@@ -232,6 +247,30 @@ def test_every_job_records_its_time_and_peak_memory(finished_run):
         for record in records:
             row = pd.read_csv(record, sep="\t").iloc[0]
             assert row["s"] > 0 and 50 < row["max_rss"] < 8000, (record, row.to_dict())  # MB: torch alone is ~300
+
+
+def test_export_import_and_nas_commands(finished_run, tmp_path):
+    """The finished run's tables out in the published layout, back in, and NAS on them."""
+    from calibench.cli import main
+    from calibench.query import run_query
+
+    out, imported = tmp_path / "tao", tmp_path / "imported"
+    assert main(["export", "--format", "tao2024", "--out", str(out), "--results", str(finished_run / "results")]) == 0
+    assert sorted(p.name for p in out.glob("*.csv")) == sorted(
+        f"{name}_{space}.csv" for space in ("tss", "sss") for name in ("cifar10", "cifar100", "ImageNet"))
+    assert main(["import", "--format", "tao2024", str(out), "--results", str(imported)]) == 0
+    for table in (finished_run / "results" / "tables").glob("*.parquet"):
+        ours, back = pd.read_parquet(table), pd.read_parquet(imported / "tables" / table.name)
+        np.testing.assert_allclose(back["pre_ece_15"], ours["pre_ece_15"], rtol=0, atol=1e-12)
+        assert back["arch_str"].tolist() == ours["arch_str"].tolist()
+    df = run_query("SELECT count(*) AS n FROM networks", results=imported)
+    assert df["n"][0] == 3 * (3 + 4)
+    table = imported / "tables" / "sss_90_cifar10.parquet"
+    assert main(["nas", str(table), "--budget", "3", "--repeats", "4", "--out", str(tmp_path / "nas")]) == 0
+    nas = pd.read_csv(tmp_path / "nas" / "nas_sss_90_cifar10.csv")
+    assert len(nas) == 3 * 4 and set(nas["algorithm"]) == {"evolution", "local", "random"}
+    assert (tmp_path / "nas" / "nas_sss_90_cifar10.md").read_text().count("\n") >= 12
+    assert main(["import", "--format", "tao2024", str(tmp_path / "missing"), "--results", str(imported)]) == 2
 
 
 def test_query_views(finished_run):

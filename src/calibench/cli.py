@@ -200,7 +200,7 @@ def _reliability(args: argparse.Namespace) -> int:
     try:
         found = reliability.load(args.results, args.space, args.dataset, args.arch, hp=args.hp, seed=args.seed)
         stages = args.stages.split(",") if args.stages else None
-        out = args.out or (Path(args.results) / "plots" / "reliability"
+        out = args.out or (Path(args.results) / "reliability"
                            / f"{args.space}_{found['hp']}_{args.dataset}_arch{args.arch:06d}.png")
         path = reliability.plot_network(found, out, stages)
     except (OSError, KeyError, ValueError) as exc:
@@ -210,6 +210,53 @@ def _reliability(args: argparse.Namespace) -> int:
         found = {**found, "stages": {s: found["stages"][s] for s in stages}}
     print(reliability.as_text(found))
     print(f"\ndiagram: {path}")
+    return 0
+
+
+def _nas(args: argparse.Namespace) -> int:
+    from . import nas
+
+    tables = [Path(t) for t in args.tables] or sorted((Path(args.results) / "tables").glob("*.parquet"))
+    if not tables:
+        print(f"calibench nas: no result tables under {args.results}/tables", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out or Path(args.results) / "analysis" / "nas")
+    for table in tables:
+        try:
+            result = nas.run_nas(table, out_dir / f"nas_{table.stem}.csv", objectives=args.objectives.split(","),
+                                 algorithms=args.algorithms.split(","), budget=args.budget, repeats=args.repeats,
+                                 seed=args.seed, population=args.population, sample=args.sample)
+        except (OSError, KeyError, ValueError) as exc:
+            print(f"calibench nas: {table}: {exc}", file=sys.stderr)
+            return 2
+        print(nas.nas_markdown(result, title=f"{table.stem}: budget {args.budget}, {args.repeats} repeats"))
+        print(f"written: {out_dir / f'nas_{table.stem}.csv'} (and .md)\n")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .interop import export_tao2024
+
+    try:
+        written = export_tao2024(args.tables or args.results, args.out)
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"calibench export: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from .interop import import_tao2024
+
+    try:
+        written = import_tao2024(args.src, args.results, overwrite=args.overwrite)
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"calibench import: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
     return 0
 
 
@@ -263,9 +310,36 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--hp", default=None, help="needed only where several hps were measured")
     rl.add_argument("--seed", type=int, default=None, help="default: the first measured seed")
     rl.add_argument("--stages", default=None, help="comma-separated, e.g. pre,post (default: every stage)")
-    rl.add_argument("--out", default=None, help="PNG path (default: results/plots/reliability/...)")
+    rl.add_argument("--out", default=None, help="PNG path (default: results/reliability/...)")
     rl.add_argument("--results", default="results")
     rl.set_defaults(func=_reliability)
+
+    ns = sub.add_parser("nas", help="NAS over result tables by accuracy and HCS (Tao et al. 2024, Table 1)")
+    ns.add_argument("tables", nargs="*", help="result tables (default: every table under --results)")
+    ns.add_argument("--results", default="results")
+    ns.add_argument("--out", default=None, help="directory (default: results/analysis/nas)")
+    ns.add_argument("--objectives", default="accuracy,hcs_1,hcs_2,hcs_3", help="comma-separated columns")
+    ns.add_argument("--algorithms", default="evolution,local,random")
+    ns.add_argument("--budget", type=int, default=100, help="distinct architectures queried per search")
+    ns.add_argument("--repeats", type=int, default=100, help="seeded repeats (seed + r)")
+    ns.add_argument("--seed", type=int, default=0)
+    ns.add_argument("--population", type=int, default=20, help="regularised evolution's population")
+    ns.add_argument("--sample", type=int, default=5, help="regularised evolution's tournament size")
+    ns.set_defaults(func=_nas)
+
+    ex = sub.add_parser("export", help="result tables in another layout (tao2024: Tao et al.'s published CSVs)")
+    ex.add_argument("--format", required=True, choices=["tao2024"])
+    ex.add_argument("--out", required=True, help="output directory")
+    ex.add_argument("--results", default="results")
+    ex.add_argument("tables", nargs="*", help="tables to export (default: every table under --results)")
+    ex.set_defaults(func=_export)
+
+    im = sub.add_parser("import", help="tables in another layout into result tables (tao2024)")
+    im.add_argument("--format", required=True, choices=["tao2024"])
+    im.add_argument("src", help="a directory of files (or one file) in that layout")
+    im.add_argument("--results", default="results", help="results directory to write tables/ into")
+    im.add_argument("--overwrite", action="store_true", help="replace tables this project measured")
+    im.set_defaults(func=_import)
 
     lg = sub.add_parser("logits", help="what the logits store holds (per space, hp, dataset; --files: every file)")
     lg.add_argument("--results", default="results")

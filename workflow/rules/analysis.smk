@@ -4,7 +4,9 @@ rule analysis:
     input:
         all_tables(),
     output:
-        report=f"{RESULTS}/report.html",
+        report=report(f"{RESULTS}/report.html", caption="../report/report_html.rst", category="Report"),
+        plots=report(directory(f"{RESULTS}/plots"), patterns=["{name}.png"], caption="../report/figures.rst",
+                     category="Figures"),
         kendall=f"{RESULTS}/analysis/kendall.parquet",
         hcs=f"{RESULTS}/analysis/hcs.parquet",
         methods=f"{RESULTS}/analysis/methods_summary.parquet",

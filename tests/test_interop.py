@@ -1,0 +1,321 @@
+"""The tao2024 exchange format (calibench.interop): our result tables -> the published
+layout -> result tables again equal the originals on every shared column; a file written
+here in the published layout imports and the analysis and queries run on it; malformed
+files fail naming the file and the column or line."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibench import analysis as an
+from calibench import interop, shards, tables
+from calibench.archstr import SSS_CHANNEL_CHOICES, TSS_OPS
+from calibench.population import representatives
+
+BINS = (5, 10, 15, 20, 25, 50, 100, 200, 500)
+BINNED = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace")
+UNBINNED = ("ksce", "ks_top2", "ks_within_top2", "kdece", "mmce", "nll", "brier", "accuracy", "mean_conf_correct",
+            "mean_conf_incorrect")
+
+
+def tss_strings(n: int) -> list[str]:
+    """The first ``n`` TSS cells in product order: many isomorphs among them."""
+    out = []
+    for ops in itertools.islice(itertools.product(TSS_OPS, repeat=6), n):
+        it = iter(ops)
+        out.append("+".join("|" + "|".join(f"{next(it)}~{s}" for s in range(j)) + "|" for j in (1, 2, 3)))
+    return out
+
+
+def sss_strings(n: int) -> list[str]:
+    return [":".join(str(c) for c in ch) for ch in itertools.islice(itertools.product(SSS_CHANNEL_CHOICES, repeat=5),
+                                                                     n)]
+
+
+def stage_values(rng, index: int, stages, ood: bool) -> dict[str, dict[str, float]]:
+    out = {}
+    for stage in stages:
+        row = {f"{m}_{b}": float(rng.uniform(0, 0.4)) for m in BINNED for b in BINS}
+        row.update({m: float(rng.uniform(0.05, 1.0)) for m in UNBINNED})
+        row["brier"] = float(rng.uniform(0.1, 1.6))
+        row["nll"] = float("inf") if index % 7 == 3 else float(rng.uniform(0.1, 4))
+        if index % 5 == 2:
+            row["mean_conf_incorrect"] = float("nan")  # every sample right
+        if ood and stage == "pre":
+            row["ood_auroc_gaussian_noise"] = float(rng.uniform(0.4, 1))
+            row["ood_auroc_svhn"] = float(rng.uniform(0.4, 1))
+        if stage != "pre":
+            row["fit_converged"] = 1.0
+        out[stage] = row
+    if index % 6 == 1:
+        out["post"]["ece_15"] = float("nan")
+    return out
+
+
+def build(results: Path, space: str, hp: str, dataset: str, n: int, seed: int = 777,
+          stages=("pre", "post", "vs")) -> Path:
+    """A result table made as the workflow makes it (shards -> calibench.tables.build_table):
+    TSS measures the class representatives among the first ``n`` cells and expands them."""
+    arch_strs = tss_strings(n) if space == "tss" else sss_strings(n)
+    reps = representatives(space, arch_strs)
+    selected = sorted(set(reps))
+    doc = {"space": space, "arch_strs": arch_strs, "representatives": reps, "selected": selected,
+           "chunks": [selected]}
+    pop = tables.population_path(results, space)
+    pop.parent.mkdir(parents=True, exist_ok=True)
+    pop.write_text(json.dumps(doc))
+    rng = np.random.default_rng(n + len(dataset))
+    for i in selected:
+        prov = {"space": space, "hp": hp, "dataset": dataset, "arch_index": i, "arch_str": arch_strs[i], "seed": seed,
+                "params": 0.1 + i, "flops": 2.0 * i, "temperature": 1.5, "accuracy": float(rng.uniform(0.1, 0.95)),
+                "recorded_accuracy": 0.5, "n_eval": 100, "config_hash": f"k{i}", "logits_key": f"l{i}",
+                "logits_file": "x"}
+        values = stage_values(rng, i, stages, ood=dataset == "cifar10")
+        shards.write_atomic_parquet(shards.shard_table(prov, values), shards.shard_path(results, space, hp, dataset, i))
+    manifest = results / "manifests" / f"{space}_{hp}_{dataset}.json"
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"shards": {str(i): f"k{i}" for i in selected}, "failures": []}))
+    out = results / "tables" / f"{space}_{hp}_{dataset}.parquet"
+    tables.build_table(space, hp, dataset, results, out, [manifest], results / "failures" / "x.parquet")
+    return out
+
+
+def assert_same(original: pd.DataFrame, back: pd.DataFrame, skip: set[str]) -> list[str]:
+    """Every column in both (but ``skip``) equal: exactly, the Brier score (x / K * K) to 1e-12."""
+    assert len(original) == len(back)
+    shared = [c for c in original.columns if c in back.columns and c not in skip]
+    for c in shared:
+        a, b = original[c].to_numpy(), back[c].to_numpy()
+        if a.dtype.kind == "f" or b.dtype.kind == "f":
+            a, b = a.astype(float), b.astype(float)
+            if c.endswith("_brier"):
+                np.testing.assert_allclose(b, a, rtol=1e-12, atol=0, err_msg=c)
+            else:
+                assert np.array_equal(a, b, equal_nan=True), c
+        else:
+            assert [str(x) for x in a] == [str(x) for x in b], c
+    return shared
+
+
+# ---------------------------------------------------------------- round trip
+
+def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
+    results = tmp_path / "results"
+    made = [build(results, "tss", "200", "cifar10", 40),  # isomorph copies, OoD columns
+            build(results, "sss", "90", "ImageNet16-120", 9),
+            build(results, "sss", "12", "cifar100", 7, seed=111)]  # not the published schedule or seed
+    caplog.set_level(logging.INFO, logger="calibench.interop")
+    files = interop.export_tao2024(results / "tables", tmp_path / "tao")
+    assert sorted(f.name for f in files) == ["ImageNet_sss.csv", "cifar100_sss_hp12.csv", "cifar10_tss.csv"]
+    assert "vs_ece_15" in caplog.text and "pre_ace_15" in caplog.text  # no place in the layout: logged
+
+    header = pd.read_csv(tmp_path / "tao" / "cifar10_tss.csv", nrows=0).columns.tolist()
+    assert header[:9] == ["config", "acc", "correct_confidence", "incorrect_confidence", "arch", "pre_ECE_5",
+                          "post_ECE_5", "pre_ECE_10", "post_ECE_10"]
+    for name in ("pre_ECE_em_500", "post_cwCE_15", "pre_cwCE_em_100", "post_MCE_5", "pre_NLL", "post_Brier",
+                 "pre_KSCE", "pre_KDECE", "post_MMCE", "auc_cifar10c", "auc_svhn"):
+        assert name in header, name
+    assert "seed" not in header and "temperature" not in header
+    for f in files:  # every column written is in the definitions table
+        assert all(interop.definition_of(c) for c in pd.read_csv(f, nrows=0).columns), f
+    assert "seed" in pd.read_csv(tmp_path / "tao" / "cifar100_sss_hp12.csv", nrows=0).columns
+    assert "auc_cifar10c" not in pd.read_csv(tmp_path / "tao" / "ImageNet_sss.csv", nrows=0).columns
+    published = pd.read_csv(tmp_path / "tao" / "cifar10_tss.csv")
+    original = pd.read_parquet(made[0])
+    np.testing.assert_allclose(published["pre_Brier"], original["pre_brier"] / 10, rtol=1e-15)  # theirs: / K
+
+    back = interop.import_tao2024(tmp_path / "tao", tmp_path / "imported")
+    assert sorted(p.name for p in back) == sorted(p.name for p in made)
+    carried = {"space", "hp", "dataset", "arch_index", "measured_by", "seed", "arch_str", "accuracy",
+               "pre_mean_conf_correct", "pre_mean_conf_incorrect", "pre_ece_15", "post_cwce_em_500", "post_mce_50",
+               "pre_nll", "post_brier", "pre_ksce", "pre_kdece", "post_mmce"}
+    for path in made:
+        imported = tmp_path / "imported" / "tables" / path.name
+        meta = tables.table_metadata(imported)
+        assert meta["source"] == "tao2024" and meta["stages"] == ["pre", "post"]
+        skip = set(meta["unavailable"]) | {"pre_accuracy", "post_accuracy"}  # acc copies, see meta["derived"]
+        original, got = pd.read_parquet(path), pd.read_parquet(imported)
+        shared = assert_same(original, got, skip)
+        assert carried <= set(shared), carried - set(shared)
+        assert list(got.columns[:16]) == tables.FIRST + tables.PROVENANCE
+        assert (got["pre_accuracy"] == got["accuracy"]).all()
+    tss = pd.read_parquet(tmp_path / "imported" / "tables" / "tss_200_cifar10.parquet")
+    assert (tss["measured_by"] != tss["arch_index"]).sum() > 5  # the copies found again
+    assert {"pre_ood_auroc_gaussian_noise", "pre_ood_auroc_svhn"} <= set(tss.columns)
+
+    # Exporting the imported tables gives the same files, byte for byte.
+    again = interop.export_tao2024(tmp_path / "imported", tmp_path / "tao2")
+    for f in again:
+        assert f.read_bytes() == (tmp_path / "tao" / f.name).read_bytes(), f.name
+
+
+def test_export_of_several_seeds_keeps_the_first_and_omitted_columns_are_logged(tmp_path, caplog):
+    results = tmp_path / "results"
+    path = build(results, "sss", "90", "cifar100", 4, stages=("pre", "post"))
+    table = pd.read_parquet(path)
+    other = table.assign(seed=888, accuracy=0.0)
+    two = pd.concat([table, other]).drop(columns=[c for c in table.columns if "_mce_" in c])
+    caplog.set_level(logging.INFO, logger="calibench.interop")
+    frame = interop.export_frame(two, source="t")
+    assert len(frame) == 4 and (frame["acc"] > 0).all()
+    assert "4 rows of seeds other" in caplog.text
+    assert "pre_MCE_15" in caplog.text and "auc_cifar10c" in caplog.text  # left out: not in the table
+    assert not any("_MCE_" in c for c in frame.columns) and "pre_MMCE" in frame.columns
+
+
+# ---------------------------------------------------------------- a file in the published layout
+
+def published_file(rng, space: str, n: int, percent: bool = False, copies: bool = False) -> pd.DataFrame:
+    """A file as the published dataset holds it (their column names and order, fractions),
+    with a written pandas index and a column we have no counterpart for."""
+    if space == "tss":
+        arch = tss_strings(n)
+        reps = representatives("tss", arch)
+    else:
+        arch = sss_strings(n)
+        reps = list(range(n))
+    rows = {}
+    for i in range(n):
+        if copies and reps[i] != i:
+            rows[i] = dict(rows[reps[i]], config=i, arch=arch[i])  # the reference copied isomorphs' rows
+            continue
+        acc = float(rng.uniform(0.3, 0.94))
+        row = {"config": i, "acc": 100 * acc if percent else acc, "correct_confidence": float(rng.uniform(0.6, 1)),
+               "incorrect_confidence": float(rng.uniform(0.3, 0.8)), "arch": arch[i]}
+        for family in ("ECE", "ECE_em", "cwCE", "cwCE_em"):
+            for b in BINS:
+                for stage in ("pre", "post"):
+                    row[f"{stage}_{family}_{b}"] = float(rng.uniform(0.005, 0.3)) * (1 if stage == "pre" else 0.4)
+        row["robust_acc_fgsm"] = float(rng.uniform(0, 0.5))  # no calibench counterpart
+        rows[i] = row
+    frame = pd.DataFrame([rows[i] for i in rng.permutation(n)])  # any row order
+    frame.index.name = None
+    return frame
+
+
+def write_published(frame: pd.DataFrame, path: Path, index: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=index)
+    return path
+
+
+def test_a_published_layout_file_imports_and_the_analysis_runs(tmp_path, caplog):
+    rng = np.random.default_rng(3)
+    src = tmp_path / "published"
+    write_published(published_file(rng, "tss", 60, percent=True, copies=True), src / "cifar10_tss.csv", index=True)
+    write_published(published_file(rng, "sss", 30), src / "ImageNet_sss.csv")
+    (src / "README.md").write_text("not a table")
+    (src / "notes.csv").write_text("a,b\n1,2\n")
+    results = tmp_path / "results"
+    caplog.set_level(logging.WARNING, logger="calibench.interop")
+    paths = interop.import_tao2024(src, results)
+    assert sorted(p.name for p in paths) == ["sss_90_ImageNet16-120.parquet", "tss_200_cifar10.parquet"]
+    assert "notes.csv" in caplog.text and "in percent" in caplog.text and "robust_acc_fgsm" in caplog.text
+
+    tss = pd.read_parquet(results / "tables" / "tss_200_cifar10.parquet")
+    assert list(tss["arch_index"]) == list(range(60))
+    assert tss["accuracy"].between(0.3, 0.94).all()  # percent -> fraction
+    assert (tss["seed"] == 777).all() and (tss["hp"] == "200").all()
+    reps = representatives("tss", tss_strings(60))
+    assert list(tss["measured_by"]) == reps  # copied rows -> their class representative
+    meta = tables.table_metadata(results / "tables" / "tss_200_cifar10.parquet")
+    assert meta["source"] == "tao2024" and meta["source_file"] == "cifar10_tss.csv"
+    assert meta["converted"]["accuracy"].startswith("acc in percent")
+    assert set(meta["not_imported"]) == {"Unnamed: 0", "robust_acc_fgsm"}
+
+    table_paths = sorted((results / "tables").glob("*.parquet"))
+    df = an.load_tables(table_paths)
+    hcs = an.hcs_table(df, [1, 2])
+    assert len(hcs) == len(set(reps)) + 30  # measured networks only
+    want = an.hcs(tss["accuracy"], tss["pre_ece_15"], 1)
+    np.testing.assert_allclose(hcs[hcs["space"] == "tss"].sort_values("arch_index")["hcs_1"],
+                               want[tss["arch_index"] == tss["measured_by"]])
+    tau = an.kendall_matrix(an.measured(df), ["pre_ece_15", "post_ece_15", "pre_cwce_em_100", "accuracy"])
+    assert len(tau) == 16 and tau["tau"].notna().all()
+    settings = {"analysis": {"hcs_betas": [1], "top_k": [10], "top_n": 5}, "bins": list(BINS), "demo": False}
+    kendall = an.kendall_all(df, settings)
+    assert {"datasets", "metrics", "pre_post"} <= set(kendall["figure"])
+    assert set(kendall.loc[kendall["figure"] == "pre_post", "stage"]) == {"post"}
+    assert an.table_stages(table_paths) == {("tss", "200", "cifar10"): ["pre", "post"],
+                                            ("sss", "90", "ImageNet16-120"): ["pre", "post"]}
+    summary = an.methods_summary(df, BINS, an.table_stages(table_paths))
+    assert set(summary["stage"]) == {"pre", "post"}
+    assert not an.edge_op_frequency(hcs, 5, 1).empty and not an.size_brackets(df).empty
+
+    from calibench import query
+
+    con = query.connect(results)
+    top = con.sql("SELECT space, arch_index, hcs_1 FROM networks WHERE arch_index = measured_by "
+                  "ORDER BY hcs_1 DESC LIMIT 3").df()
+    assert len(top) == 3 and top["hcs_1"].is_monotonic_decreasing
+
+
+# ---------------------------------------------------------------- malformed files
+
+def _good(rng) -> pd.DataFrame:
+    return published_file(rng, "sss", 6)
+
+
+def _set(column: str, row: int, value):
+    """A damage: ``column`` on data row ``row`` (CSV line row + 2) set to ``value``."""
+    def damage(f: pd.DataFrame) -> pd.DataFrame:
+        values = f[column].astype(object) if isinstance(value, str) else f[column]
+        return f.assign(**{column: values.where(f.index != row, value)})
+    return damage
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: f.drop(columns=["arch"]), r"missing required column\(s\) 'arch'"),
+    (lambda f: f.drop(columns=["post_ECE_15"]), r"missing required column\(s\) 'post_ECE_15'"),
+    (_set("arch", 2, "64:32:7:8:8"), r"column 'arch', line 4: .*64:32:7:8:8"),
+    (lambda f: _set("config", 3, f["config"][0])(f), r"column 'config': .* line 5 repeats line 2"),
+    (lambda f: _set("arch", 4, f["arch"][1])(f), r"column 'arch': .* line 6 repeats line 3"),
+    (_set("config", 1, 40000), r"column 'config', line 3: .*not an architecture index"),
+    (_set("acc", 5, "high"), r"column 'acc', line 7: not a number: 'high'"),
+    (_set("acc", 5, np.nan), r"column 'acc', line 7: a missing value is not a fraction"),
+    (_set("acc", 0, 150.0), r"column 'acc', line 2: .*not a fraction"),
+    (_set("pre_ECE_15", 1, 12.5), r"column 'pre_ECE_15', line 3: .*outside"),
+    (lambda f: f.assign(PRE_ECE_15=f["pre_ECE_15"]), r"'pre_ECE_15' and 'PRE_ECE_15' are the same column"),
+])
+def test_a_malformed_file_names_the_file_and_the_column(tmp_path, damage, message):
+    path = write_published(damage(_good(np.random.default_rng(1))), tmp_path / "in" / "cifar100_sss.csv")
+    with pytest.raises(ValueError, match=message) as err:
+        interop.import_tao2024(path, tmp_path / "results")
+    assert str(path) in str(err.value)
+    assert not (tmp_path / "results" / "tables").exists()  # nothing written
+
+
+def test_names_and_targets_are_checked(tmp_path):
+    frame = _good(np.random.default_rng(2))
+    bad = write_published(frame, tmp_path / "in" / "mnist_sss.csv")
+    with pytest.raises(ValueError, match="mnist_sss.csv: not a tao2024 file name"):
+        interop.import_tao2024([bad], tmp_path / "results")
+    good = write_published(frame, tmp_path / "in2" / "cifar100_sss.csv")
+    measured = build(tmp_path / "results", "sss", "90", "cifar100", 3)  # a measured table already there
+    with pytest.raises(ValueError, match="holds measured results"):
+        interop.import_tao2024(good, tmp_path / "results")
+    assert tables.table_metadata(measured).get("source") is None
+    interop.import_tao2024(good, tmp_path / "results", overwrite=True)
+    assert tables.table_metadata(measured)["source"] == "tao2024"
+    interop.import_tao2024(good, tmp_path / "results")  # an import may replace an import
+    assert interop.parse_file_name("ImageNet_tss_hp12.csv") == ("tss", "12", "ImageNet16-120")
+
+
+def test_every_exported_column_has_a_definition():
+    doc = interop.definitions_markdown()
+    assert doc.count("\n") == len(interop.COLUMNS) + 2
+    for c in interop.COLUMNS:
+        assert f"`{c.theirs}`" in doc and c.source in (interop.README, interop.ISSUE, interop.CODE, interop.ASSUMED,
+                                                       interop.EXTENSION)
+    for row in doc.splitlines():  # five cells a row: a pipe inside a cell is escaped
+        assert len(re.findall(r"(?<!\\)\|", row)) == 6, row
+    for word in ("divided by K", "unsigned", "NLL", "grid"):
+        assert word in doc, word
