@@ -80,7 +80,7 @@ def as_text(found: Mapping) -> str:
 
 def draw(ax, rel: Mapping, title: str) -> None:
     """One diagram: accuracy bars, the diagonal, the gap to the mean confidence shaded (red
-    where over-confident, blue where under-), and the share of samples per bin."""
+    where over-confident, orange where under-), and the share of samples per bin."""
     count, conf, acc = (np.asarray(rel[k], dtype=float) for k in ("count", "confidence", "accuracy"))
     b = len(count)
     left = np.arange(b) / b
@@ -91,8 +91,8 @@ def draw(ax, rel: Mapping, title: str) -> None:
     ax.bar(left[over], (conf - acc)[over], bottom=acc[over], width=1 / b, align="edge", color="#dd4444",
            alpha=0.45, hatch="//", edgecolor="#aa2222", linewidth=0.3, label="gap (over-confident)")
     under = filled & (conf < acc)
-    ax.bar(left[under], (acc - conf)[under], bottom=conf[under], width=1 / b, align="edge", color="#4499dd",
-           alpha=0.45, hatch="\\\\", edgecolor="#2266aa", linewidth=0.3, label="gap (under-confident)")
+    ax.bar(left[under], (acc - conf)[under], bottom=conf[under], width=1 / b, align="edge", color="#f0a030",
+           alpha=0.6, hatch="\\\\", edgecolor="#b06a00", linewidth=0.3, label="gap (under-confident)")
     ax.plot([0, 1], [0, 1], color="black", linewidth=0.8, linestyle="--")
     ax.plot(conf[filled], acc[filled], "o", color="black", markersize=2.5)
     n = count.sum()
@@ -116,14 +116,21 @@ def figure(panels: Sequence[tuple[str, Mapping]], title: str, path: str | Path) 
 
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols + 0.4, 3.3 * rows + 0.8), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols + 0.4, 3.9 * rows + 0.8), squeeze=False)
     for ax, (label, rel) in zip(axes.flat, panels):
         draw(ax, rel, label)
     for ax in axes.flat[len(panels):]:
         ax.axis("off")
     axes[0][0].set_ylabel("accuracy")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor="#4c72b0", label="accuracy"),
+               Patch(facecolor="#dd4444", alpha=0.45, hatch="//", edgecolor="#aa2222", label="gap (over-confident)"),
+               Patch(facecolor="#f0a030", alpha=0.6, hatch="\\\\", edgecolor="#b06a00", label="gap (under-confident)"),
+               Line2D([], [], color="#777777", linewidth=0.8, label="share of samples"),
+               Line2D([], [], color="black", linewidth=0.8, linestyle="--", label="perfect calibration")]
+    fig.legend(handles=handles, loc="lower center", ncol=5, fontsize=8, frameon=False)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     path = Path(path)
