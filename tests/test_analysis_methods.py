@@ -290,6 +290,28 @@ def test_question_4_for_every_method_matches_scipy(df):
             assert row.tau == pytest.approx(kendalltau(pair[row.row], pair[row.col]).statistic, abs=1e-12)
 
 
+def test_every_kendall_tau_gets_the_bootstrap_interval_of_its_pair(df):
+    """analysis.bootstrap: each tau's interval is calibench.stats' bootstrap of that pair, on
+    the same resamples for every pair of a matrix; resamples 0 leaves them NaN."""
+    from calibench import stats
+
+    part = df[(df["space"] == "sss") & (df["dataset"] == "cifar10")]
+    conf = settings()
+    conf["analysis"]["bootstrap"] = {"resamples": 200, "seed": 3, "level": 0.9}
+    kendall = an.kendall_all(part, conf)
+    plain = an.kendall_all(part, settings())
+    assert plain["lo"].isna().all() and plain["hi"].isna().all()
+    np.testing.assert_allclose(kendall["tau"], plain["tau"], rtol=0, atol=1e-12)
+    off = kendall[kendall["row"] != kendall["col"]]
+    assert (off["lo"] <= off["tau"] + 1e-12).all() and (off["tau"] <= off["hi"] + 1e-12).all()
+    assert (off["hi"] - off["lo"] > 0).mean() > 0.9
+    nets = part[part["arch_index"] == part["measured_by"]]
+    row = kendall[(kendall["figure"] == "pre_post") & (kendall["population"] == "all")
+                  & (kendall["stage"] == "spline")].iloc[0]
+    want = stats.kendall_bootstrap(nets[row["row"]].to_numpy(float), nets[row["col"]].to_numpy(float), 200, 3, 0.9)
+    assert (row["tau"], row["lo"], row["hi"]) == pytest.approx(want, abs=1e-12)
+
+
 def test_question_4_keeps_the_temperature_scaling_rows_of_a_two_stage_run():
     rng = np.random.default_rng(3)
     two = pd.concat(population(rng, ["pre", "post"], spaces=("sss",)).values(), ignore_index=True)

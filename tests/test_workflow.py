@@ -221,6 +221,11 @@ def test_report_and_plots_exist(finished_run):
     for job_log in ("logs/analysis.log", "logs/minibench.log", "logs/population/tss.log", "logs/labels/cifar10.log"):
         assert (results / job_log).is_file()
     assert len(pd.read_csv(results / "analysis" / "top_hcs.csv")) > 0
+    # question 4 with bootstrap intervals (analysis.bootstrap of config/config.yaml), one line each
+    q4 = pd.read_csv(results / "analysis" / "question4.csv")
+    assert len(q4) == 2 * len(DATASETS) * (len(STAGES) - 1)
+    assert ((q4["lo"] <= q4["tau"] + 1e-12) & (q4["tau"] <= q4["hi"] + 1e-12)).all()
+    assert report.count("pre/spline ECE Kendall at 15 bins on") == 2 * len(DATASETS)
     # the best and the worst network by HCS of each table, pre and post
     assert {p.name for p in (results / "plots").glob("reliability_*.png")} == {
         f"reliability_{space}_{hp}_{d}.png" for space, hp in (("tss", "200"), ("sss", "90")) for d in DATASETS}
