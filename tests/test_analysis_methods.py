@@ -274,7 +274,19 @@ def test_question_4_for_every_method_matches_scipy(df):
     assert set(kendall["figure"]) == {"datasets", "metrics", "pre_post"}
     q4 = kendall[kendall["figure"] == "pre_post"]
     assert set(q4["stage"]) == set(ALL_STAGES[1:])
-    assert kendall[kendall["figure"] != "pre_post"]["stage"].isna().all()
+    assert kendall[kendall["figure"] == "datasets"]["stage"].isna().all()
+    # question 3: every metric against every other before (stage null) and after each method
+    q3 = kendall[kendall["figure"] == "metrics"]
+    assert set(q3["stage"].dropna()) == set(ALL_STAGES[1:]) and q3["stage"].isna().any()
+    after = q3[(q3["stage"] == "iso") & (q3["population"] == "all")]
+    assert {"iso_ece_15", "iso_ksce", "iso_accuracy"} <= set(after["row"]) and not after["row"].str.startswith("pre_").any()
+    nets_all = df[df["arch_index"] == df["measured_by"]]
+    one = after[(after["row"] == "iso_ece_15") & (after["col"] == "iso_ksce")].iloc[0]
+    pair = nets_all[(nets_all["dataset"] == one["dataset"])][["iso_ece_15", "iso_ksce"]].dropna()
+    assert one["tau"] == pytest.approx(kendalltau(pair["iso_ece_15"], pair["iso_ksce"]).statistic, abs=1e-12)
+    # question 1: every metric across datasets, and each method's ECE
+    q1 = set(kendall[kendall["figure"] == "datasets"]["metric"])
+    assert {"pre_ece_15", "pre_ksce", "pre_mmce", "pre_cwce_15", "spline_ece_15", "dir_ece_15"} <= q1
     assert set(q4["population"]) == {"all", "top10"}
     nets = df[df["arch_index"] == df["measured_by"]]
     for (space, dataset, population, stage), block in q4.groupby(["space", "dataset", "population", "stage"]):

@@ -320,13 +320,15 @@ def _binned(bins: Sequence[int], metric: str, stage: str = "pre") -> list[str]:
     return [f"{stage}_{metric}_{b}" for b in bins]
 
 
-def metric_columns(df: pd.DataFrame, bins: Sequence[int]) -> list[str]:
-    """The Fig. 4a metric set at 15 bins (or the first configured bin count) plus the rest."""
+def metric_columns(df: pd.DataFrame, bins: Sequence[int], stage: str = "pre") -> list[str]:
+    """The Fig. 4a metric set of one stage at 15 bins (or the first configured bin count)
+    plus the rest; accuracy is the network's (``pre``) or the stage's own (a method may
+    change the arg-max)."""
     b = 15 if 15 in bins else bins[0]
-    wanted = [f"pre_{m}_{b}" for m in ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace")]
-    wanted += ["pre_ksce", "pre_ks_top2", "pre_ks_within_top2", "pre_kdece", "pre_mmce", "pre_nll", "pre_brier",
-               "accuracy"]
-    wanted += [c for c in df.columns if c.startswith("pre_ood_auroc_")]
+    wanted = [f"{stage}_{m}_{b}" for m in ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace")]
+    wanted += [f"{stage}_{m}" for m in ("ksce", "ks_top2", "ks_within_top2", "kdece", "mmce", "nll", "brier")]
+    wanted += ["accuracy" if stage == "pre" else f"{stage}_accuracy"]
+    wanted += [c for c in df.columns if c.startswith(f"{stage}_ood_auroc_")]
     return [c for c in wanted if c in df.columns and df[c].notna().sum() > 1]
 
 
@@ -338,10 +340,12 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
     ``analysis.bootstrap``: resamples, seed, level; :mod:`calibench.stats`), NaN with
     ``resamples: 0``. Every pair of one matrix shares the same resamples.
 
-    ``figure``: ``datasets`` (Fig. 2), ``metrics`` (Fig. 4a) or ``pre_post`` (Fig. 4b,
+    ``figure``: ``datasets`` (Fig. 2, question 1: every metric of :func:`metric_columns` and
+    each method's ECE across datasets), ``metrics`` (Fig. 4a, question 3: every metric
+    against every other, before and after each method) or ``pre_post`` (Fig. 4b,
     question 4: rows ``pre_ece_{B}``, columns ``{stage}_ece_{B}`` for every bin count B).
-    ``stage`` names the post-hoc method of a ``pre_post`` block (``post`` is temperature
-    scaling, as before) and is null for the other figures.
+    ``stage`` names the post-hoc method of a ``pre_post`` or ``metrics`` block (``post`` is
+    temperature scaling) and is null for the metrics before recalibration and for Fig. 2.
     """
     bins = settings["bins"]
     top_k = settings["analysis"]["top_k"]
@@ -366,11 +370,15 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
         nets = measured(group)
         first_seed = nets.groupby(["dataset", "arch_index"])["seed"].transform("min") == nets["seed"]
         nets = nets[first_seed]
-        # Fig. 2: one metric across datasets.
-        for metric in ("pre_ece_15", "post_ece_15", "pre_nll", "accuracy"):
+        # Fig. 2 (question 1): every metric across datasets, pre and each method's ECE.
+        b = nearest_bins(bins)
+        across = [*metric_columns(nets, bins), *(f"{s}_ece_{b}" for s in methods)]
+        for metric in dict.fromkeys(across):
             if metric not in nets.columns:
                 continue
             wide = nets.pivot_table(index="arch_index", columns="dataset", values=metric)
+            if wide.shape[1] < 2:  # e.g. the OoD AUROCs, measured on CIFAR-10 only
+                continue
             acc = nets.pivot_table(index="arch_index", columns="dataset", values="accuracy").mean(axis=1)
             wide = wide.assign(_acc=acc)
             for population, part in _top_populations(wide, top_k, "_acc"):
@@ -379,9 +387,12 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
                                     population=population, stage=None))
         for dataset, part_all in nets.groupby("dataset"):
             for population, part in _top_populations(part_all, top_k):
-                m = matrix(part, metric_columns(part, bins))
-                out.append(m.assign(figure="metrics", metric="*", space=space, hp=hp, dataset=dataset,
-                                    population=population, stage=None))
+                # Fig. 4a (question 3): every metric against every other, before (stage null)
+                # and after each post-hoc method.
+                for stage in ("pre", *methods):
+                    m = matrix(part, metric_columns(part, bins, stage))
+                    out.append(m.assign(figure="metrics", metric="*", space=space, hp=hp, dataset=dataset,
+                                        population=population, stage=None if stage == "pre" else stage))
                 # Fig. 4b, the paper's question 4, for every post-hoc method in the tables.
                 pre_cols = usable(part, _binned(bins, "ece", "pre"))
                 for stage in methods:
@@ -475,7 +486,13 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
     for old in plots.glob("*.png"):  # plots of an earlier configuration must not outlive it
         old.unlink()
     demo = " [mini benchmark: not NATS-Bench results]" if settings["demo"] else ""
-    single = (kendall["population"] == "all") & ((kendall["figure"] != "pre_post") | (kendall["stage"] == "post"))
+    # One heatmap each: Fig. 2 for four metrics, Fig. 4a before recalibration, Fig. 4b for
+    # temperature scaling (every other block is in kendall.parquet; the methods' Fig. 4b:
+    # make_method_plots).
+    figure2 = kendall["metric"].isin(["pre_ece_15", "post_ece_15", "pre_nll", "accuracy"])
+    single = (kendall["population"] == "all") & (
+        ((kendall["figure"] == "datasets") & figure2) | ((kendall["figure"] == "metrics") & kendall["stage"].isna())
+        | ((kendall["figure"] == "pre_post") & (kendall["stage"] == "post")))
     for (figure, metric, space, hp, dataset), m in kendall[single].groupby(
             ["figure", "metric", "space", "hp", "dataset"]):  # the other methods: make_method_plots
         name = f"kendall_{figure}_{metric}_{space}_{hp}_{dataset}".replace("*", "all").replace("-", "_")
