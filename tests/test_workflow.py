@@ -186,7 +186,8 @@ def test_kendall_matrices_are_symmetric_with_unit_diagonal(finished_run):
     kendall = pd.read_parquet(finished_run / "results" / "analysis" / "kendall.parquet")
     assert set(kendall["figure"]) == {"datasets", "metrics", "pre_post"}
     square = kendall[kendall["figure"] != "pre_post"]
-    for _, m in square.groupby(["figure", "metric", "space", "dataset", "population"]):
+    assert set(square[square["figure"] == "metrics"]["stage"].dropna()) == set(STAGES[1:])  # question 3
+    for _, m in square.groupby(["figure", "metric", "space", "dataset", "population", "stage"], dropna=False):
         grid = m.pivot(index="row", columns="col", values="tau")
         grid = grid.loc[grid.columns]
         values = grid.to_numpy()

@@ -377,12 +377,16 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
             if metric not in nets.columns:
                 continue
             wide = nets.pivot_table(index="arch_index", columns="dataset", values=metric)
+            wide = wide.loc[:, wide.notna().sum() > 1]  # a dataset where the metric is (nearly) all NaN
             if wide.shape[1] < 2:  # e.g. the OoD AUROCs, measured on CIFAR-10 only
                 continue
             acc = nets.pivot_table(index="arch_index", columns="dataset", values="accuracy").mean(axis=1)
             wide = wide.assign(_acc=acc)
             for population, part in _top_populations(wide, top_k, "_acc"):
-                m = matrix(part, [c for c in wide.columns if c != "_acc"])
+                cols = usable(part, [c for c in wide.columns if c != "_acc"])
+                if len(cols) < 2:
+                    continue
+                m = matrix(part, cols)
                 out.append(m.assign(figure="datasets", metric=metric, space=space, hp=hp, dataset="*",
                                     population=population, stage=None))
         for dataset, part_all in nets.groupby("dataset"):
