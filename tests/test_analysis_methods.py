@@ -432,3 +432,32 @@ def test_run_analysis_with_pre_and_post_only(tmp_path):
     assert "Post-hoc recalibration methods" in report
     for name in names:
         assert _png_ok(results / "plots" / name) and f"plots/{name}" in report
+
+
+def test_run_analysis_with_a_robustness_table(tmp_path):
+    """Question 2 through the analysis job: the configured table (rows shuffled, keyed by
+    arch_index) joined to the TSS CIFAR-10 table; taus equal scipy's on the joined networks."""
+    rng = np.random.default_rng(8)
+    tables = population(rng, ["pre", "post"], spaces=("tss",), datasets=("cifar10",), full=False)
+    tss = tables[("tss", "cifar10")]
+    measured_rows = tss[tss["arch_index"] == tss["measured_by"]]
+    rob = pd.DataFrame({"arch_index": measured_rows["arch_index"].to_numpy(),
+                        "clean_acc": rng.uniform(80, 95, len(measured_rows)),
+                        "pgd_Linf_acc8_0": rng.uniform(0, 30, len(measured_rows)),
+                        "note": "x"}).sample(frac=1.0, random_state=1)
+    rob.to_csv(tmp_path / "rob.csv", index=False)
+    conf = settings(demo=True, top_k=(10,))
+    conf["robustness"] = {"path": str(tmp_path / "rob.csv"), "key": "arch_index"}
+    results = tmp_path / "results"
+    out = an.run_analysis(conf, _write(tables, tmp_path / "tables"), results)
+    kendall = pd.read_parquet(results / "analysis" / "robustness_kendall.parquet")
+    assert set(kendall["robustness"]) >= {"clean_acc", "pgd_Linf_acc8_0"} and set(kendall["population"]) == {"all", "top10"}
+    row = kendall[(kendall["metric"] == "pre_ece_15") & (kendall["robustness"] == "clean_acc")
+                  & (kendall["population"] == "all")].iloc[0]
+    joined = measured_rows.merge(rob, on="arch_index")
+    assert row["tau"] == pytest.approx(kendalltau(joined["pre_ece_15"], joined["clean_acc"]).statistic, abs=1e-12)
+    assert _png_ok(results / "plots" / "robustness_kendall.png")
+    assert "plots/robustness_kendall.png" in out["report"].read_text()
+    conf["robustness"]["key"] = "arch_name"
+    with pytest.raises(ValueError, match="arch_name"):
+        an.run_analysis(conf, _write(tables, tmp_path / "tables2"), tmp_path / "results2")

@@ -915,6 +915,28 @@ def make_reliability_plots(hcs_df: pd.DataFrame, results: Path, beta: float) -> 
     return out
 
 
+def robustness_analysis(df: pd.DataFrame, options: Mapping, bins: Sequence[int], top_k: Sequence[int],
+                        analysis_dir: Path, plots: Path, demo: bool) -> list[tuple[str, Path]]:
+    """Question 2 (Fig. 3): the configured robustness table joined to the TSS tables of
+    ``options["datasets"]`` (default CIFAR-10, where robustness datasets are measured), every
+    calibration metric against every robustness column per top-k population
+    (``analysis/robustness_kendall.parquet``) and the Fig. 3 plot."""
+    from . import robustness
+
+    table = robustness.load_robustness(options["path"], options.get("key", "arch_index"))
+    datasets = options.get("datasets") or ["cifar10"]
+    joined = robustness.join_robustness(df, table, datasets=datasets)
+    metrics = list(dict.fromkeys([*metric_columns(joined, bins), f"post_ece_{nearest_bins(bins)}"]))
+    metrics = [m for m in metrics if m in joined.columns]
+    kendall = robustness.robustness_kendall(joined, metrics, populations=(*top_k, "all"),
+                                            resamples=int(options.get("resamples", 0)), seed=int(options.get("seed", 0)))
+    kendall.to_parquet(analysis_dir / "robustness_kendall.parquet", index=False)
+    title = " [mini benchmark: not NATS-Bench results]" if demo else ""
+    path = robustness.robustness_plot(kendall, plots / "robustness_kendall.png", title=title)
+    return [(f"Question 2: Kendall tau of each metric and robustness column against ECE, by population size "
+             f"({', '.join(datasets)})", path)]
+
+
 def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
     """``settings``: :func:`calibench.settings.analysis_settings` (analysis, bins, demo)."""
     results = Path(results)
@@ -948,6 +970,9 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     plots = make_plots(df, kendall, hcs_df, settings, results / "plots")
     method_plots = make_method_plots(df, kendall, wins, settings, results / "plots")
     plots += make_reliability_plots(hcs_df, results, betas[0])
+    if (settings.get("robustness") or {}).get("path"):
+        plots += robustness_analysis(df, settings["robustness"], settings["bins"], settings["analysis"]["top_k"],
+                                     analysis_dir, results / "plots", bool(settings["demo"]))
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only, no second read
     report = write_report(results, plots, tops[["space", "dataset", "arch_index", "arch_str", "accuracy", "pre_ece_15"]
                                                 + [f"hcs_{b:g}" for b in betas]],

@@ -107,7 +107,7 @@ def search_sample(selected: list[int], networks: int, seed: int) -> list[int]:
 def analysis_settings(config: Mapping) -> dict:
     """What the analysis and the report depend on besides the tables."""
     return {"analysis": dict(config["analysis"]), "bins": list(config["bins"]),
-            "demo": bool(config["minibench"]["build"])}
+            "demo": bool(config["minibench"]["build"]), "robustness": dict(config.get("robustness") or {})}
 
 
 def as_json(settings: Mapping) -> str:

@@ -2,7 +2,8 @@ rule analysis:
     """Kendall matrices, HCS rankings, edge-operation and size-bracket summaries, the
     methods' summary and win shares, plots, report."""
     input:
-        all_tables(),
+        tables=all_tables(),
+        robustness=[config["robustness"]["path"]] if (config.get("robustness") or {}).get("path") else [],
     output:
         report=report(f"{RESULTS}/report.html", caption="../report/report_html.rst", category="Report"),
         plots=report(directory(f"{RESULTS}/plots"), patterns=["{name}.png"], caption="../report/figures.rst",
@@ -23,4 +24,4 @@ rule analysis:
         python=PYTHON,
     shell:
         "{params.python} -m calibench.cli analyze --settings {params.settings:q} --results {params.results} "
-        "--tables {input} > {log} 2>&1"
+        "--tables {input.tables} > {log} 2>&1"
