@@ -109,11 +109,12 @@ def wait_for_locks(workdir: Path, p: subprocess.Popen) -> list[Path]:
 
 
 def snapshot(*paths: Path) -> dict:
-    """Names, mtimes and contents of the files (recursively) under the given paths."""
+    """Names, mtimes and contents of the files (recursively) under the given paths, except
+    Snakemake's own run logs (``.snakemake/log/``), which a live run keeps appending to."""
     out = {}
     for root in paths:
         for f in [root] if root.is_file() else sorted(root.rglob("*")):
-            if f.is_file():
+            if f.is_file() and not (f.parent.name == "log" and f.parent.parent.name == ".snakemake"):
                 out[str(f)] = (f.stat().st_mtime_ns, f.read_bytes())
     return out
 
