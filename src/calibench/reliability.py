@@ -62,14 +62,21 @@ def load(results: str | Path, space: str, dataset: str, arch: int, hp: str | Non
             "shard": str(path), "stages": by_seed[seed]}
 
 
+def ece_of_bins(rel: Mapping) -> float:
+    """The ECE the bins give: ``sum_b count_b |accuracy_b - confidence_b| / N`` (NaN if empty)."""
+    count = np.asarray(rel["count"], dtype=float)
+    n = np.nansum(count)
+    return float(np.nansum(count * np.abs(np.asarray(rel["accuracy"]) - np.asarray(rel["confidence"]))) / n) \
+        if n else float("nan")
+
+
 def as_text(found: Mapping) -> str:
     """The bins of every stage as a plain table."""
     lines = [f"{found['space']} hp {found['hp']} {found['dataset']} architecture {found['arch']}"
              + (f" (measured as {found['measured_by']})" if found["measured_by"] != found["arch"] else "")
              + f", seed {found['seed']}: top-label reliability, test part"]
     for stage, rel in found["stages"].items():
-        n = np.nansum(rel["count"])
-        ece = np.nansum(rel["count"] * np.abs(rel["accuracy"] - rel["confidence"])) / n if n else float("nan")
+        ece = ece_of_bins(rel)
         lines.append(f"\n{stage} (ECE {ece:.4f}, {len(rel['count'])} bins)")
         lines.append("  bin        count  confidence  accuracy")
         width = 1.0 / len(rel["count"])
@@ -96,7 +103,7 @@ def draw(ax, rel: Mapping, title: str) -> None:
     ax.plot([0, 1], [0, 1], color="black", linewidth=0.8, linestyle="--")
     ax.plot(conf[filled], acc[filled], "o", color="black", markersize=2.5)
     n = count.sum()
-    ece = np.nansum(count * np.abs(acc - conf)) / n if n else float("nan")
+    ece = ece_of_bins(rel)
     share = count / n if n else count
     ax.step(np.r_[left, 1.0], np.r_[share, share[-1:]], where="post", color="#777777", linewidth=0.8,
             label="share of samples")
