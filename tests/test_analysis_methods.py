@@ -302,26 +302,42 @@ def test_question_4_for_every_method_matches_scipy(df):
             assert row.tau == pytest.approx(kendalltau(pair[row.row], pair[row.col]).statistic, abs=1e-12)
 
 
-def test_every_kendall_tau_gets_the_bootstrap_interval_of_its_pair(df):
-    """analysis.bootstrap: each tau's interval is calibench.stats' bootstrap of that pair, on
-    the same resamples for every pair of a matrix; resamples 0 leaves them NaN."""
+def test_every_kendall_tau_gets_the_interval_its_scope_names(df):
+    """analysis.bootstrap: with scope findings the question-4 taus at equal bin counts (and
+    Fig. 2's) get calibench.stats' bootstrap of their pair, on the same resamples for every
+    pair of a matrix, and every other tau its jackknife interval; scope all bootstraps
+    every tau; resamples 0 jackknifes every tau."""
     from calibench import stats
 
     part = df[(df["space"] == "sss") & (df["dataset"] == "cifar10")]
+    nets = part[part["arch_index"] == part["measured_by"]]
     conf = settings()
     conf["analysis"]["bootstrap"] = {"resamples": 200, "seed": 3, "level": 0.9}
     kendall = an.kendall_all(part, conf)
     plain = an.kendall_all(part, settings())
-    assert plain["lo"].isna().all() and plain["hi"].isna().all()
-    np.testing.assert_allclose(kendall["tau"], plain["tau"], rtol=0, atol=1e-12)
-    off = kendall[kendall["row"] != kendall["col"]]
-    assert (off["lo"] <= off["tau"] + 1e-12).all() and (off["tau"] <= off["hi"] + 1e-12).all()
-    assert (off["hi"] - off["lo"] > 0).mean() > 0.9
-    nets = part[part["arch_index"] == part["measured_by"]]
-    row = kendall[(kendall["figure"] == "pre_post") & (kendall["population"] == "all")
-                  & (kendall["stage"] == "spline")].iloc[0]
-    want = stats.kendall_bootstrap(nets[row["row"]].to_numpy(float), nets[row["col"]].to_numpy(float), 200, 3, 0.9)
-    assert (row["tau"], row["lo"], row["hi"]) == pytest.approx(want, abs=1e-12)
+    conf["analysis"]["bootstrap"]["scope"] = "all"
+    every = an.kendall_all(part, conf)
+    for k in (kendall, plain, every):
+        np.testing.assert_allclose(k["tau"], plain["tau"], rtol=0, atol=1e-12)
+        off = k[(k["row"] != k["col"]) & k["tau"].notna()]
+        assert (off["lo"] <= off["tau"] + 1e-12).all() and (off["tau"] <= off["hi"] + 1e-12).all()
+        assert (off["hi"] - off["lo"] > 0).mean() > 0.9
+        assert k.loc[(k["row"] == k["col"]) | k["tau"].isna(), "interval"].isna().all()
+    defined = plain["tau"].notna() & (plain["row"] != plain["col"])
+    assert set(plain.loc[defined, "interval"]) == {"jackknife"}
+    assert set(every.loc[defined, "interval"]) == {"bootstrap"}
+    same_bins = kendall["row"].str.rsplit("_", n=1).str[-1] == kendall["col"].str.rsplit("_", n=1).str[-1]
+    finding = defined & (kendall["figure"] == "pre_post") & same_bins
+    assert finding.sum() > 0 and set(kendall.loc[finding, "interval"]) == {"bootstrap"}
+    assert set(kendall.loc[defined & ~finding & (kendall["figure"] != "datasets"), "interval"]) == {"jackknife"}
+    q4 = kendall[(kendall["figure"] == "pre_post") & (kendall["population"] == "all") & (kendall["stage"] == "spline")]
+    same_row, other_row = q4[same_bins[q4.index]].iloc[0], q4[~same_bins[q4.index]].iloc[0]
+    want = stats.kendall_bootstrap(nets[same_row["row"]].to_numpy(float), nets[same_row["col"]].to_numpy(float),
+                                   200, 3, 0.9)
+    assert (same_row["tau"], same_row["lo"], same_row["hi"]) == pytest.approx(want, abs=1e-12)
+    want = stats.kendall_jackknife(nets[other_row["row"]].to_numpy(float), nets[other_row["col"]].to_numpy(float),
+                                   0.9)
+    assert (other_row["tau"], other_row["lo"], other_row["hi"]) == pytest.approx(want, abs=1e-12)
 
 
 def test_question_4_keeps_the_temperature_scaling_rows_of_a_two_stage_run():

@@ -215,7 +215,9 @@ def test_matrix_ci_matches_kendall_matrix_and_pairwise_bootstrap(rng):
     cols = list(df.columns)
     out = st.kendall_matrix_ci(df, cols, resamples=200, seed=3)
     ref = an.kendall_matrix(df, cols)
-    assert list(out.columns) == ["row", "col", "tau", "lo", "hi", "n"]
+    assert list(out.columns) == ["row", "col", "tau", "lo", "hi", "n", "interval"]
+    assert set(out.interval[out.tau.notna() & (out.row != out.col)]) == {"bootstrap"}
+    assert out.interval[(out.row == out.col) | out.tau.isna()].isna().all()
     assert list(zip(out.row, out.col)) == list(zip(ref.row, ref.col))
     assert same(out.tau, ref.tau) and list(out.n) == list(ref.n)
     for r in out.itertuples():
@@ -279,6 +281,76 @@ def test_bad_input_raises_naming_the_argument(rng):
 
 def test_public_names():
     assert set(st.__all__) == {"kendall_tau", "bootstrap_indices", "bootstrap_taus", "kendall_bootstrap",
-                               "kendall_matrix_ci", "kendall_cross_ci"}
+                               "jackknife_taus", "kendall_jackknife", "kendall_matrix_ci", "kendall_cross_ci"}
     assert all(callable(getattr(st, name)) for name in st.__all__)
     assert list(itertools.islice(st._index_rows(0, 2, 0), 2))[0].shape == (0,)
+
+
+# ---------------------------------------------------------------- jackknife
+
+def test_jackknife_taus_equal_scipy_without_each_row(rng):
+    """Leave-one-out taus against the plain loop (scipy on the rows without row i), with
+    ties in x, in y and in both, NaN rows, +inf values and tiny inputs."""
+    for trial in range(120):
+        n = int(rng.integers(3, 25))
+        x = rng.integers(0, int(rng.integers(1, 6)), n).astype(float)
+        y = rng.integers(0, int(rng.integers(1, 6)), n) + 0.5 * x
+        if trial % 3 == 0:
+            x[rng.integers(0, n)] = np.nan
+        if trial % 5 == 0:
+            y[rng.integers(0, n)] = np.inf
+        keep = ~(np.isnan(x) | np.isnan(y))
+        xs, ys = x[keep], y[keep]
+        want = [scipy_tau(np.delete(xs, i), np.delete(ys, i)) for i in range(len(xs))] if len(xs) >= 3 \
+            else [np.nan] * len(xs)
+        got = st.jackknife_taus(x, y)
+        assert len(got) == keep.sum()
+        assert same(got, want), (x, y)
+
+
+def test_discordances_per_position_against_loop(rng):
+    for n in (2, 3, 7, 64, 65, 200):
+        s = rng.permutation(n)
+        want = [sum(1 for q in range(n) if (q < p and s[q] > s[p]) or (q > p and s[q] < s[p])) for p in range(n)]
+        got = st._discordant_per_position(s)
+        assert list(got) == want and got.sum() == 2 * st._inversions(s)
+
+
+def test_kendall_jackknife_interval_formula_and_agreement_with_bootstrap(rng):
+    x, y = tied_data(rng, 400)
+    tau, lo, hi = st.kendall_jackknife(x, y, 0.9)
+    loo = np.array([v for v in st.jackknife_taus(x, y) if not np.isnan(v)])
+    se = np.sqrt((len(loo) - 1) / len(loo) * np.sum((loo - loo.mean()) ** 2))
+    z = 1.6448536269514722  # the 95 % quantile of the standard normal
+    assert tau == st.kendall_tau(x, y)
+    assert lo == pytest.approx(max(-1, tau - z * se), abs=1e-15) and hi == pytest.approx(min(1, tau + z * se), abs=1e-15)
+    # an independent estimate of the same spread: the bootstrap's interval, at a size where
+    # both are close to normal theory
+    x = rng.normal(size=4000)
+    y = np.round(x + 2 * rng.normal(size=4000), 1)
+    _, jlo, jhi = st.kendall_jackknife(x, y)
+    _, blo, bhi = st.kendall_bootstrap(x, y, 1000, 0)
+    assert abs((jhi - jlo) / (bhi - blo) - 1) < 0.15
+    assert abs((jlo + jhi) / 2 - (blo + bhi) / 2) < 0.1 * (bhi - blo)
+
+
+def test_jackknife_edge_cases():
+    assert all(np.isnan(st.kendall_jackknife([1, 2], [1, 2])[1:]))              # two rows: no spread
+    assert all(np.isnan(st.kendall_jackknife([1, 1, 1], [1, 2, 3])))            # constant: no tau
+    assert st.kendall_jackknife([1, 2, 3, 4], [1, 2, 3, 4]) == (1.0, 1.0, 1.0)  # every leave-one-out is 1
+    with pytest.raises(ValueError, match="level"):
+        st.kendall_jackknife([1, 2, 3], [1, 2, 3], level=1.0)
+
+
+def test_interval_choice_per_pair(rng):
+    df = table(rng)
+    rule = lambda a, b: "bootstrap" if {a, b} == {"a", "b"} else "jackknife"  # noqa: E731
+    out = st.kendall_matrix_ci(df, ["a", "b", "c"], resamples=50, seed=1, interval=rule).set_index(["row", "col"])
+    assert out.loc[("a", "b"), "interval"] == "bootstrap" == out.loc[("b", "a"), "interval"]
+    assert out.loc[("a", "c"), "interval"] == "jackknife"
+    assert same(out.loc[("a", "c"), ["tau", "lo", "hi"]], st.kendall_jackknife(df.a, df.c))
+    assert same(out.loc[("a", "b"), ["tau", "lo", "hi"]], st.kendall_bootstrap(df.a, df.b, 50, 1))
+    cross = st.kendall_cross_ci(df, ["a"], ["b", "c"], 50, 1, interval="jackknife")
+    assert list(cross.interval) == ["jackknife", "jackknife"]
+    with pytest.raises(ValueError, match="interval"):
+        st.kendall_matrix_ci(df, ["a", "b"], interval="normal")

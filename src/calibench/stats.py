@@ -51,14 +51,14 @@ BLAS plus O(n) elementwise work, after one O(n log n) plan per pair of columns; 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-__all__ = ["kendall_tau", "bootstrap_indices", "bootstrap_taus", "kendall_bootstrap", "kendall_matrix_ci",
-           "kendall_cross_ci"]
+__all__ = ["kendall_tau", "bootstrap_indices", "bootstrap_taus", "kendall_bootstrap", "jackknife_taus",
+           "kendall_jackknife", "kendall_matrix_ci", "kendall_cross_ci"]
 
 _EXACT_F32 = 2 ** 24  # integers below this are exact in float32
 _INT32 = 2 ** 31      # products below this fit int32
@@ -185,6 +185,98 @@ def kendall_tau(x, y) -> float:
     joint = _pairs_tied((rx * (int(ry.max()) + 1) + ry)[xorder])
     cmd = tot - xtie - ytie + joint - 2 * dis
     return float(_finish(cmd, tot, xtie, ytie))
+
+
+def _discordant_per_position(s: np.ndarray) -> np.ndarray:
+    """For a permutation s of 0..n-1: at each position p, the pairs (p, q) with q < p and
+    s_q > s_p or q > p and s_q < s_p (the inversions p takes part in); they sum to twice
+    :func:`_inversions`. The same bit-by-bit stable partition: at each bit, a 0 counts the
+    1s before it in its group, a 1 the 0s after it (each group holds ``half`` of each)."""
+    n = len(s)
+    if n < 2:
+        return np.zeros(n, np.int64)
+    bits = int(n - 1).bit_length()
+    size = 1 << bits
+    cur = np.concatenate((s.astype(np.int64), np.arange(n, size, dtype=np.int64)))
+    ident = np.arange(size, dtype=np.int64)       # the original position of each entry
+    pos = np.arange(size, dtype=np.int64)
+    counts = np.zeros(size, np.int64)
+    for level in range(bits - 1, -1, -1):
+        half = 1 << level
+        bit = (cur >> level) & 1
+        group_start = (cur >> (level + 1)) << (level + 1)
+        ones_before = np.cumsum(bit) - bit - (group_start >> 1)
+        zeros_before = pos - group_start - ones_before
+        counts[ident] += np.where(bit == 0, ones_before, half - zeros_before)
+        to = np.where(bit == 1, group_start + half + ones_before, group_start + zeros_before)
+        nxt, nid = np.empty_like(cur), np.empty_like(ident)
+        nxt[to], nid[to] = cur, ident
+        cur, ident = nxt, nid
+    return counts[:n]
+
+
+def _group_sizes(keys: np.ndarray) -> np.ndarray:
+    """For each entry, how many entries share its (integer) key, itself included."""
+    _, inverse, sizes = np.unique(keys, return_inverse=True, return_counts=True)
+    return sizes[inverse]
+
+
+def jackknife_taus(x, y) -> np.ndarray:
+    """tau-b with each pairwise-complete row left out in turn (one value per such row, in
+    row order), in O(n log n): row i's net concordance C_i = sum_j sign(x_i - x_j)
+    sign(y_i - y_j) comes from its inversions in the strict (x, y) order and its tie
+    groups, and leaving it out takes C_i from con - dis, n - 1 pairs from the total and its
+    tie partners from the tied pairs. Each value equals ``scipy.stats.kendalltau`` of the
+    rows without row i (NaN where that is undefined)."""
+    x, y = _pair(x, y)
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    n = len(x)
+    if n < 3:
+        return np.full(n, np.nan)
+    rx, ry = _dense_ranks(x), _dense_ranks(y)
+    xorder, yorder = _strict_orders(rx, ry)
+    value = np.empty(n, np.int64)
+    value[yorder] = np.arange(n)
+    dis = np.empty(n, np.int64)
+    dis[xorder] = _discordant_per_position(value[xorder])
+    tx, ty = _group_sizes(rx), _group_sizes(ry)
+    txy = _group_sizes(rx * (int(ry.max()) + 1) + ry)
+    net = (n - 1) - 2 * dis - (tx - 1) - (ty - 1) + (txy - 1)    # C_i
+    tot = n * (n - 1) // 2
+    cmd = int(net.sum()) // 2
+    xtie, ytie = int((tx - 1).sum()) // 2, int((ty - 1).sum()) // 2
+    return _finish(cmd - net, tot - (n - 1), xtie - (tx - 1), ytie - (ty - 1))
+
+
+def _normal_quantile(p: float) -> float:
+    return float(torch.special.ndtri(torch.tensor(p, dtype=torch.float64)))
+
+
+def kendall_jackknife(x, y, level: float = 0.95) -> tuple[float, float, float]:
+    """(tau, lo, hi): :func:`kendall_tau` and its jackknife normal interval (Quenouille
+    1956, Tukey 1958; for tau, Long & Cliff 1997): tau +- z se, clipped to [-1, 1], with
+    se**2 = (n - 1) / n * sum_i (tau_(i) - mean)**2 over the leave-one-out taus of
+    :func:`jackknife_taus` that are defined (n of them; NaN interval with fewer than two).
+    O(n log n) per pair, no resamples: the cheap interval for large matrices of taus, where
+    the percentile bootstrap (:func:`kendall_bootstrap`) costs about 1 s per pair at 32,768
+    rows."""
+    x, y = _pair(x, y)
+    level = _level(level)
+    tau = kendall_tau(x, y)
+    if np.isnan(tau):
+        return tau, float("nan"), float("nan")
+    return (tau, *_jackknife_interval(tau, jackknife_taus(x, y), level))
+
+
+def _jackknife_interval(tau: float, loo: np.ndarray, level: float) -> tuple[float, float]:
+    ok = loo[~np.isnan(loo)]
+    n = len(ok)
+    if n < 2:
+        return float("nan"), float("nan")
+    se = math.sqrt((n - 1) / n * float(np.sum((ok - ok.mean()) ** 2)))
+    z = _normal_quantile((1 + level) / 2)
+    return max(-1.0, tau - z * se), min(1.0, tau + z * se)
 
 
 # ---------------------------------------------------------------- resamples
@@ -420,10 +512,10 @@ def _columns(df, names, what: str) -> dict[str, np.ndarray]:
 
 class _Table:
     """The shared part of a table's intervals: one ranking per column, one set of
-    resamples (as multiplicities) for every pair."""
+    resamples (as multiplicities, drawn on first use) for every pair."""
 
     def __init__(self, values: dict[str, np.ndarray], resamples: int, seed: int, level: float):
-        self.values, self.level = values, level
+        self.values, self.level, self.resamples, self.seed = values, level, resamples, seed
         self.n = len(next(iter(values.values()))) if values else 0
         self.nan = {c: np.isnan(v) for c, v in values.items()}
         self.ranks = {}
@@ -431,30 +523,52 @@ class _Table:
             r = np.full(len(v), -1, np.int64)
             r[~self.nan[c]] = _dense_ranks(v[~self.nan[c]])
             self.ranks[c] = r
-        # held for every pair: 4 x rows x resamples bytes
-        self.counts = list(_multiplicities(self.n, resamples, seed, _chunk(self.n, resamples)))
+        self._counts = None
 
-    def pair(self, a: str, b: str, diagonal: bool = True) -> dict:
+    @property
+    def counts(self) -> list[_Counts]:
+        if self._counts is None:  # held for every pair: 4 x rows x resamples bytes
+            self._counts = list(_multiplicities(self.n, self.resamples, self.seed, _chunk(self.n, self.resamples)))
+        return self._counts
+
+    def pair(self, a: str, b: str, diagonal: bool = True, interval: str = "bootstrap") -> dict:
         keep = np.flatnonzero(~(self.nan[a] | self.nan[b]))
         n = len(keep)
         if a == b and diagonal:  # analysis.kendall_matrix's diagonal: 1 with two or more values
             t = 1.0 if n > 1 else float("nan")
-            return {"row": a, "col": b, "tau": t, "lo": t, "hi": t, "n": n}
-        tau = kendall_tau(self.values[a][keep], self.values[b][keep])
+            return {"row": a, "col": b, "tau": t, "lo": t, "hi": t, "n": n, "interval": None}
+        xa, xb = self.values[a][keep], self.values[b][keep]
+        tau = kendall_tau(xa, xb)
         if np.isnan(tau):
-            return {"row": a, "col": b, "tau": tau, "lo": np.nan, "hi": np.nan, "n": n}
-        plan = _BlockPlan(keep, self.ranks[a][keep], self.ranks[b][keep], self.n)
-        taus = np.concatenate([plan.taus(c) for c in self.counts])
-        lo, hi = _interval(taus, self.level)
-        return {"row": a, "col": b, "tau": tau, "lo": lo, "hi": hi, "n": n}
+            return {"row": a, "col": b, "tau": tau, "lo": np.nan, "hi": np.nan, "n": n, "interval": None}
+        if interval == "jackknife":
+            lo, hi = _jackknife_interval(tau, jackknife_taus(xa, xb), self.level)
+        else:
+            plan = _BlockPlan(keep, self.ranks[a][keep], self.ranks[b][keep], self.n)
+            lo, hi = _interval(np.concatenate([plan.taus(c) for c in self.counts]), self.level)
+        return {"row": a, "col": b, "tau": tau, "lo": lo, "hi": hi, "n": n, "interval": interval}
 
 
-_CI_COLUMNS = ["row", "col", "tau", "lo", "hi", "n"]
+def _interval_rule(interval) -> Callable[[str, str], str]:
+    """``interval``: "bootstrap", "jackknife", or a function (row, col) -> one of them."""
+    if callable(interval):
+        return interval
+    if interval not in ("bootstrap", "jackknife"):
+        raise ValueError(f"interval must be 'bootstrap', 'jackknife' or a function of (row, col), got {interval!r}")
+    return lambda a, b: interval
+
+
+_CI_COLUMNS = ["row", "col", "tau", "lo", "hi", "n", "interval"]
 
 
 def kendall_matrix_ci(df: pd.DataFrame, columns: Sequence[str], resamples: int = 1000, seed: int = 0,
-                      level: float = 0.95) -> pd.DataFrame:
-    """Tidy tau-b matrix with percentile bootstrap intervals: row, col, tau, lo, hi, n.
+                      level: float = 0.95, interval="bootstrap") -> pd.DataFrame:
+    """Tidy tau-b matrix with intervals: row, col, tau, lo, hi, n, interval.
+
+    ``interval`` (a name, or a function of (row, col) giving one per pair): "bootstrap",
+    the percentile bootstrap, or "jackknife", :func:`kendall_jackknife`'s normal interval
+    (about 20x cheaper); the column ``interval`` says which each pair got (null where
+    there is no interval to compute: the diagonal, an undefined tau).
 
     ``tau`` and ``n`` are those of ``analysis.kendall_matrix`` (pairwise-complete rows;
     the diagonal is 1, with lo = hi = 1, where a column has two or more values, else
@@ -462,6 +576,7 @@ def kendall_matrix_ci(df: pd.DataFrame, columns: Sequence[str], resamples: int =
     with ``len(df)``), so intervals are comparable across pairs and reproducible from
     ``seed``; each unordered pair is computed once. lo and hi are NaN where tau is."""
     resamples, seed, level = _count(resamples, "resamples", 1), _count(seed, "seed", 0), _level(level)
+    rule = _interval_rule(interval)
     values = _columns(df, columns, "columns")
     table = _Table(values, resamples, seed, level)
     names, rows, done = list(values), [], {}
@@ -470,18 +585,19 @@ def kendall_matrix_ci(df: pd.DataFrame, columns: Sequence[str], resamples: int =
             if (b, a) in done:
                 r = dict(done[(b, a)], row=a, col=b)
             else:
-                r = table.pair(a, b)
+                r = table.pair(a, b, interval=rule(a, b))
             done[(a, b)] = r
             rows.append(r)
     return pd.DataFrame(rows, columns=_CI_COLUMNS)
 
 
 def kendall_cross_ci(df: pd.DataFrame, rows: Sequence[str], cols: Sequence[str], resamples: int = 1000,
-                     seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+                     seed: int = 0, level: float = 0.95, interval="bootstrap") -> pd.DataFrame:
     """The block ``rows`` x ``cols`` of :func:`kendall_matrix_ci` (as ``analysis.kendall_cross``
-    is of ``kendall_matrix``), with the same resamples: row, col, tau, lo, hi, n."""
+    is of ``kendall_matrix``), with the same resamples: row, col, tau, lo, hi, n, interval."""
     resamples, seed, level = _count(resamples, "resamples", 1), _count(seed, "seed", 0), _level(level)
+    rule = _interval_rule(interval)
     rv, cv = _columns(df, rows, "rows"), _columns(df, cols, "cols")
     table = _Table({**rv, **cv}, resamples, seed, level)
-    out = [table.pair(a, b, diagonal=False) for a in rv for b in cv]  # as kendall_cross: scipy's tau
+    out = [table.pair(a, b, diagonal=False, interval=rule(a, b)) for a in rv for b in cv]  # as kendall_cross: scipy's tau
     return pd.DataFrame(out, columns=_CI_COLUMNS)
