@@ -4,6 +4,7 @@ resume, and lint."""
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -226,7 +227,12 @@ def test_report_and_plots_exist(finished_run):
     q4 = pd.read_csv(results / "analysis" / "question4.csv")
     assert len(q4) == 2 * len(DATASETS) * (len(STAGES) - 1)
     assert ((q4["lo"] <= q4["tau"] + 1e-12) & (q4["tau"] <= q4["hi"] + 1e-12)).all()
-    assert report.count("pre/spline ECE Kendall at 15 bins on") == 2 * len(DATASETS)
+    assert len(re.findall(r"pre/spline ECE at 15 bins \([ts]ss hp \d+, [\w-]+\): tau -?[\d.]+ \[-?[\d.]+, -?[\d.]+\] "
+                          r"\(bootstrap\)", report)) == 2 * len(DATASETS)
+    # one section per question, with findings computed from the tables (analysis/findings.csv)
+    found = pd.read_csv(results / "analysis" / "findings.csv")
+    assert {"q1", "q3", "q4", "q5", "q6", "q7", "nas"} <= set(found["question"])
+    assert all(f"<section id='{q}'>" in report for q in set(found["question"]))
     # the best and the worst network by HCS of each table, pre and post
     assert {p.name for p in (results / "plots").glob("reliability_*.png")} == {
         f"reliability_{space}_{hp}_{d}.png" for space, hp in (("tss", "200"), ("sss", "90")) for d in DATASETS}

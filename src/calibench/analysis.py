@@ -37,7 +37,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from scipy.stats import kendalltau
 
-from . import stats
+from . import report, stats
 from .archstr import parse_sss, tss_edge_ops
 
 log = logging.getLogger(__name__)
@@ -537,21 +537,70 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
         axes[0][0].set_ylabel("ECE (orange: pre, blue: post)")
         fig.suptitle(f"ECE by bin count ({space}, hp {hp}){demo}", fontsize=10)
         made.append((f"ECE by bin count, {space}", _save(fig, plots / f"ece_by_bins_{space}_{hp}.png")))
-        for what, ycol in (("ece", "pre_ece_15"), ("hcs", "hcs_1")):
-            fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.4), squeeze=False)
-            source = group if what == "ece" else hcs_df[(hcs_df["space"] == space) & (hcs_df["hp"] == hp)]
-            for ax, dataset in zip(axes[0], datasets):
-                part = source[source["dataset"] == dataset]
-                ax.scatter(part["accuracy"], part[ycol], s=10, alpha=0.7)
-                if what == "ece" and "post_ece_15" in part:
-                    ax.scatter(part["accuracy"], part["post_ece_15"], s=10, alpha=0.7, marker="x")
-                ax.set_xlabel("accuracy")
-                ax.set_title(dataset, fontsize=9)
-            axes[0][0].set_ylabel("ECE (15 bins; o pre, x post)" if what == "ece" else "HCS (beta = 1)")
-            fig.suptitle(f"{what.upper()} against accuracy ({space}, hp {hp}){demo}", fontsize=10)
-            made.append((f"{what.upper()} against accuracy, {space}",
-                         _save(fig, plots / f"{what}_vs_accuracy_{space}_{hp}.png")))
+        made.append(_ece_vs_accuracy(group, space, hp, datasets, demo, plots))
+        fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.4), squeeze=False)
+        source = hcs_df[(hcs_df["space"] == space) & (hcs_df["hp"] == hp)]
+        for ax, dataset in zip(axes[0], datasets):
+            part = source[source["dataset"] == dataset]
+            ax.scatter(part["accuracy"], part["hcs_1"], s=6 if len(part) > 2000 else 10, alpha=0.5,
+                       rasterized=True)
+            ax.set_xlabel("accuracy")
+            ax.set_title(dataset, fontsize=9)
+        axes[0][0].set_ylabel("HCS (beta = 1)")
+        fig.suptitle(f"HCS against accuracy ({space}, hp {hp}){demo}", fontsize=10)
+        made.append((f"HCS against accuracy, {space}", _save(fig, plots / f"hcs_vs_accuracy_{space}_{hp}.png")))
     return made
+
+
+def ood_colour_column(columns) -> str | None:
+    """The CIFAR-10-C AUROC column of a table (the first ``pre_ood_auroc_*`` that is not SVHN),
+    Fig. 5's colour; None if the tables have none."""
+    return next((c for c in columns if c.startswith("pre_ood_auroc_") and not c.endswith("_svhn")), None)
+
+
+def _ece_vs_accuracy(group: pd.DataFrame, space: str, hp: str, datasets: Sequence[str], demo: str,
+                     plots: Path) -> tuple[str, Path]:
+    """Fig. 5 (question 5): pre (o) and post (x) ECE against accuracy per dataset, all
+    networks (top row) and those above 90 % accuracy (bottom row), coloured by the
+    architecture's CIFAR-10-C AUROC (measured on its CIFAR-10 network) where the tables
+    have one."""
+    import matplotlib.pyplot as plt
+
+    colour = ood_colour_column(group.columns)
+    auroc = None
+    if colour is not None:
+        c10 = group[group["dataset"] == "cifar10"].groupby("arch_index")[colour].mean()
+        auroc = c10 if c10.notna().any() else None
+    fig, axes = plt.subplots(2, len(datasets), figsize=(4.4 * len(datasets), 6.6), squeeze=False)
+    mappable = None
+    for j, dataset in enumerate(datasets):
+        part = group[group["dataset"] == dataset]
+        for i, sub in enumerate((part, part[part["accuracy"] > 0.9])):
+            ax = axes[i][j]
+            size = 5 if len(sub) > 2000 else 12
+            c = None if auroc is None else sub["arch_index"].map(auroc).to_numpy(float)
+            for col, marker in (("pre_ece_15", "o"), ("post_ece_15", "x")):
+                if col not in sub:
+                    continue
+                kw = {"c": c, "cmap": "viridis", "vmin": np.nanmin(auroc), "vmax": np.nanmax(auroc)} \
+                    if c is not None else {"color": "#d6604d" if marker == "o" else "#4393c3"}
+                m = ax.scatter(sub["accuracy"], sub[col], s=size, alpha=0.6, marker=marker, rasterized=True,
+                               linewidths=0.6 if marker == "x" else 0, **kw)
+                mappable = m if c is not None else mappable
+            ax.set_title(f"{dataset}, {'all' if i == 0 else 'accuracy > 90 %'} ({len(sub)})", fontsize=9)
+            ax.set_xlabel("accuracy")
+            if not len(sub):
+                ax.text(0.5, 0.5, "no network", ha="center", va="center", transform=ax.transAxes)
+        axes[0][0].set_ylabel("ECE (15 bins; o pre, x post)")
+        axes[1][0].set_ylabel("ECE (15 bins; o pre, x post)")
+    fig.suptitle(f"ECE against accuracy ({space}, hp {hp}){demo}", fontsize=10)
+    fig.tight_layout()
+    if mappable is not None:
+        fig.colorbar(mappable, ax=axes, fraction=0.02, shrink=0.8, label=f"CIFAR-10-C AUROC ({colour})")
+    path = plots / f"ece_vs_accuracy_{space}_{hp}.png"
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the colour bar's label outside the axes grid
+    plt.close(fig)
+    return f"ECE against accuracy, {space}", path
 
 
 def _stage_color(stage: str) -> str:
@@ -809,36 +858,14 @@ def question4_findings(kendall: pd.DataFrame, bins: Sequence[int]) -> pd.DataFra
     return q4[["space", "hp", "dataset", "stage", "tau", "lo", "hi", "n", "interval"]].reset_index(drop=True)
 
 
-def findings_section(findings: pd.DataFrame, bins: Sequence[int], level: float) -> str:
-    """One line per (space, dataset, method), computed from the data: "pre/post ECE Kendall at
-    15 bins on cifar10 (tss): 0.08 [0.06, 0.10]"; an interval that excludes 0 is marked."""
-    if findings.empty:
-        return ""
-    b = nearest_bins(bins)
-    lines = []
-    for r in findings.itertuples():
-        interval = "" if np.isnan(r.lo) else f" [{r.lo:.2f}, {r.hi:.2f}]"
-        verdict = "" if np.isnan(r.lo) else (" (differs from 0 at this level)" if r.lo > 0 or r.hi < 0
-                                             else " (0 inside the interval)")
-        lines.append(f"<li>pre/{html.escape(r.stage)} ECE Kendall at {b} bins on {html.escape(r.dataset)} "
-                     f"({html.escape(r.space)}, {r.n} networks): <b>{r.tau:.2f}</b>{interval}{verdict}</li>")
-    return (f"<h2>Question 4: is calibration before recalibration a guide to calibration after?</h2>"
-            f"<p>Kendall tau over networks, {level:.0%} "
-            f"{' and '.join(sorted(set(findings['interval'].dropna()))) or 'no'} intervals "
-            "(bootstrap: networks resampled; jackknife: each network left out in turn).</p>"
-            "<ul>" + "".join(lines) + "</ul>")
-
-
-def methods_section(results: Path, summary: pd.DataFrame, wins: pd.DataFrame, kendall: pd.DataFrame,
-                    plots: Sequence[tuple[str, Path]], bins: Sequence[int]) -> str:
-    """The report's section on the post-hoc methods (recalibration-spec.md, "What the
-    analysis asks of these stages")."""
+def methods_section(summary: pd.DataFrame, wins: pd.DataFrame, kendall: pd.DataFrame, bins: Sequence[int]) -> str:
+    """The body of the report's section on the post-hoc methods (recalibration-spec.md, "What
+    the analysis asks of these stages"); its figures are placed by :mod:`calibench.report`."""
     if summary.empty:
         return ""
     b = nearest_bins(bins)
     stages = _stage_order(summary["stage"])
-    parts = ["<h2>Post-hoc recalibration methods</h2>",
-             "<p>Stages in these tables: " + ", ".join(
+    parts = ["<p>Stages in these tables: " + ", ".join(
                  f"<b>{html.escape(s)}</b> ({html.escape(STAGE_NAMES.get(s, s))})" for s in stages)
              + ". Every method is fitted on the validation part of each network's split and measured on the "
                "test part (recalibration-spec.md), so the stages of a network are compared sample for sample. "
@@ -865,43 +892,7 @@ def methods_section(results: Path, summary: pd.DataFrame, wins: pd.DataFrame, ke
                      "margin over the runner-up of the outright wins.</p>"
                      f"<p>ECE ({b} bins): share of networks won (median margin of the outright wins over the "
                      f"runner-up, in ECE)</p>" + wins_html(wins, f"ece_{b}"))
-    for title, path in plots:
-        rel = path.relative_to(results)
-        parts.append(f"<h3>{html.escape(title)}</h3><img src='{html.escape(str(rel))}' alt='{html.escape(title)}'>")
     return "\n".join(parts)
-
-
-def write_report(results: Path, plots: list[tuple[str, Path]], tops: pd.DataFrame, edges: pd.DataFrame,
-                 brackets: pd.DataFrame, n_rows: Mapping[str, int], minibench: bool,
-                 sections: Sequence[str] = ()) -> Path:
-    """``sections``: further HTML fragments (each with its own heading), placed before the plots."""
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>calibench report</title>",
-             "<style>body{font-family:sans-serif;max-width:1200px;margin:auto}img{max-width:100%}"
-             "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}"
-             ".warn{background:#fff3cd;padding:8px;border:1px solid #e0c070}</style></head><body>",
-             "<h1>calibench report</h1>"]
-    if minibench:
-        parts.append("<p class='warn'><b>Mini benchmark:</b> synthetic data and randomly initialised NATS networks "
-                     "with fitted heads. These are demo numbers, NOT NATS-Bench results.</p>")
-    parts.append("<h2>Tables</h2><ul>" + "".join(
-        f"<li>{html.escape(k)}: {v} rows</li>" for k, v in n_rows.items()) + "</ul>")
-    parts.append("<h2>Top networks by HCS</h2>" + tops.to_html(index=False, float_format=lambda x: f"{x:.4f}"))
-    if not edges.empty:
-        parts.append("<h2>TSS: operations on each edge among the top networks by HCS (beta = 1)</h2>"
-                     + edges.pivot_table(index=["dataset", "edge"], columns="op", values="count", fill_value=0)
-                     .to_html())
-    if not brackets.empty:
-        parts.append("<h2>SSS: accuracy and ECE by total channel count</h2>"
-                     + brackets.to_html(index=False, float_format=lambda x: f"{x:.4f}"))
-    parts.extend(section for section in sections if section)
-    parts.append("<h2>Plots</h2>")
-    for title, path in plots:
-        rel = path.relative_to(results)
-        parts.append(f"<h3>{html.escape(title)}</h3><img src='{html.escape(str(rel))}' alt='{html.escape(title)}'>")
-    parts.append("</body></html>")
-    out = results / "report.html"
-    out.write_text("\n".join(parts))
-    return out
 
 
 def make_reliability_plots(hcs_df: pd.DataFrame, results: Path, beta: float) -> list[tuple[str, Path]]:
@@ -954,6 +945,55 @@ def robustness_analysis(df: pd.DataFrame, options: Mapping, bins: Sequence[int],
              f"({', '.join(datasets)})", path)]
 
 
+def _first_seed(nets: pd.DataFrame) -> pd.DataFrame:
+    """One row per measured network: its first seed (as the Kendall matrices use)."""
+    first = nets.groupby(["space", "hp", "dataset", "arch_index"])["seed"].transform("min") == nets["seed"]
+    return nets[first]
+
+
+def nas_tables(df: pd.DataFrame, options: Mapping | None = None) -> pd.DataFrame:
+    """Tao et al. Table 1 for every result table (:func:`calibench.nas.nas_table` over all its
+    architectures): space, hp, dataset, then the NAS columns. ``options`` (``analysis.nas``):
+    repeats, budget, seed; the protocol's defaults otherwise."""
+    from . import nas
+
+    options = dict(options or {})
+    out = []
+    for (space, hp, dataset), part in df.groupby(["space", "hp", "dataset"]):
+        if part["accuracy"].notna().sum() < 2:
+            continue
+        t = nas.nas_table(part, repeats=int(options.get("repeats", nas.REPEATS)),
+                          budget=int(options.get("budget", nas.BUDGET)), seed=int(options.get("seed", nas.SEED)))
+        out.append(t.assign(space=space, hp=str(hp), dataset=dataset))
+    if not out:
+        return pd.DataFrame(columns=["space", "hp", "dataset"])
+    res = pd.concat(out, ignore_index=True)
+    return res[["space", "hp", "dataset", *[c for c in res.columns if c not in ("space", "hp", "dataset")]]]
+
+
+def nas_html(result: pd.DataFrame) -> str:
+    from . import nas
+
+    if result.empty:
+        return ""
+    return "".join(nas.nas_html(part.drop(columns=["space", "hp", "dataset"]), f"{space} hp {hp}, {dataset}")
+                   for (space, hp, dataset), part in result.groupby(["space", "hp", "dataset"], sort=True))
+
+
+def _edges_html(edges: pd.DataFrame) -> str:
+    if edges.empty:
+        return ""
+    return ("<h3>TSS: operations on each edge among the top networks by HCS (beta = 1)</h3>"
+            + edges.pivot_table(index=["dataset", "edge"], columns="op", values="count", fill_value=0).to_html())
+
+
+def _brackets_html(brackets: pd.DataFrame) -> str:
+    if brackets.empty:
+        return ""
+    return ("<h3>SSS: accuracy and ECE by total channel count</h3>"
+            + brackets.to_html(index=False, float_format=lambda x: f"{x:.4f}"))
+
+
 def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
     """``settings``: :func:`calibench.settings.analysis_settings` (analysis, bins, demo)."""
     results = Path(results)
@@ -985,19 +1025,31 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     wins = method_wins(df, settings["bins"], stages_by_table)
     wins.to_parquet(analysis_dir / "method_wins.parquet", index=False)
     plots = make_plots(df, kendall, hcs_df, settings, results / "plots")
-    method_plots = make_method_plots(df, kendall, wins, settings, results / "plots")
+    plots += make_method_plots(df, kendall, wins, settings, results / "plots")
     plots += make_reliability_plots(hcs_df, results, betas[0])
+    robust = None
     if (settings.get("robustness") or {}).get("path"):
         plots += robustness_analysis(df, settings["robustness"], settings["bins"], settings["analysis"]["top_k"],
                                      analysis_dir, results / "plots", bool(settings["demo"]))
+        robust = pd.read_parquet(analysis_dir / "robustness_kendall.parquet")
+    nas_result = nas_tables(df, settings["analysis"].get("nas", {}))
+    nas_result.to_csv(analysis_dir / "nas.csv", index=False)
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only, no second read
-    report = write_report(results, plots, tops[["space", "dataset", "arch_index", "arch_str", "accuracy", "pre_ece_15"]
-                                                + [f"hcs_{b:g}" for b in betas]],
-                          edges, brackets, n_rows, bool(settings["demo"]),
-                          sections=[findings_section(findings, settings["bins"],
-                                                     settings["analysis"].get("bootstrap", {}).get("level", 0.95)),
-                                    methods_section(results, summary, wins, kendall, method_plots, settings["bins"])])
-    log.info("analysis written: %s, %d plots", report, len(plots) + len(method_plots))
-    return {"report": report, "kendall": analysis_dir / "kendall.parquet", "hcs": analysis_dir / "hcs.parquet",
+    level = settings["analysis"].get("bootstrap", {}).get("level", 0.95)
+    nets = _first_seed(measured(df))
+    found = report.findings(nets, kendall, findings, brackets, edges, settings["bins"], level,
+                            robustness=robust, nas=nas_result)
+    found.to_csv(analysis_dir / "findings.csv", index=False)
+    shown = tops[["space", "dataset", "arch_index", "arch_str", "accuracy", "pre_ece_15"]
+                 + [f"hcs_{b:g}" for b in betas]]
+    blocks = {
+        "q7": _edges_html(edges) + _brackets_html(brackets),
+        "nas": "<h3>Top networks by HCS</h3>" + shown.to_html(index=False, float_format=lambda x: f"{x:.4f}")
+               + nas_html(nas_result),
+        "methods": methods_section(summary, wins, kendall, settings["bins"]),
+    }
+    report_path = report.write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks)
+    log.info("analysis written: %s, %d plots, %d findings", report_path, len(plots), len(found))
+    return {"report": report_path, "findings": analysis_dir / "findings.csv", "nas": analysis_dir / "nas.csv", "kendall": analysis_dir / "kendall.parquet", "hcs": analysis_dir / "hcs.parquet",
             "methods_summary": analysis_dir / "methods_summary.parquet",
             "method_wins": analysis_dir / "method_wins.parquet"}

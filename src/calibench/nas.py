@@ -411,22 +411,19 @@ def _percent(metric: str) -> bool:
     return bool(set(metric.lower().split("_")) & _PERCENT_PARTS)
 
 
-def nas_markdown(table: pd.DataFrame, title: str | None = None) -> str:
-    """``table`` of :func:`nas_table` as a Markdown table: mean ± sd per metric (accuracy,
-    calibration errors and HCS in %), the most often found architecture and its share."""
+def _display(table: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
+    """Header, rows of cells (mean ± sd per metric: accuracy, calibration errors and HCS in
+    %; hit rate; the most often found architecture and its share) and the protocol line."""
     metrics = [c[:-5] for c in table.columns if c.endswith("_mean") and f"{c[:-5]}_sd" in table.columns
                and c != "queries_mean"]
     head = ["algorithm", "objective", *[f"{m} (%)" if _percent(m) else m for m in metrics], "hit rate",
             "most often found (share)"]
-    lines = []
-    if title:
-        lines += [f"### {title}", ""]
+    protocol = ""
     if len(table):
         t = table.iloc[0]
         seed, repeats = int(t["seed"]), int(t["repeats"])
-        lines += [f"Mean ± sd over {repeats} runs (seeds {seed}..{seed + repeats - 1}), "
-                  f"budget {int(t['budget'])} distinct architectures.", ""]
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        protocol = (f"Mean ± sd over {repeats} runs (seeds {seed}..{seed + repeats - 1}), "
+                    f"budget {int(t['budget'])} distinct architectures.")
 
     def cell(mean, sd, pct):
         if pd.isna(mean):
@@ -435,13 +432,42 @@ def nas_markdown(table: pd.DataFrame, title: str | None = None) -> str:
         fmt = "{:.2f}" if pct else "{:.4g}"
         return fmt.format(mean * k) + ("" if pd.isna(sd) else " ± " + fmt.format(sd * k))
 
+    rows = []
     for _, r in table.iterrows():
         values = [cell(r[f"{m}_mean"], r[f"{m}_sd"], _percent(m)) for m in metrics]
-        arch = str(r["top_arch"]).replace("|", "\\|")
-        lines.append("| " + " | ".join([str(r["algorithm"]), str(r["objective"]), *values,
-                                        f"{100 * r['hit_rate']:.0f}%",
-                                        f"`{arch}` ({100 * r['top_arch_share']:.0f}%)"]) + " |")
+        rows.append([str(r["algorithm"]), str(r["objective"]), *values, f"{100 * r['hit_rate']:.0f}%",
+                     f"{r['top_arch']} ({100 * r['top_arch_share']:.0f}%)"])
+    return head, rows, protocol
+
+
+def nas_markdown(table: pd.DataFrame, title: str | None = None) -> str:
+    """``table`` of :func:`nas_table` as a Markdown table: mean ± sd per metric (accuracy,
+    calibration errors and HCS in %), the most often found architecture and its share."""
+    head, rows, protocol = _display(table)
+    lines = []
+    if title:
+        lines += [f"### {title}", ""]
+    if protocol:
+        lines += [protocol, ""]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        arch, share = r[-1].rsplit(" (", 1)
+        lines.append("| " + " | ".join([*r[:-1], f"`{arch.replace('|', chr(92) + '|')}` ({share}"]) + " |")
     return "\n".join(lines) + "\n"
+
+
+def nas_html(table: pd.DataFrame, title: str | None = None) -> str:
+    """The same table as :func:`nas_markdown`, as an HTML fragment."""
+    import html
+
+    head, rows, protocol = _display(table)
+    out = [f"<h4>{html.escape(title)}</h4>"] if title else []
+    if protocol:
+        out.append(f"<p>{html.escape(protocol)}</p>")
+    out.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr>"
+               + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+               + "</table>")
+    return "".join(out)
 
 
 def run_nas(table_path: str | Path, out_path: str | Path, *, objectives: Sequence[str] = OBJECTIVES,
@@ -469,4 +495,4 @@ def run_nas(table_path: str | Path, out_path: str | Path, *, objectives: Sequenc
 
 
 __all__ = ["ALGORITHMS", "OBJECTIVES", "METRICS", "SearchResult", "neighbours", "search", "nas_table",
-           "nas_markdown", "run_nas"]
+           "nas_markdown", "nas_html", "run_nas"]

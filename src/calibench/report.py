@@ -1,0 +1,310 @@
+"""The report: one section per question of Tao et al. (ICLR 2024), each with findings
+computed from the data (:func:`findings`, also written to ``analysis/findings.csv``) and
+its figures, then NAS, the post-hoc methods and reliability diagrams.
+
+A finding is one sentence with a number, e.g. "pre ECE (15 bins) across datasets, tss
+hp 200, cifar10 vs cifar100: tau 0.62 [0.58, 0.66] (bootstrap)". Intervals come from the
+Kendall table (:func:`calibench.analysis.kendall_all`) or, for taus computed here
+(question 5 and 6), from :func:`calibench.stats.kendall_jackknife`.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from . import stats
+
+__all__ = ["SECTIONS", "FINDING_COLUMNS", "findings", "plot_section", "write_report"]
+
+# (id, heading, what the section asks; paper figures)
+SECTIONS = [
+    ("q1", "Question 1: is calibration consistent across datasets?",
+     "Kendall tau of each metric over the same architectures trained on two datasets (Fig. 2, App. K/L)."),
+    ("q2", "Question 2: does calibration go with robustness?",
+     "Kendall tau of each calibration metric and robustness column against ECE, by population size "
+     "(Fig. 3, App. N)."),
+    ("q3", "Question 3: do the calibration metrics agree?",
+     "Kendall tau of every metric against every other over networks, before and after each method "
+     "(Fig. 4a, App. K)."),
+    ("q4", "Question 4: is calibration before recalibration a guide to calibration after?",
+     "Kendall tau of the networks' ECE before against after each post-hoc method, across bin counts "
+     "(Fig. 4b, App. M)."),
+    ("q5", "Question 5: are more accurate networks better calibrated?",
+     "ECE against accuracy, for all networks and those above 90 % accuracy, coloured by CIFAR-10-C AUROC "
+     "(Fig. 5, App. D)."),
+    ("q6", "Question 6: how much do the bin count and the training schedule matter?",
+     "ECE by bin count before and after temperature scaling, and across training schedules "
+     "(Fig. 6, App. G/H)."),
+    ("q7", "Question 7: which architectures are well calibrated?",
+     "SSS size and width, TSS cell kernels and the edge operations of the best networks by HCS "
+     "(Figs. 7-10, App. I)."),
+    ("nas", "HCS rankings and architecture search by HCS",
+     "The best networks by HCS; regularised evolution, local and random search over each result table, by accuracy and by HCS "
+     "(App. F, Table 1); mean ± sd over seeded repeats of the architecture found."),
+    ("methods", "Post-hoc recalibration methods", ""),
+    ("reliability", "Reliability diagrams",
+     "Per-bin accuracy against confidence (15 equal-width bins, top label) of the best and worst network by "
+     "HCS, before and after temperature scaling; the shaded gap is the miscalibration."),
+]
+
+# plot file name prefix -> section (the first match wins)
+_PLOT_SECTIONS = [
+    ("kendall_datasets_", "q1"), ("robustness", "q2"), ("kendall_metrics_", "q3"),
+    ("kendall_pre_post_", "q4"), ("kendall_pre_methods_", "q4"), ("ece_vs_accuracy", "q5"),
+    ("ece_by_bins", "q6"), ("hp_", "q6"), ("kernel", "q7"), ("width", "q7"), ("size", "q7"),
+    ("hcs_vs_accuracy", "nas"), ("reliability_", "reliability"), ("ece_by_method", "methods"),
+    ("method_win_rates", "methods"),
+]
+
+MIN_NETWORKS = 10  # question 5's networks above 90 % accuracy: fewer give no tau
+
+FINDING_COLUMNS = ["question", "space", "hp", "dataset", "text", "value", "lo", "hi", "interval"]
+
+
+def plot_section(path: Path) -> str:
+    """The section a plot belongs to, from its file name; ``other`` if none."""
+    name = Path(path).name
+    return next((section for prefix, section in _PLOT_SECTIONS if name.startswith(prefix)), "other")
+
+
+def _interval_text(lo: float, hi: float, interval) -> str:
+    if lo is None or hi is None or np.isnan(lo) or np.isnan(hi):
+        return ""
+    return f" [{lo:.2f}, {hi:.2f}]" + (f" ({interval})" if isinstance(interval, str) and interval else "")
+
+
+def _row(question, space, hp, dataset, text, value=np.nan, lo=np.nan, hi=np.nan, interval=None) -> dict:
+    return {"question": question, "space": space, "hp": str(hp), "dataset": dataset, "text": text,
+            "value": float(value), "lo": float(lo), "hi": float(hi), "interval": interval}
+
+
+def _tau_text(what: str, tau: float, lo: float, hi: float, interval, n: int | None = None) -> str:
+    nets = f", {n} networks" if n is not None else ""
+    return f"{what}: tau {tau:.2f}{_interval_text(lo, hi, interval)}{nets}"
+
+
+def _q1(kendall: pd.DataFrame, b: int) -> list[dict]:
+    out = []
+    k = kendall[(kendall["figure"] == "datasets") & (kendall["population"] == "all")
+                & kendall["metric"].isin([f"pre_ece_{b}", f"post_ece_{b}"]) & (kendall["row"] < kendall["col"])]
+    for r in k.itertuples():
+        stage = r.metric.split("_", 1)[0]
+        out.append(_row("q1", r.space, r.hp, "*", _tau_text(
+            f"{stage} ECE ({b} bins) across datasets, {r.space} hp {r.hp}, {r.row} vs {r.col}",
+            r.tau, r.lo, r.hi, r.interval, r.n), r.tau, r.lo, r.hi, r.interval))
+    return out
+
+
+def _q2(robustness: pd.DataFrame | None) -> list[dict]:
+    if robustness is None or robustness.empty:
+        return []
+    out = []
+    k = robustness[(robustness["kind"] == "robustness") & (robustness["population"] == "all")
+                   & (robustness["metric"] == robustness["metric"].iloc[0])].dropna(subset=["tau"])
+    for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
+        strongest = part.loc[part["tau"].abs().idxmax()]
+        out.append(_row("q2", space, hp, dataset, _tau_text(
+            f"{strongest['metric']} against robustness, {space} hp {hp}, {dataset}: strongest column "
+            f"{strongest['robustness']} (median tau over {len(part)} columns {part['tau'].median():.2f})",
+            strongest["tau"], strongest["lo"], strongest["hi"], None, int(strongest["n"])),
+            strongest["tau"], strongest["lo"], strongest["hi"]))
+    return out
+
+
+def _q3(kendall: pd.DataFrame, b: int) -> list[dict]:
+    out = []
+    ref = f"pre_ece_{b}"
+    k = kendall[(kendall["figure"] == "metrics") & (kendall["population"] == "all") & kendall["stage"].isna()
+                & (kendall["row"] == ref) & (kendall["col"] != ref)].dropna(subset=["tau"])
+    for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
+        for label, r in (("most", part.loc[part["tau"].idxmax()]), ("least", part.loc[part["tau"].idxmin()])):
+            out.append(_row("q3", space, hp, dataset, _tau_text(
+                f"ECE ({b} bins) agrees {label} with {r['col']} ({space} hp {hp}, {dataset})",
+                r["tau"], r["lo"], r["hi"], r["interval"], int(r["n"])), r["tau"], r["lo"], r["hi"], r["interval"]))
+    return out
+
+
+def _q4(q4: pd.DataFrame, b: int) -> list[dict]:
+    out = []
+    for r in q4.itertuples():
+        verdict = "" if np.isnan(r.lo) else (" (differs from 0 at this level)" if r.lo > 0 or r.hi < 0
+                                             else " (0 inside the interval)")
+        out.append(_row("q4", r.space, r.hp, r.dataset, _tau_text(
+            f"pre/{r.stage} ECE at {b} bins ({r.space} hp {r.hp}, {r.dataset})",
+            r.tau, r.lo, r.hi, r.interval, int(r.n)) + verdict, r.tau, r.lo, r.hi, r.interval))
+    return out
+
+
+def _jackknife_row(question, space, hp, dataset, what, x, y, level) -> dict:
+    tau, lo, hi = stats.kendall_jackknife(x, y, level)
+    n = int(np.count_nonzero(~(np.isnan(np.asarray(x, float)) | np.isnan(np.asarray(y, float)))))
+    return _row(question, space, hp, dataset, _tau_text(what, tau, lo, hi, "jackknife", n), tau, lo, hi,
+                "jackknife")
+
+
+def _q5(nets: pd.DataFrame, b: int, level: float) -> list[dict]:
+    out = []
+    col = f"pre_ece_{b}"
+    for (space, hp, dataset), part in nets.groupby(["space", "hp", "dataset"]):
+        if col not in part:
+            continue
+        out.append(_jackknife_row("q5", space, hp, dataset, f"accuracy against ECE ({b} bins), {space} hp {hp}, "
+                                  f"{dataset}, all networks", part["accuracy"], part[col], level))
+        high = part[part["accuracy"] > 0.9]
+        if len(high) >= MIN_NETWORKS:
+            out.append(_jackknife_row("q5", space, hp, dataset, f"accuracy against ECE ({b} bins), {space} hp {hp}, "
+                                      f"{dataset}, accuracy > 90 %", high["accuracy"], high[col], level))
+        else:
+            out.append(_row("q5", space, hp, dataset, f"{space} hp {hp}, {dataset}: {len(high)} networks above "
+                                                      f"90 % accuracy (fewer than {MIN_NETWORKS}: no tau)"))
+    return out
+
+
+def _q6(nets: pd.DataFrame, bins: Sequence[int], level: float) -> list[dict]:
+    out = []
+    lo_b, hi_b = min(bins), max(bins)
+    if lo_b == hi_b:
+        return out
+    for (space, hp, dataset), part in nets.groupby(["space", "hp", "dataset"]):
+        for stage in ("pre", "post"):
+            a, z = f"{stage}_ece_{lo_b}", f"{stage}_ece_{hi_b}"
+            if a not in part or z not in part:
+                continue
+            ma, mz = part[a].median(), part[z].median()
+            row = _jackknife_row("q6", space, hp, dataset, f"{stage} ECE at {lo_b} against {hi_b} bins, {space} hp "
+                                 f"{hp}, {dataset} (median {ma:.3f} → {mz:.3f})", part[a], part[z], level)
+            out.append(row)
+    return out
+
+
+def _q7(brackets: pd.DataFrame, edges: pd.DataFrame, extra: Sequence[dict]) -> list[dict]:
+    out = []
+    if not brackets.empty:
+        for (hp, dataset), part in brackets.groupby(["hp", "dataset"]):
+            part = part.sort_values("bracket", key=lambda s: s.str.extract(r"\[(\d+)", expand=False).astype(float))
+            first, last = part.iloc[0], part.iloc[-1]
+            out.append(_row("q7", "sss", hp, dataset,
+                            f"SSS hp {hp}, {dataset}: mean pre ECE {first['pre_ece_15']:.3f} in the smallest size "
+                            f"bracket {first['bracket']} ({int(first['networks'])} networks) against "
+                            f"{last['pre_ece_15']:.3f} in the largest {last['bracket']} "
+                            f"({int(last['networks'])}); accuracy {first['accuracy']:.3f} against "
+                            f"{last['accuracy']:.3f}", last["pre_ece_15"] - first["pre_ece_15"]))
+    if not edges.empty:
+        for (hp, dataset), part in edges.groupby(["hp", "dataset"]):
+            top = part.sort_values("count", ascending=False).groupby("edge").head(1).sort_values("edge")
+            total = part.groupby("edge")["count"].sum()
+            text = "; ".join(f"{r.edge}: {r.op} ({int(r.count)}/{int(total[r.edge])})" for r in top.itertuples())
+            out.append(_row("q7", "tss", hp, dataset, f"TSS hp {hp}, {dataset}, top networks by HCS, most frequent "
+                                                      f"operation per edge: {text}"))
+    out.extend(extra)
+    return out
+
+
+def _nas(nas: pd.DataFrame | None) -> list[dict]:
+    if nas is None or nas.empty:
+        return []
+    out = []
+    evo = nas[nas["algorithm"] == "evolution"] if "evolution" in set(nas["algorithm"]) else nas
+    for (space, hp, dataset), part in evo.groupby(["space", "hp", "dataset"]):
+        by = part.set_index("objective")
+        if "accuracy" not in by.index:
+            continue
+        acc = by.loc["accuracy"]
+        for objective in [o for o in by.index if o.startswith("hcs_")][:1]:
+            h = by.loc[objective]
+            ece = next((c[:-5] for c in by.columns if c.startswith("pre_ece") and c.endswith("_mean")), None)
+            ece_text = "" if ece is None else (f", ECE {100 * h[f'{ece}_mean']:.2f} % against "
+                                               f"{100 * acc[f'{ece}_mean']:.2f} %")
+            out.append(_row("nas", space, hp, dataset,
+                            f"{h['algorithm']} by {objective} ({space} hp {hp}, {dataset}): accuracy "
+                            f"{100 * h['accuracy_mean']:.2f} % against {100 * acc['accuracy_mean']:.2f} % by "
+                            f"accuracy{ece_text}", h["accuracy_mean"] - acc["accuracy_mean"]))
+    return out
+
+
+def findings(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, brackets: pd.DataFrame,
+             edges: pd.DataFrame, bins: Sequence[int], level: float = 0.95, *,
+             robustness: pd.DataFrame | None = None, nas: pd.DataFrame | None = None,
+             architecture: Sequence[dict] = ()) -> pd.DataFrame:
+    """Every finding of the report, tidy (``FINDING_COLUMNS``): question, space, hp, dataset,
+    the sentence, and its number with interval where it is a tau. ``nets``: measured
+    networks (one row per network and seed); ``q4``: ``analysis.question4_findings``;
+    ``architecture``: further question-7 rows (dicts with the same keys)."""
+    from .analysis import nearest_bins
+
+    b = nearest_bins(bins)
+    rows = []
+    if not kendall.empty:
+        rows += _q1(kendall, b)
+    rows += _q2(robustness)
+    if not kendall.empty:
+        rows += _q3(kendall, b)
+    if not q4.empty:
+        rows += _q4(q4, b)
+    rows += _q5(nets, b, level)
+    rows += _q6(nets, bins, level)
+    rows += _q7(brackets, edges, architecture)
+    rows += _nas(nas)
+    return pd.DataFrame(rows, columns=FINDING_COLUMNS)
+
+
+def _img(results: Path, title: str, path: Path) -> str:
+    rel = Path(path).relative_to(results)
+    return f"<h4>{html.escape(title)}</h4><img src='{html.escape(str(rel))}' alt='{html.escape(title)}'>"
+
+
+def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.DataFrame,
+                 n_rows: Mapping[str, int], minibench: bool, *, blocks: Mapping[str, str] | None = None) -> Path:
+    """``results/report.html``: a contents list, then one section per entry of
+    :data:`SECTIONS` that has findings, figures or an HTML block (``blocks``: section id ->
+    HTML, e.g. tables), each with its computed findings first; figures placed by
+    :func:`plot_section`; figures no section claims at the end."""
+    blocks = dict(blocks or {})
+    by_section: dict[str, list[tuple[str, Path]]] = {}
+    for title, path in plots:
+        by_section.setdefault(plot_section(path), []).append((title, path))
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>calibench report</title>",
+             "<style>body{font-family:sans-serif;max-width:1200px;margin:auto;padding:0 12px}img{max-width:100%}"
+             "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}"
+             ".warn{background:#fff3cd;padding:8px;border:1px solid #e0c070}"
+             ".findings li{margin:2px 0}nav li{margin:1px 0}</style></head><body>",
+             "<h1>calibench report</h1>"]
+    if minibench:
+        parts.append("<p class='warn'><b>Mini benchmark:</b> synthetic data and randomly initialised NATS networks "
+                     "with fitted heads. These are demo numbers, NOT NATS-Bench results.</p>")
+    parts.append("<p>Tables: " + ", ".join(f"{html.escape(k)} ({v} rows)" for k, v in n_rows.items())
+                 + ". Every finding below is computed from these tables (<code>analysis/findings.csv</code>).</p>")
+    sections = []
+    for sid, heading, question in SECTIONS:
+        lines = found[found["question"] == sid]["text"].tolist() if not found.empty else []
+        figures = by_section.pop(sid, [])
+        block = blocks.pop(sid, "")
+        if not (lines or figures or block):
+            continue
+        body = [f"<section id='{sid}'><h2>{html.escape(heading)}</h2>"]
+        if question:
+            body.append(f"<p><i>{html.escape(question)}</i></p>")
+        if lines:
+            body.append("<ul class='findings'>" + "".join(f"<li>{html.escape(t)}</li>" for t in lines) + "</ul>")
+        if block:
+            body.append(block)
+        body.extend(_img(results, t, p) for t, p in figures)
+        body.append("</section>")
+        sections.append((sid, heading, "\n".join(body)))
+    rest = [p for ps in by_section.values() for p in ps]
+    extra_blocks = [b for b in blocks.values() if b]
+    if rest or extra_blocks:
+        sections.append(("other", "Other figures", "<section id='other'><h2>Other figures</h2>"
+                         + "".join(extra_blocks) + "".join(_img(results, t, p) for t, p in rest) + "</section>"))
+    parts.append("<nav><h2>Contents</h2><ol>" + "".join(
+        f"<li><a href='#{sid}'>{html.escape(heading)}</a></li>" for sid, heading, _ in sections) + "</ol></nav>")
+    parts.extend(body for _, _, body in sections)
+    parts.append("</body></html>")
+    out = Path(results) / "report.html"
+    out.write_text("\n".join(parts))
+    return out

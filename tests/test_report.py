@@ -1,0 +1,155 @@
+"""calibench.report: every finding equals a direct computation on the tables, and the report
+has one section per question with its findings and figures."""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import kendalltau
+
+from calibench import analysis as an
+from calibench import report, stats
+from test_analysis_methods import BINS, population, settings, _write
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One analysis over a small population of all eight stages, with a CIFAR-10-C AUROC
+    column on CIFAR-10 and NAS at 4 repeats."""
+    rng = np.random.default_rng(21)
+    tables = population(rng, list(an.STAGES), n=40)
+    for (space, dataset), t in tables.items():
+        if dataset == "cifar10":
+            t["pre_ood_auroc_gaussian_noise"] = rng.uniform(0.5, 0.9, len(t))
+        t["accuracy"] = np.where(np.arange(len(t)) % 3 == 0, rng.uniform(0.905, 0.99, len(t)), t["accuracy"])
+    tmp = tmp_path_factory.mktemp("report")
+    conf = settings(demo=True, top_k=(10,))
+    conf["analysis"]["bootstrap"] = {"resamples": 50, "seed": 1, "level": 0.9}
+    conf["analysis"]["nas"] = {"repeats": 4, "budget": 20}
+    paths = _write(tables, tmp / "tables")
+    out = an.run_analysis(conf, paths, tmp / "results")
+    return {"out": out, "results": tmp / "results", "df": an.load_tables(paths), "conf": conf}
+
+
+def _nets(df):
+    nets = an.measured(df)
+    first = nets.groupby(["space", "hp", "dataset", "arch_index"])["seed"].transform("min") == nets["seed"]
+    return nets[first]
+
+
+def _scipy(x, y):
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = ~(np.isnan(x) | np.isnan(y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return float(kendalltau(x[keep], y[keep]).statistic)
+
+
+def test_findings_file_and_every_question_present(run):
+    found = pd.read_csv(run["out"]["findings"], dtype={"hp": str})
+    assert list(found.columns) == report.FINDING_COLUMNS
+    assert {"q1", "q3", "q4", "q5", "q6", "q7", "nas"} <= set(found["question"])
+    taus = found.dropna(subset=["value"])
+    ok = taus["lo"].notna()
+    assert ((taus.loc[ok, "lo"] <= taus.loc[ok, "value"] + 1e-12) & (taus.loc[ok, "value"] <= taus.loc[ok, "hi"] + 1e-12)).all()
+
+
+def test_question_5_and_6_taus_equal_direct_computations(run):
+    found = pd.read_csv(run["out"]["findings"], dtype={"hp": str})
+    nets = _nets(run["df"])
+    level = run["conf"]["analysis"]["bootstrap"]["level"]
+    checked = 0
+    for r in found[found["question"] == "q5"].itertuples():
+        part = nets[(nets["space"] == r.space) & (nets["hp"] == r.hp) & (nets["dataset"] == r.dataset)]
+        if "accuracy > 90 %" in r.text:
+            part = part[part["accuracy"] > 0.9]
+        assert r.value == pytest.approx(_scipy(part["accuracy"], part["pre_ece_15"]), abs=1e-12)
+        want = stats.kendall_jackknife(part["accuracy"], part["pre_ece_15"], level)
+        assert (r.value, r.lo, r.hi) == pytest.approx(want, abs=1e-12) and r.interval == "jackknife"
+        assert f"{len(part)} networks" in r.text
+        checked += 1
+    for r in found[found["question"] == "q6"].itertuples():
+        stage = r.text.split(" ", 1)[0]
+        part = nets[(nets["space"] == r.space) & (nets["hp"] == r.hp) & (nets["dataset"] == r.dataset)]
+        a, z = part[f"{stage}_ece_{min(BINS)}"], part[f"{stage}_ece_{max(BINS)}"]
+        assert r.value == pytest.approx(_scipy(a, z), abs=1e-12)
+        assert f"median {a.median():.3f} → {z.median():.3f}" in r.text
+        checked += 1
+    assert checked >= 8 * 2
+
+
+def test_question_1_3_4_findings_are_the_kendall_table_rows(run):
+    found = pd.read_csv(run["out"]["findings"], dtype={"hp": str})
+    kendall = pd.read_parquet(run["results"] / "analysis" / "kendall.parquet")
+    q4 = found[found["question"] == "q4"]
+    assert len(q4) == 2 * 2 * 7  # spaces x datasets x methods
+    for r in q4.itertuples():
+        stage = re.match(r"pre/(\w+) ECE", r.text).group(1)
+        k = kendall[(kendall["figure"] == "pre_post") & (kendall["population"] == "all") & (kendall["space"] == r.space)
+                    & (kendall["dataset"] == r.dataset) & (kendall["row"] == "pre_ece_15")
+                    & (kendall["col"] == f"{stage}_ece_15")].iloc[0]
+        assert (r.value, r.lo, r.hi) == pytest.approx((k["tau"], k["lo"], k["hi"]), abs=1e-12)
+        assert r.interval == "bootstrap"
+    nets = _nets(run["df"])
+    for r in found[found["question"] == "q3"].itertuples():
+        other = re.search(r"agrees (?:most|least) with (\S+)", r.text).group(1)
+        part = nets[(nets["space"] == r.space) & (nets["dataset"] == r.dataset)]
+        assert r.value == pytest.approx(_scipy(part["pre_ece_15"], part[other]), abs=1e-12)
+    q3 = found[found["question"] == "q3"]
+    for (space, dataset), pair in q3.groupby(["space", "dataset"]):
+        most, least = pair.iloc[0], pair.iloc[1]
+        assert "most" in most["text"] and "least" in least["text"] and most["value"] >= least["value"]
+    for r in found[found["question"] == "q1"].itertuples():
+        a, b = re.search(r", (\S+) vs (\S+):", r.text).groups()
+        metric = "pre_ece_15" if r.text.startswith("pre") else "post_ece_15"
+        part = nets[nets["space"] == r.space]
+        wide = part.pivot_table(index="arch_index", columns="dataset", values=metric)
+        assert r.value == pytest.approx(_scipy(wide[a], wide[b]), abs=1e-12)
+
+
+def test_nas_findings_and_table_follow_nas_table(run):
+    from calibench import nas
+
+    result = pd.read_csv(run["out"]["nas"], dtype={"hp": str})
+    assert set(result["algorithm"]) == set(nas.ALGORITHMS) and (result["repeats"] == 4).all()
+    df = run["df"]
+    part = df[(df["space"] == "tss") & (df["dataset"] == "cifar10")]
+    want = nas.nas_table(part, repeats=4, budget=20)
+    got = result[(result["space"] == "tss") & (result["dataset"] == "cifar10")].reset_index(drop=True)
+    np.testing.assert_allclose(got["accuracy_mean"], want["accuracy_mean"], rtol=0, atol=1e-12)
+    html = run["out"]["report"].read_text()
+    assert "tss hp 200, cifar10" in html and "hit rate" in html
+
+
+def test_report_sections_hold_their_figures_and_findings(run):
+    html = run["out"]["report"].read_text()
+    ids = re.findall(r"<section id='(\w+)'>", html)
+    assert ids[:5] == ["q1", "q3", "q4", "q5", "q6"] and {"q7", "nas", "methods"} <= set(ids)
+    nav = re.search(r"<nav>(.*?)</nav>", html, re.S).group(1)
+    assert re.findall(r"href='#(\w+)'", nav) == ids
+    sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", html, re.S))
+    plots = sorted((run["results"] / "plots").glob("*.png"))
+    assert plots
+    for plot in plots:
+        where = report.plot_section(plot)
+        assert html.count(f"plots/{plot.name}'") == 1, plot.name
+        assert f"plots/{plot.name}" in sections.get(where, ""), (plot.name, where)
+    assert "ece_vs_accuracy_tss_200.png" in sections["q5"] and "kendall_pre_post_ece_sss_90_cifar10.png" in sections["q4"]
+    found = pd.read_csv(run["out"]["findings"], dtype={"hp": str})
+    for r in found.itertuples():
+        from html import escape
+        assert escape(r.text) in sections[r.question]
+
+
+def test_plot_section_and_empty_report(tmp_path):
+    assert report.plot_section("x/kendall_datasets_pre_ece_15_tss_200_all.png") == "q1"
+    assert report.plot_section("reliability_tss_200_cifar10.png") == "reliability"
+    assert report.plot_section("something_new.png") == "other"
+    found = pd.DataFrame(columns=report.FINDING_COLUMNS)
+    out = report.write_report(tmp_path, [], found, {"t.parquet": 3}, minibench=True)
+    text = out.read_text()
+    assert "NOT NATS-Bench results" in text and "<section" not in text and "t.parquet (3 rows)" in text
