@@ -236,7 +236,9 @@ def test_kendall_against_scipy_per_population(files):
                     keep = ~(np.isnan(x) | np.isnan(y))
                     assert row["n"].item() == keep.sum()
                     assert row["tau"].item() == pytest.approx(kendalltau(x[keep], y[keep]).statistic, abs=1e-12)
-                    assert np.isnan(row["lo"].item()) and np.isnan(row["hi"].item())
+                    want = stats.kendall_jackknife(x, y)  # resamples 0: jackknife intervals
+                    assert (row["lo"].item(), row["hi"].item()) == pytest.approx(want[1:], abs=1e-12)
+                    assert row["interval"].item() == "jackknife"
                     checked += 1
             # Fig. 3's other lines: every other metric against pre_ece_15
             for m in metrics[1:]:

@@ -51,7 +51,7 @@ TSS_SIZE = len(TSS_OPS) ** 6          # 15625 cells
 REFERENCE = "pre_ece_15"              # Fig. 3: every column against ECE (15 bins, before recalibration)
 POPULATIONS = (100, 1000, 5000, "all")
 KENDALL_COLUMNS = ["space", "hp", "dataset", "kind", "population", "population_size", "metric", "robustness",
-                   "tau", "lo", "hi", "n"]
+                   "tau", "lo", "hi", "n", "interval"]
 _READERS = {".csv": "csv", ".csv.gz": "csv", ".parquet": "parquet", ".pq": "parquet"}
 _PANDAS_INDEX = re.compile(r"^Unnamed: \d+$")  # how pandas names a header-less column (a written index)
 _TABLE_KEYS = ("space", "hp", "dataset", "arch_index", "measured_by", "arch_str", "seed")
@@ -270,17 +270,12 @@ def _populations(populations) -> list:
 
 def _pairs(part: pd.DataFrame, rows: list[str], cols: list[str], resamples: int, seed: int,
            level: float) -> pd.DataFrame:
-    """tau, lo, hi, n of every (row, col), pairwise-complete rows (the stats NaN policy)."""
+    """tau, lo, hi, n, interval of every (row, col), pairwise-complete rows (the stats NaN
+    policy): percentile bootstrap intervals with ``resamples`` > 0, jackknife intervals
+    (:func:`calibench.stats.kendall_jackknife`) otherwise."""
     if resamples > 0:
         return stats.kendall_cross_ci(part, rows, cols, resamples, seed, level)
-    out = []
-    for a in rows:
-        x = part[a].to_numpy(dtype=float)
-        for b in cols:
-            y = part[b].to_numpy(dtype=float)
-            n = int((~(np.isnan(x) | np.isnan(y))).sum())
-            out.append({"row": a, "col": b, "tau": stats.kendall_tau(x, y), "lo": np.nan, "hi": np.nan, "n": n})
-    return pd.DataFrame(out, columns=["row", "col", "tau", "lo", "hi", "n"])
+    return stats.kendall_cross_ci(part, rows, cols, 1, seed, level, interval="jackknife")
 
 
 def robustness_kendall(joined: pd.DataFrame, metrics: Sequence[str], robustness_columns: Sequence[str] | None = None,
@@ -308,7 +303,7 @@ def robustness_kendall(joined: pd.DataFrame, metrics: Sequence[str], robustness_
     :func:`calibench.stats.kendall_tau` (scipy's tau-b); NaN with fewer than two values or
     a constant column. ``lo``, ``hi``: percentile bootstrap interval at ``level`` from
     ``resamples`` resamples of the population's networks (:func:`stats.kendall_cross_ci`,
-    ``seed``), NaN with ``resamples=0``. A column with fewer than two values in a
+    ``seed``), or with ``resamples=0`` the jackknife interval; ``interval`` names which. A column with fewer than two values in a
     (space, hp, dataset) is left out there (e.g. OoD AUROCs outside CIFAR-10). ValueError
     naming a column that is in no row of ``joined``.
     """
