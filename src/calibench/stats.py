@@ -215,38 +215,44 @@ def _discordant_per_position(s: np.ndarray) -> np.ndarray:
     return counts[:n]
 
 
-def _group_sizes(keys: np.ndarray) -> np.ndarray:
-    """For each entry, how many entries share its (integer) key, itself included."""
-    _, inverse, sizes = np.unique(keys, return_inverse=True, return_counts=True)
-    return sizes[inverse]
+def _run_sizes(sorted_keys: np.ndarray) -> np.ndarray:
+    """For each entry of a sorted array, the length of its run of equal values."""
+    starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1], [True])))
+    return np.repeat(np.diff(starts), np.diff(starts))
 
 
-def jackknife_taus(x, y) -> np.ndarray:
-    """tau-b with each pairwise-complete row left out in turn (one value per such row, in
-    row order), in O(n log n): row i's net concordance C_i = sum_j sign(x_i - x_j)
-    sign(y_i - y_j) comes from its inversions in the strict (x, y) order and its tie
-    groups, and leaving it out takes C_i from con - dis, n - 1 pairs from the total and its
-    tie partners from the tied pairs. Each value equals ``scipy.stats.kendalltau`` of the
-    rows without row i (NaN where that is undefined)."""
-    x, y = _pair(x, y)
-    keep = ~(np.isnan(x) | np.isnan(y))
-    x, y = x[keep], y[keep]
-    n = len(x)
-    if n < 3:
-        return np.full(n, np.nan)
-    rx, ry = _dense_ranks(x), _dense_ranks(y)
+def _tau_and_leave_one_out(rx: np.ndarray, ry: np.ndarray) -> tuple[float, np.ndarray]:
+    """tau-b and the leave-one-out taus (row order) from the dense ranks of n >= 3 complete
+    rows: row i's net concordance C_i = sum_j sign(x_i - x_j) sign(y_i - y_j) comes from its
+    inversions in the strict (x, y) order and its tie groups; leaving it out takes C_i from
+    con - dis, n - 1 pairs from the total and its tie partners from the tied pairs."""
+    n = len(rx)
     xorder, yorder = _strict_orders(rx, ry)
     value = np.empty(n, np.int64)
     value[yorder] = np.arange(n)
     dis = np.empty(n, np.int64)
     dis[xorder] = _discordant_per_position(value[xorder])
-    tx, ty = _group_sizes(rx), _group_sizes(ry)
-    txy = _group_sizes(rx * (int(ry.max()) + 1) + ry)
+    tx, ty = np.bincount(rx)[rx], np.bincount(ry)[ry]
+    txy = np.empty(n, np.int64)
+    txy[xorder] = _run_sizes((rx * (int(ry.max()) + 1) + ry)[xorder])   # sorted in the (x, y) order
     net = (n - 1) - 2 * dis - (tx - 1) - (ty - 1) + (txy - 1)    # C_i
     tot = n * (n - 1) // 2
     cmd = int(net.sum()) // 2
     xtie, ytie = int((tx - 1).sum()) // 2, int((ty - 1).sum()) // 2
-    return _finish(cmd - net, tot - (n - 1), xtie - (tx - 1), ytie - (ty - 1))
+    tau = float(_finish(cmd, tot, xtie, ytie))
+    return tau, _finish(cmd - net, tot - (n - 1), xtie - (tx - 1), ytie - (ty - 1))
+
+
+def jackknife_taus(x, y) -> np.ndarray:
+    """tau-b with each pairwise-complete row left out in turn (one value per such row, in
+    row order), in O(n log n) (:func:`_tau_and_leave_one_out`). Each value equals
+    ``scipy.stats.kendalltau`` of the rows without row i (NaN where that is undefined)."""
+    x, y = _pair(x, y)
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    if len(x) < 3:
+        return np.full(len(x), np.nan)
+    return _tau_and_leave_one_out(_dense_ranks(x), _dense_ranks(y))[1]
 
 
 def _normal_quantile(p: float) -> float:
@@ -263,10 +269,13 @@ def kendall_jackknife(x, y, level: float = 0.95) -> tuple[float, float, float]:
     rows."""
     x, y = _pair(x, y)
     level = _level(level)
-    tau = kendall_tau(x, y)
+    keep = ~(np.isnan(x) | np.isnan(y))
+    if keep.sum() < 3:
+        return kendall_tau(x, y), float("nan"), float("nan")
+    tau, loo = _tau_and_leave_one_out(_dense_ranks(x[keep]), _dense_ranks(y[keep]))
     if np.isnan(tau):
         return tau, float("nan"), float("nan")
-    return (tau, *_jackknife_interval(tau, jackknife_taus(x, y), level))
+    return (tau, *_jackknife_interval(tau, loo, level))
 
 
 def _jackknife_interval(tau: float, loo: np.ndarray, level: float) -> tuple[float, float]:
@@ -537,16 +546,29 @@ class _Table:
         if a == b and diagonal:  # analysis.kendall_matrix's diagonal: 1 with two or more values
             t = 1.0 if n > 1 else float("nan")
             return {"row": a, "col": b, "tau": t, "lo": t, "hi": t, "n": n, "interval": None}
-        xa, xb = self.values[a][keep], self.values[b][keep]
-        tau = kendall_tau(xa, xb)
+        if interval == "jackknife" and n >= 3:
+            tau, loo = _tau_and_leave_one_out(_redensify(self.ranks[a][keep]), _redensify(self.ranks[b][keep]))
+            if np.isnan(tau):
+                return {"row": a, "col": b, "tau": tau, "lo": np.nan, "hi": np.nan, "n": n, "interval": None}
+            lo, hi = _jackknife_interval(tau, loo, self.level)
+            return {"row": a, "col": b, "tau": tau, "lo": lo, "hi": hi, "n": n, "interval": interval}
+        tau = kendall_tau(self.values[a][keep], self.values[b][keep])
         if np.isnan(tau):
             return {"row": a, "col": b, "tau": tau, "lo": np.nan, "hi": np.nan, "n": n, "interval": None}
-        if interval == "jackknife":
-            lo, hi = _jackknife_interval(tau, jackknife_taus(xa, xb), self.level)
+        if interval == "jackknife":  # fewer than 3 rows: no spread
+            lo, hi = float("nan"), float("nan")
         else:
             plan = _BlockPlan(keep, self.ranks[a][keep], self.ranks[b][keep], self.n)
             lo, hi = _interval(np.concatenate([plan.taus(c) for c in self.counts]), self.level)
         return {"row": a, "col": b, "tau": tau, "lo": lo, "hi": hi, "n": n, "interval": interval}
+
+
+def _redensify(ranks: np.ndarray) -> np.ndarray:
+    """Dense ranks of a subset of rows from the dense ranks of all (values a subset lacks
+    leave gaps; closing them keeps the order and the ties)."""
+    present = np.zeros(int(ranks.max()) + 1 if len(ranks) else 0, np.int64)
+    present[ranks] = 1
+    return (np.cumsum(present) - 1)[ranks]
 
 
 def _interval_rule(interval) -> Callable[[str, str], str]:
