@@ -26,6 +26,8 @@ def run(tmp_path_factory):
         if dataset == "cifar10":
             t["pre_ood_auroc_gaussian_noise"] = rng.uniform(0.5, 0.9, len(t))
         t["accuracy"] = np.where(np.arange(len(t)) % 3 == 0, rng.uniform(0.905, 0.99, len(t)), t["accuracy"])
+        if space == "sss":  # Fig. 9's networks 8:8:8:8:8 ... 64:64:64:64:64
+            t.loc[:7, "arch_str"] = [":".join([str(w)] * 5) for w in range(8, 65, 8)]
     tmp = tmp_path_factory.mktemp("report")
     conf = settings(demo=True, top_k=(10,))
     conf["analysis"]["bootstrap"] = {"resamples": 50, "seed": 1, "level": 0.9}
@@ -153,3 +155,31 @@ def test_plot_section_and_empty_report(tmp_path):
     out = report.write_report(tmp_path, [], found, {"t.parquet": 3}, minibench=True)
     text = out.read_text()
     assert "NOT NATS-Bench results" in text and "<section" not in text and "t.parquet (3 rows)" in text
+
+
+def test_question_7_tables_plots_and_findings(run):
+    from calibench import architecture_figures as af
+
+    analysis = run["results"] / "analysis"
+    width = pd.read_parquet(analysis / "sss_width_progression.parquet")
+    assert sorted(width["width"].unique()) == list(range(8, 65, 8)) and len(width) == 8 * 2
+    kernel = pd.read_parquet(analysis / "tss_kernel_parameters.parquet")
+    nets = _nets(run["df"])
+    tss = nets[(nets["space"] == "tss") & (nets["dataset"] == "cifar10")]
+    k = af.kernel_parameters(tss["arch_str"])
+    pre = kernel[(kernel["stage"] == "pre") & (kernel["dataset"] == "cifar10")]
+    assert pre.set_index("kernel_params")["n"].to_dict() == pd.Series(k).value_counts().to_dict()
+    found = pd.read_csv(run["out"]["findings"], dtype={"hp": str})
+    q7 = found[found["question"] == "q7"]
+    line = q7[q7["text"].str.contains("cell kernel parameters") & (q7["dataset"] == "cifar10")].iloc[0]
+    lo, hi = pre.loc[pre["kernel_params"].idxmin()], pre.loc[pre["kernel_params"].idxmax()]
+    assert line["value"] == pytest.approx(hi["median"] - lo["median"], abs=1e-12)
+    assert line["value"] == pytest.approx(tss["pre_ece_15"][k == k.max()].median() - tss["pre_ece_15"][k == k.min()].median(),
+                                          abs=1e-12)
+    line = q7[q7["text"].str.contains("at width 8 against")]
+    assert len(line) == 2
+    sss = nets[(nets["space"] == "sss") & (nets["dataset"] == line.iloc[0]["dataset"])].set_index("arch_str")
+    assert line.iloc[0]["value"] == pytest.approx(sss.loc["64:64:64:64:64", "pre_ece_15"] - sss.loc["8:8:8:8:8", "pre_ece_15"],
+                                                  abs=1e-12)
+    names = {p.name for p in (run["results"] / "plots").glob("*.png")}
+    assert {"kernel_parameters_tss.png", "width_progression_sss.png"} <= names

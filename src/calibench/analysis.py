@@ -467,7 +467,7 @@ def _save(fig, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing clipped: long titles, legends below
     plt.close(fig)
     return path
 
@@ -651,7 +651,7 @@ def _kendall_methods_figure(block: pd.DataFrame, stages: Sequence[str], title: s
     fig.suptitle(title, fontsize=10)
     if im is not None:
         fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="Kendall tau-b")
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing clipped: long titles, legends below
     plt.close(fig)
 
 
@@ -759,7 +759,7 @@ def make_method_plots(df: pd.DataFrame, kendall: pd.DataFrame, wins: pd.DataFram
             fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="share of networks won",
                          format=PercentFormatter(1.0))
             path = plots / "method_win_rates.png"
-            fig.savefig(path, dpi=110)
+            fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing clipped: long titles, legends below
             made.append(("Win rate of each method per metric", path))
         plt.close(fig)
     return made
@@ -945,6 +945,48 @@ def robustness_analysis(df: pd.DataFrame, options: Mapping, bins: Sequence[int],
              f"({', '.join(datasets)})", path)]
 
 
+def architecture_analysis(df: pd.DataFrame, bins: Sequence[int], analysis_dir: Path, plots: Path,
+                          demo: bool) -> tuple[list[tuple[str, Path]], list[dict]]:
+    """Question 7, Figs. 8 (left) and 9 (:mod:`calibench.architecture_figures`): the TSS
+    kernel-parameter and SSS width-progression tables (``analysis/tss_kernel_parameters.parquet``,
+    ``analysis/sss_width_progression.parquet``), their plots and findings."""
+    from . import architecture_figures as af
+    from .report import _row
+
+    suffix = " [mini benchmark: not NATS-Bench results]" if demo else ""
+    b = nearest_bins(bins)
+    made, found = [], []
+    kernel = af.kernel_parameter_table(df, bins)
+    kernel.to_parquet(analysis_dir / "tss_kernel_parameters.parquet", index=False)
+    path = af.plot_kernel_parameters(kernel, plots / "kernel_parameters_tss.png", suffix=suffix)
+    if path is not None:
+        made.append(("TSS: ECE by cell kernel parameters (Fig. 8)", path))
+    for (hp, dataset), part in kernel[kernel["stage"] == "pre"].dropna(subset=["median"]).groupby(["hp", "dataset"]):
+        lo, hi = part.loc[part["kernel_params"].idxmin()], part.loc[part["kernel_params"].idxmax()]
+        found.append(_row("q7", "tss", hp, dataset,
+                          f"TSS hp {hp}, {dataset}: median pre ECE ({b} bins) {lo['median']:.3f} at "
+                          f"{int(lo['kernel_params'])} cell kernel parameters ({int(lo['n'])} networks) against "
+                          f"{hi['median']:.3f} at {int(hi['kernel_params'])} ({int(hi['n'])})",
+                          hi["median"] - lo["median"]))
+    width = af.width_progression_table(df, bins=bins)
+    width.to_parquet(analysis_dir / "sss_width_progression.parquet", index=False)
+    path = af.plot_width_progression(width, plots / "width_progression_sss.png", suffix=suffix)
+    if path is not None:
+        made.append(("SSS: ECE and accuracy of the uniform-width networks 8:8:8:8:8 … 64:64:64:64:64 (Fig. 9)", path))
+    col = f"pre_ece_{b}"
+    if col in width.columns:
+        for (hp, dataset), part in width.dropna(subset=[col]).groupby(["hp", "dataset"]):
+            if len(part) < 2:
+                continue
+            first, last = part.iloc[0], part.iloc[-1]
+            found.append(_row("q7", "sss", hp, dataset,
+                              f"SSS hp {hp}, {dataset}: pre ECE ({b} bins) {first[col]:.3f} at width "
+                              f"{int(first['width'])} against {last[col]:.3f} at width {int(last['width'])} "
+                              f"(accuracy {first['accuracy']:.3f} → {last['accuracy']:.3f}; {len(part)} widths)",
+                              last[col] - first[col]))
+    return made, found
+
+
 def _first_seed(nets: pd.DataFrame) -> pd.DataFrame:
     """One row per measured network: its first seed (as the Kendall matrices use)."""
     first = nets.groupby(["space", "hp", "dataset", "arch_index"])["seed"].transform("min") == nets["seed"]
@@ -1032,13 +1074,16 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
         plots += robustness_analysis(df, settings["robustness"], settings["bins"], settings["analysis"]["top_k"],
                                      analysis_dir, results / "plots", bool(settings["demo"]))
         robust = pd.read_parquet(analysis_dir / "robustness_kendall.parquet")
+    arch_plots, arch_findings = architecture_analysis(df, settings["bins"], analysis_dir, results / "plots",
+                                                     bool(settings["demo"]))
+    plots += arch_plots
     nas_result = nas_tables(df, settings["analysis"].get("nas", {}))
     nas_result.to_csv(analysis_dir / "nas.csv", index=False)
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only, no second read
     level = settings["analysis"].get("bootstrap", {}).get("level", 0.95)
     nets = _first_seed(measured(df))
     found = report.findings(nets, kendall, findings, brackets, edges, settings["bins"], level,
-                            robustness=robust, nas=nas_result)
+                            robustness=robust, nas=nas_result, architecture=arch_findings)
     found.to_csv(analysis_dir / "findings.csv", index=False)
     shown = tops[["space", "dataset", "arch_index", "arch_str", "accuracy", "pre_ece_15"]
                  + [f"hcs_{b:g}" for b in betas]]

@@ -142,7 +142,7 @@ def figure(panels: Sequence[tuple[str, Mapping]], title: str, path: str | Path) 
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing clipped: long titles, legends below
     plt.close(fig)
     return path
 
