@@ -342,8 +342,8 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
     "jackknife", the leave-one-network-out normal interval (O(n log n) per pair, about 20x
     cheaper at 32,768 networks, and within a few per cent of the bootstrap's width there:
     BENCHMARKS.md). ``analysis.bootstrap.scope``: ``findings`` (default) bootstraps the taus
-    the report states as findings (every Fig. 2 cross-dataset tau; question 4 at equal bin
-    counts) and gives every other tau its jackknife interval; ``all`` bootstraps every tau
+    the report states as findings (Fig. 2 of pre and post ECE and question 4, at the bin
+    count nearest 15) and gives every other tau its jackknife interval; ``all`` bootstraps every tau
     (about 1 s per pair at 32,768 networks); ``resamples: 0`` jackknifes every tau.
 
     ``figure``: ``datasets`` (Fig. 2, question 1: every metric of :func:`metric_columns` and
@@ -375,8 +375,10 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
         return stats.kendall_cross_ci(part, rows, cols, max(1, boot["resamples"]), boot["seed"], boot["level"],
                                       rule(finding))
 
-    def same_bins(a, b):  # pre_ece_15 against post_ece_15: question 4's stated findings
-        return a.rsplit("_", 1)[-1] == b.rsplit("_", 1)[-1]
+    stated = f"_ece_{nearest_bins(bins)}"
+
+    def q4_finding(a, b):  # pre_ece_15 against {method}_ece_15: the report's question-4 lines
+        return a.endswith(stated) and b.endswith(stated)
 
     def usable(part, cols):
         return [c for c in cols if c in part.columns and part[c].notna().sum() > 1]
@@ -388,6 +390,7 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
         # Fig. 2 (question 1): every metric across datasets, pre and each method's ECE.
         b = nearest_bins(bins)
         across = [*metric_columns(nets, bins), *(f"{s}_ece_{b}" for s in methods)]
+        acc = nets.pivot_table(index="arch_index", columns="dataset", values="accuracy").mean(axis=1)
         for metric in dict.fromkeys(across):
             if metric not in nets.columns:
                 continue
@@ -395,13 +398,12 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
             wide = wide.loc[:, wide.notna().sum() > 1]  # a dataset where the metric is (nearly) all NaN
             if wide.shape[1] < 2:  # e.g. the OoD AUROCs, measured on CIFAR-10 only
                 continue
-            acc = nets.pivot_table(index="arch_index", columns="dataset", values="accuracy").mean(axis=1)
             wide = wide.assign(_acc=acc)
             for population, part in _top_populations(wide, top_k, "_acc"):
                 cols = usable(part, [c for c in wide.columns if c != "_acc"])
                 if len(cols) < 2:
                     continue
-                m = matrix(part, cols, finding=lambda a, b: True)
+                m = matrix(part, cols, finding=lambda a, b, metric=metric: metric in (f"pre{stated}", f"post{stated}"))
                 out.append(m.assign(figure="datasets", metric=metric, space=space, hp=hp, dataset="*",
                                     population=population, stage=None))
         for dataset, part_all in nets.groupby("dataset"):
@@ -417,7 +419,7 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
                 for stage in methods:
                     cols = usable(part, _binned(bins, "ece", stage))
                     if pre_cols and cols:
-                        m = cross(part, pre_cols, cols, finding=same_bins)
+                        m = cross(part, pre_cols, cols, finding=q4_finding)
                         out.append(m.assign(figure="pre_post", metric="ece", space=space, hp=hp, dataset=dataset,
                                             population=population, stage=stage))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
@@ -903,7 +905,7 @@ def make_reliability_plots(hcs_df: pd.DataFrame, results: Path, beta: float) -> 
     col = f"hcs_{beta:g}"
     out = []
     for (space, hp, dataset), part in hcs_df.dropna(subset=[col]).groupby(["space", "hp", "dataset"]):
-        ranked = part.sort_values(col, ascending=False)
+        ranked = part.sort_values([col, "arch_index"], ascending=[False, True], kind="stable")
         panels = []
         for label, row in (("best", ranked.iloc[0]), ("worst", ranked.iloc[-1])):
             try:
