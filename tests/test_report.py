@@ -183,3 +183,36 @@ def test_question_7_tables_plots_and_findings(run):
                                                   abs=1e-12)
     names = {p.name for p in (run["results"] / "plots").glob("*.png")}
     assert {"kernel_parameters_tss.png", "width_progression_sss.png"} <= names
+
+
+def test_two_schedules_are_compared_in_question_6(tmp_path):
+    """hp: {tss: ["12", "200"]}: the analysis writes hp_comparison.parquet (hp_compare's
+    table), draws Fig. 6c in question 6 and states its findings there."""
+    from calibench import hp_compare
+
+    rng = np.random.default_rng(4)
+    tables = population(rng, ["pre", "post"], spaces=("tss",), datasets=("cifar10",), n=25, full=False)
+    short = tables[("tss", "cifar10")].copy()
+    short["hp"] = "12"
+    for c in [c for c in short.columns if "_ece_" in c]:
+        short[c] = short[c] * rng.uniform(0.8, 1.5, len(short))
+    tables[("tss12", "cifar10")] = short
+    conf = settings(demo=True, top_k=())
+    conf["analysis"]["nas"] = {"repeats": 2, "budget": 10}
+    paths = []
+    for (space, dataset), t in tables.items():
+        path = tmp_path / "tables" / f"tss_{t['hp'].iloc[0]}_{dataset}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        t.to_parquet(path, index=False)
+        paths.append(path)
+    out = an.run_analysis(conf, paths, tmp_path / "results")
+    got = pd.read_parquet(out["hp_comparison"])
+    want = hp_compare.compare_hps(an.load_tables(paths), level=0.95)
+    pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False)
+    assert len(got) > 0
+    html = out["report"].read_text()
+    q6 = re.search(r"<section id='q6'>(.*?)</section>", html, re.S).group(1)
+    assert "plots/hp_comparison.png" in q6
+    found = pd.read_csv(out["findings"], dtype={"hp": str})
+    extra = hp_compare.findings(want, BINS)
+    assert len(extra) > 0 and set(extra["text"]) <= set(found.loc[found["question"] == "q6", "text"])

@@ -37,7 +37,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from scipy.stats import kendalltau
 
-from . import report, stats
+from . import hp_compare, report, stats
 from .archstr import parse_sss, tss_edge_ops
 
 log = logging.getLogger(__name__)
@@ -1076,20 +1076,30 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
         plots += robustness_analysis(df, settings["robustness"], settings["bins"], settings["analysis"]["top_k"],
                                      analysis_dir, results / "plots", bool(settings["demo"]))
         robust = pd.read_parquet(analysis_dir / "robustness_kendall.parquet")
+    level = settings["analysis"].get("bootstrap", {}).get("level", 0.95)
+    comparison = hp_compare.compare_hps(df, level=level)  # question 6 across schedules: jackknife intervals
+    comparison.to_parquet(analysis_dir / "hp_comparison.parquet", index=False)
+    comparison.to_csv(analysis_dir / "hp_comparison.csv", index=False)
+    hp_plot = hp_compare.plot_hp_comparison(df, results / "plots" / "hp_comparison.png", demo=bool(settings["demo"]))
+    if hp_plot is not None:
+        plots.append(("ECE by bin count across training schedules, same architectures (Fig. 6c)", hp_plot))
     arch_plots, arch_findings = architecture_analysis(df, settings["bins"], analysis_dir, results / "plots",
                                                      bool(settings["demo"]))
     plots += arch_plots
     nas_result = nas_tables(df, settings["analysis"].get("nas", {}))
     nas_result.to_csv(analysis_dir / "nas.csv", index=False)
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only, no second read
-    level = settings["analysis"].get("bootstrap", {}).get("level", 0.95)
     nets = _first_seed(measured(df))
     found = report.findings(nets, kendall, findings, brackets, edges, settings["bins"], level,
                             robustness=robust, nas=nas_result, architecture=arch_findings)
+    extra = hp_compare.findings(comparison, settings["bins"])
+    if not extra.empty:
+        found = pd.concat([found, extra], ignore_index=True)
     found.to_csv(analysis_dir / "findings.csv", index=False)
     shown = tops[["space", "dataset", "arch_index", "arch_str", "accuracy", "pre_ece_15"]
                  + [f"hcs_{b:g}" for b in betas]]
     blocks = {
+        "q6": hp_compare.comparison_html(comparison),
         "q7": _edges_html(edges) + _brackets_html(brackets),
         "nas": "<h3>Top networks by HCS</h3>" + shown.to_html(index=False, float_format=lambda x: f"{x:.4f}")
                + nas_html(nas_result),
@@ -1097,6 +1107,7 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     }
     report_path = report.write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks)
     log.info("analysis written: %s, %d plots, %d findings", report_path, len(plots), len(found))
-    return {"report": report_path, "findings": analysis_dir / "findings.csv", "nas": analysis_dir / "nas.csv", "kendall": analysis_dir / "kendall.parquet", "hcs": analysis_dir / "hcs.parquet",
+    return {"report": report_path, "findings": analysis_dir / "findings.csv", "nas": analysis_dir / "nas.csv",
+            "hp_comparison": analysis_dir / "hp_comparison.parquet", "kendall": analysis_dir / "kendall.parquet", "hcs": analysis_dir / "hcs.parquet",
             "methods_summary": analysis_dir / "methods_summary.parquet",
             "method_wins": analysis_dir / "method_wins.parquet"}

@@ -69,6 +69,14 @@ class ArchiveError(Exception):
         return type(self), (self.index, self.path, self.reason)
 
 
+class NoWeightsError(ArchiveError):
+    """The archive holds a record of the requested (hp, dataset, seed) but no weights for it: a
+    ``-simple`` archive, or a training schedule whose weights the archive does not keep (the
+    mini benchmark keeps TSS hp 12 weights only with ``minibench.tss_hp12_weights``). A
+    configuration error, not one damaged file: :func:`prefetch` raises it instead of yielding
+    it, so the job stops with a message naming the hp and the file."""
+
+
 @dataclass(frozen=True)
 class ArchiveEntry:
     """Everything the pipeline takes from the archive for one (architecture, dataset, seed)."""
@@ -399,7 +407,10 @@ class NatsArchive:
             raise ArchiveError(index, path, f"no result record for ({dataset!r}, {seed}) at hp {self.hp}")
         state_dict = run.net_state_dict
         if state_dict is None:
-            raise ArchiveError(index, path, "no weights stored (a -simple archive, or hp 01?)")
+            raise NoWeightsError(index, path, f"no weights stored at hp {self.hp} for ({dataset}, seed {seed}) in "
+                                              f"{self.archive_dir}: a -simple archive, or a schedule whose weights "
+                                              f"this archive does not keep (the mini benchmark keeps TSS hp 12 "
+                                              f"weights only with minibench.tss_hp12_weights: true)")
         if not isinstance(state_dict, dict):
             raise ArchiveError(index, path, "net_state_dict is not a dict of tensors")
         try:
@@ -429,8 +440,12 @@ class NatsArchive:
 
 
 def _load_or_error(archive: NatsArchive, index: int, datasets, seeds) -> list[ArchiveEntry] | ArchiveError:
+    """The entries, or the ArchiveError of a file that cannot be loaded; a :class:`NoWeightsError`
+    (a schedule without weights: the configuration's fault) is raised."""
     try:
         return archive.load(index, datasets, seeds)
+    except NoWeightsError:
+        raise
     except ArchiveError as exc:
         return exc
     except Exception as exc:  # anything else the reader may raise
@@ -487,7 +502,8 @@ def prefetch(
     Each architecture file is read once for all ``datasets`` (see :meth:`NatsArchive.load`).
     One worker is a background thread; several are spawned processes (bz2 releases the
     GIL, unpickling does not). A failing architecture yields its error instead of
-    stopping the iteration.
+    stopping the iteration, except a :class:`NoWeightsError` (the requested hp holds no
+    weights), which is raised: every file of that schedule would fail the same way.
     """
     datasets = check_datasets(datasets)
     pool: Executor

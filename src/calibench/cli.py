@@ -37,6 +37,7 @@ def _labels(args: argparse.Namespace) -> int:
 
 
 def _infer_chunk(args: argparse.Namespace) -> int:
+    from .archive import NoWeightsError
     from .inference import DeviceError
     from .pipeline import infer_chunk_job
     from .runtime import keep_freed_memory
@@ -45,7 +46,7 @@ def _infer_chunk(args: argparse.Namespace) -> int:
     try:
         infer_chunk_job(json.loads(args.settings), _runtime(args), args.space, args.hp, args.chunk, args.results,
                         args.manifest, progress=not args.quiet)
-    except DeviceError as exc:  # a configuration problem: the message says what to do, no traceback
+    except (DeviceError, NoWeightsError) as exc:  # a configuration problem: the message says what to do, no traceback
         logging.getLogger("calibench").error("%s", exc)
         return 2
     return 0
@@ -160,7 +161,9 @@ def _run(args: argparse.Namespace) -> int:
     spaces = args.space or config["spaces"]
     datasets = args.dataset or config["datasets"]
     results = config["results"]
-    targets = [f"{results}/tables/{s}_{config['hp'][s]}_{d}.parquet" for s in spaces for d in datasets]
+    from .settings import hps
+
+    targets = [f"{results}/tables/{s}_{hp}_{d}.parquet" for s in spaces for hp in hps(config, s) for d in datasets]
     if not args.space and not args.dataset:
         targets.append(f"{results}/report.html")
     cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", str(args.cores)]
@@ -187,6 +190,8 @@ def _make_minibench(args: argparse.Namespace) -> int:
     sizes = {name: getattr(args, name) for name in ("n_tss", "n_sss", "n_test", "n_train", "seed")}
     if args.real_size:
         sizes["real_size"] = True
+    if args.tss_hp12_weights:
+        sizes["tss_hp12_weights"] = True
     spec = MiniBenchSpec(**{name: value for name, value in sizes.items() if value is not None})
     start = time.perf_counter()
     out = build_minibench(args.out, spec, progress=not args.quiet)
@@ -276,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("--real-size", action="store_true",
                     help="archive files shaped like the real -full ones (every hp, dataset and seed; ~27.5 MB TSS, "
                          "~17.4 MB SSS): for loading benchmarks")
+    mb.add_argument("--tss-hp12-weights", action="store_true",
+                    help="also keep TSS hp 12 weights (a less-fitted stand-in for the 12-epoch schedule, not "
+                         "NATS-Bench results): for comparing training schedules")
     mb.add_argument("--quiet", action="store_true", help="no progress bar")
     mb.set_defaults(func=_make_minibench)
 

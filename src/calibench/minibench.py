@@ -22,6 +22,18 @@ over-confidence differ across architectures. The "recorded" accuracy stored in t
 archive is each network's real accuracy on the mini test set; only final-epoch
 values are stored in the training-curve fields.
 
+A second TSS schedule (``MiniBenchSpec(tss_hp12_weights=True)``, ``calibench make-minibench
+--tss-hp12-weights``, config ``minibench.tss_hp12_weights: true``), for the comparison of
+training schedules (Tao et al.'s question 6, Fig. 6c: 12 against 200 epochs): the TSS hp 12
+records also keep their weights. NOT a 12-epoch training, and NOT NATS-Bench results: the
+hp 12 network of an (architecture, dataset) is the hp 200 one (the same random body and
+batch-norm statistics) with its own classifier head, fitted like every head (above) but
+with the budget of a 12-epoch schedule (about a quarter of hp 200's L-BFGS iterations) and
+its own weight decay, so its accuracy and calibration differ from hp 200's as a less
+fitted network's do. These heads are fitted in every build anyway (their accuracies fill
+the hp 12 records); the option only keeps their state dicts, so the build stays
+deterministic and hp 200's records are the same (decoded) with and without it.
+
 Real-size archives (``MiniBenchSpec(real_size=True)``, ``calibench make-minibench
 --real-size``), for loading benchmarks: each architecture file is shaped like a real
 ``-full`` file: every hp (TSS 12, 200; SSS 01, 12, 90), every dataset including
@@ -64,8 +76,9 @@ TSS_DIR = "NATS-tss-v1_0-3ffb9-full"
 SSS_DIR = "NATS-sss-v1_0-50262-full"
 DATASET_DIR = "datasets"
 # hp -> (epochs, seeds), as in the real archives. Weights are stored for the default
-# schedules only (TSS 200, SSS 90): compressing weights is most of the build time, and
-# the other schedules' records keep ``net_state_dict = None`` like the real SSS hp 01.
+# schedules only (TSS 200, SSS 90; also TSS 12 with ``tss_hp12_weights``): compressing
+# weights is most of the build time, and the other schedules' records keep
+# ``net_state_dict = None`` like the real SSS hp 01 (calibench.settings.MINIBENCH_WEIGHTED_HPS).
 SCHEDULES = {
     "tss": {"12": (12, (111,)), "200": (200, (777,))},
     "sss": {"01": (1, (777,)), "12": (12, (777,)), "90": (90, (777,))},
@@ -106,11 +119,16 @@ class MiniBenchSpec:
     seed: int = 0
     second_seed: bool = False  # also store TSS hp-200 seed 888, to exercise multi-seed runs
     real_size: bool = False  # archive files shaped and sized like the real -full files (module docstring)
+    tss_hp12_weights: bool = False  # also keep the TSS hp 12 state dicts (module docstring: not real results)
 
     def describe(self) -> str:
-        """The dataclass repr, without ``real_size`` when it is off (so default READMEs stay as they were)."""
+        """The dataclass repr, without the options added later when they are off (so default
+        READMEs stay as they were)."""
         text = repr(self)
-        return text if self.real_size else text.replace(", real_size=False", "")
+        for name in ("real_size", "tss_hp12_weights"):
+            if not getattr(self, name):
+                text = text.replace(f", {name}=False", "")
+        return text
 
 
 def write_pbz2(path: Path, obj) -> None:
@@ -355,6 +373,13 @@ def _result_record(dataset: str, hp_epochs: int, seed: int, state_dict, accuracy
     }
 
 
+def weightless(space: str, hp: str, spec: MiniBenchSpec) -> bool:
+    """Whether a (non-real-size) mini benchmark built from ``spec`` keeps no weights for ``hp``."""
+    if (space, hp) == ("tss", "12") and spec.tss_hp12_weights:
+        return False
+    return (space, hp) in WEIGHTLESS
+
+
 def _schedules(space: str, spec: MiniBenchSpec) -> dict[str, tuple[int, tuple[int, ...]]]:
     schedules = dict(SCHEDULES[space])
     if space == "tss" and spec.second_seed:
@@ -421,7 +446,7 @@ def _build_arch_file(space: str, index: int, arch_str: str, splits: dict[str, _D
                 state_dict, accuracy, train_accuracy, loss = _fitted_head_record(
                     net, train_features, test_features, train_y, test_y, epochs,
                     _stable_seed(spec.seed, space, arch_str, dataset, hp, seed),
-                    keep_weights=(space, hp) not in WEIGHTLESS)
+                    keep_weights=not weightless(space, hp, spec))
                 records[hp][(dataset, seed)] = _result_record(
                     dataset, epochs, seed, state_dict, accuracy, train_accuracy, loss, arch_config, params, flops)
     for hp, (_, seeds) in schedules.items():
@@ -430,7 +455,7 @@ def _build_arch_file(space: str, index: int, arch_str: str, splits: dict[str, _D
             "arch_str": arch_str,
             "all_results": records[hp],
             "dataset_seed": {dataset: list(seeds) for dataset in splits},
-            "clear_net_done": (space, hp) in WEIGHTLESS,
+            "clear_net_done": weightless(space, hp, spec),
         }
     return per_hp
 
@@ -540,6 +565,9 @@ def build_minibench(out: str | Path, spec: MiniBenchSpec = MiniBenchSpec(), prog
         + ("real size: every hp, dataset and seed of the real -full files; only the default schedule's first seed\n"
            "holds a fitted network, the other state dicts are seeded random initialisations (see calibench.minibench).\n"
            if spec.real_size else "")
+        + ("tss hp 12 weights: the hp 200 network with a head fitted on a 12-epoch budget, a stand-in for a\n"
+           "shorter schedule, not a 12-epoch training (see calibench.minibench).\n"
+           if spec.tss_hp12_weights and not spec.real_size else "")
         + (f"architectures given explicitly: {archs}\n" if explicit else "")
     )
     return out

@@ -23,6 +23,46 @@ ODIR_STAGES = ("ms", "dir")
 DEFAULT_ODIR_GRID = (1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3)
 
 
+# The training schedules (hp) whose weights the embedded mini benchmark stores
+# (calibench.minibench.WEIGHTLESS is the complement; tests/test_hp_compare.py checks the two
+# agree): TSS hp 12 only with ``minibench.tss_hp12_weights``, every schedule of a real-size
+# mini benchmark. Kept here so the Snakefile can check a config without importing torch.
+MINIBENCH_WEIGHTED_HPS = {"tss": ("200",), "sss": ("90",)}
+
+
+def hps(config: Mapping, space: str) -> list[str]:
+    """The training schedules configured for ``space``: ``hp.<space>`` is one string or a
+    list of them (one result table per (space, hp, dataset)); in the given order."""
+    try:
+        value = config["hp"][space]
+    except KeyError:
+        raise ValueError(f"hp: no training schedule given for space {space!r} (e.g. hp: {{{space}: ...}})") from None
+    values = [value] if isinstance(value, (str, int)) else list(value)
+    if not values:
+        raise ValueError(f"hp.{space}: an empty list; give one schedule or several")
+    return [str(v) for v in values]
+
+
+def check_hps(config: Mapping) -> None:
+    """What the schema cannot see: a schedule the mini benchmark the run builds holds no
+    weights for. Raises ``ValueError`` naming the hp and the setting; silent otherwise
+    (archives given by path are checked when read: ``calibench.archive``)."""
+    mini = config.get("minibench") or {}
+    if not mini.get("build") or mini.get("real_size"):
+        return
+    for space in config["spaces"]:
+        weighted = set(MINIBENCH_WEIGHTED_HPS[space])
+        if space == "tss" and mini.get("tss_hp12_weights"):
+            weighted.add("12")
+        for hp in hps(config, space):
+            if hp not in weighted:
+                hint = ("set minibench.tss_hp12_weights: true (a stand-in schedule, not NATS-Bench results) or "
+                        "drop it" if (space, hp) == ("tss", "12") else "drop it")
+                raise ValueError(
+                    f"hp.{space}: the mini benchmark (minibench.build: true) stores no weights for {space} hp {hp} "
+                    f"(it has weights for hp {', '.join(sorted(weighted, key=int))}); {hint}")
+
+
 def population_settings(config: Mapping, space: str) -> dict:
     """The architectures of one space and their chunks."""
     return {"archive": config["archives"][space], "population": config["population"][space],

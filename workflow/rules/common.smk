@@ -29,14 +29,21 @@ def results_of(levels):
     return lambda wildcards, output: str(Path(output[0]).parents[levels])
 
 
-def hp_of(space):
-    return config["hp"][space]
+# hp.<space> is one training schedule or a list of them (question 6 compares them):
+# one result table per (space, hp, dataset). A schedule the mini benchmark being built
+# holds no weights for stops the run here, before any job.
+stage.check_hps(config)
+
+
+def hps_of(space):
+    return stage.hps(config, space)
 
 
 def all_tables():
     return [
-        f"{RESULTS}/tables/{space}_{hp_of(space)}_{dataset}.parquet"
+        f"{RESULTS}/tables/{space}_{hp}_{dataset}.parquet"
         for space in config["spaces"]
+        for hp in hps_of(space)
         for dataset in config["datasets"]
     ]
 
