@@ -383,6 +383,12 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
     def usable(part, cols):
         return [c for c in cols if c in part.columns and part[c].notna().sum() > 1]
 
+    # Only the columns a tau is taken of: the copies below (per space, dataset, population)
+    # would otherwise hold every column of the tables (about 2 GB at full size).
+    wanted = {"space", "hp", "dataset", "arch_index", "measured_by", "seed", "accuracy"}
+    for stage in ("pre", *methods):
+        wanted.update(metric_columns(df, bins, stage), _binned(bins, "ece", stage))
+    df = df[[c for c in df.columns if c in wanted]]
     for (space, hp), group in df.groupby(["space", "hp"]):
         nets = measured(group)
         first_seed = nets.groupby(["dataset", "arch_index"])["seed"].transform("min") == nets["seed"]
