@@ -617,6 +617,8 @@ def main() -> None:
                     help="bootstrap resamples (default: the config's analysis.bootstrap.resamples; 0: jackknife only)")
     ap.add_argument("--dir", type=Path, default=None, help="data directory (reused if it holds the same tables)")
     ap.add_argument("--profile", action="store_true", help="cProfile the run (slower); top functions printed")
+    ap.add_argument("--compare-intervals", action="store_true",
+                    help="after the run: jackknife against bootstrap interval widths on the bootstrapped taus")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -693,6 +695,31 @@ def main() -> None:
     if args.profile:
         print(f"profile: {spec['profile']}")
     print(load_line("after"))
+    if args.compare_intervals:
+        compare_intervals(results, kendall)
+
+
+def compare_intervals(results: Path, kendall) -> None:
+    """The jackknife interval (stats.kendall_jackknife) of every bootstrapped question-4 tau of
+    population all, recomputed on the same columns: its width over the bootstrap's, and the
+    shift of its centre in bootstrap widths."""
+    import pandas as pd
+
+    from calibench import analysis, stats
+
+    boot = kendall[(kendall["interval"] == "bootstrap") & (kendall["population"] == "all")
+                   & (kendall["figure"] == "pre_post")]
+    nets = analysis.measured(analysis.load_tables(sorted((results / "tables").glob("*.parquet"))))
+    ratio, shift = [], []
+    for r in boot.itertuples():
+        part = nets[(nets["space"] == r.space) & (nets["dataset"] == r.dataset)]
+        _, lo, hi = stats.kendall_jackknife(part[r.row].to_numpy(float), part[r.col].to_numpy(float))
+        ratio.append((hi - lo) / (r.hi - r.lo))
+        shift.append(abs((lo + hi) / 2 - (r.lo + r.hi) / 2) / (r.hi - r.lo))
+    if ratio:
+        q = pd.Series(ratio).quantile([0, 0.5, 1]).to_numpy()
+        print(f"jackknife against bootstrap on {len(ratio)} taus: width ratio min {q[0]:.3f}, median {q[1]:.3f}, "
+              f"max {q[2]:.3f}; centre shift at most {max(shift):.3f} bootstrap widths")
 
 
 if __name__ == "__main__":

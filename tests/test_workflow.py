@@ -238,6 +238,22 @@ def test_report_and_plots_exist(finished_run):
         f"reliability_{space}_{hp}_{d}.png" for space, hp in (("tss", "200"), ("sss", "90")) for d in DATASETS}
 
 
+def test_report_renders_in_a_headless_browser(finished_run, tmp_path):
+    """The standalone report in headless Chromium: every figure file exists and decodes in
+    the browser, the full-page screenshot is not blank and nothing sticks out past a
+    1400 px window (skips, saying why, where no headless browser is installed)."""
+    from calibench.render import BrowserNotFound, check_rendered, find_browser
+
+    try:
+        find_browser()
+    except BrowserNotFound as exc:
+        pytest.skip(str(exc))
+    result = check_rendered(finished_run / "results" / "report.html", tmp_path / "report.png", width=1400)
+    assert result.images == len(list((finished_run / "results" / "plots").glob("*.png")))
+    assert result.page_height > 3000 and result.colours > 1000
+    assert not result.warnings, result.warnings
+
+
 def test_snakemake_report_holds_every_figure(finished_run, tmp_path):
     import zipfile
 

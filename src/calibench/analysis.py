@@ -462,11 +462,11 @@ def size_brackets(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     nets["channels"] = [sum(parse_sss(a)) for a in nets["arch_str"]]
     edges = [0, 80, 120, 160, 200, 240, 280, 321]
-    nets["bracket"] = pd.cut(nets["channels"], edges, right=False).astype(str)
+    nets["bracket"] = pd.cut(nets["channels"], edges, right=False)  # categorical: numeric order
     return (nets.groupby(["hp", "dataset", "bracket"], observed=True)
             .agg(networks=("arch_index", "size"), accuracy=("accuracy", "mean"),
                  pre_ece_15=("pre_ece_15", "mean"), post_ece_15=("post_ece_15", "mean"))
-            .reset_index())
+            .reset_index().astype({"bracket": str}))
 
 
 # ---------------------------------------------------------------- plots and report
@@ -487,7 +487,7 @@ def _heatmap(m: pd.DataFrame, title: str, path: Path) -> None:
     rows = list(dict.fromkeys(m["row"]))
     cols = list(dict.fromkeys(m["col"]))
     grid = grid.loc[rows, cols]
-    fig, ax = plt.subplots(figsize=(1.0 + 0.55 * len(cols), 0.8 + 0.5 * len(rows)))
+    fig, ax = plt.subplots(figsize=(max(4.2, 1.6 + 0.55 * len(cols)), max(3.2, 1.0 + 0.5 * len(rows))))
     im = ax.imshow(grid.values, vmin=-1, vmax=1, cmap="RdBu_r")
     ax.set_xticks(range(len(cols)), [c.removeprefix("pre_") for c in cols], rotation=60, ha="right", fontsize=7)
     ax.set_yticks(range(len(rows)), [r.removeprefix("pre_") for r in rows], fontsize=7)
@@ -495,8 +495,9 @@ def _heatmap(m: pd.DataFrame, title: str, path: Path) -> None:
         for j in range(len(cols)):
             v = grid.values[i, j]
             if np.isfinite(v):
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6)
-    fig.colorbar(im, ax=ax, fraction=0.04, label="Kendall tau-b")
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
+                        color="white" if abs(v) > 0.6 else "black")  # legible on the dark ends of RdBu
+    fig.colorbar(im, ax=ax, fraction=0.04, pad=0.03, label="Kendall tau-b")
     ax.set_title(title, fontsize=9)
     _save(fig, path)
 
@@ -507,6 +508,7 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     plots.mkdir(parents=True, exist_ok=True)
     made: list[tuple[str, Path]] = []
@@ -550,6 +552,7 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
         source = hcs_df[(hcs_df["space"] == space) & (hcs_df["hp"] == hp)]
         for ax, dataset in zip(axes[0], datasets):
             part = source[source["dataset"] == dataset]
+            ax.xaxis.set_major_locator(MaxNLocator(5))
             ax.scatter(part["accuracy"], part["hcs_1"], s=6 if len(part) > 2000 else 10, alpha=0.5,
                        rasterized=True)
             ax.set_xlabel("accuracy")
@@ -573,6 +576,7 @@ def _ece_vs_accuracy(group: pd.DataFrame, space: str, hp: str, datasets: Sequenc
     architecture's CIFAR-10-C AUROC (measured on its CIFAR-10 network) where the tables
     have one."""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     colour = ood_colour_column(group.columns)
     auroc = None
@@ -597,7 +601,10 @@ def _ece_vs_accuracy(group: pd.DataFrame, space: str, hp: str, datasets: Sequenc
                 mappable = m if c is not None else mappable
             ax.set_title(f"{dataset}, {'all' if i == 0 else 'accuracy > 90 %'} ({len(sub)})", fontsize=9)
             ax.set_xlabel("accuracy")
+            ax.xaxis.set_major_locator(MaxNLocator(5))  # narrow accuracy ranges: ticks must not run together
             if not len(sub):
+                ax.set_xticks([])
+                ax.set_yticks([])
                 ax.text(0.5, 0.5, "no network", ha="center", va="center", transform=ax.transAxes)
         axes[0][0].set_ylabel("ECE (15 bins; o pre, x post)")
         axes[1][0].set_ylabel("ECE (15 bins; o pre, x post)")
@@ -653,7 +660,7 @@ def _kendall_methods_figure(block: pd.DataFrame, stages: Sequence[str], title: s
                     v = grid.values[i, j]
                     if np.isfinite(v):
                         ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
-                                color="white" if abs(v) > 0.75 else "black")
+                                color="white" if abs(v) > 0.6 else "black")
     for ax in list(axes.flat)[len(stages):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)

@@ -218,6 +218,24 @@ def _reliability(args: argparse.Namespace) -> int:
     return 0
 
 
+def _screenshot(args: argparse.Namespace) -> int:
+    from .render import BrowserNotFound, RenderError, check_rendered
+
+    try:
+        result = check_rendered(args.report, args.out, width=args.width)
+    except RenderError as exc:
+        print(f"calibench screenshot: {exc}", file=sys.stderr)
+        return 1
+    except (BrowserNotFound, OSError, RuntimeError) as exc:
+        print(f"calibench screenshot: {exc}", file=sys.stderr)
+        return 2
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"{result.png}: {result.page_width} x {result.page_height} px page, {result.images} images loaded, "
+          f"{result.colours} colours")
+    return 0
+
+
 def _nas(args: argparse.Namespace) -> int:
     from . import nas
 
@@ -354,6 +372,11 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--files", action="store_true", help="one line per stored file")
     lg.set_defaults(func=_logits)
 
+    sc = sub.add_parser("screenshot", help="render the report in a headless Chromium to a PNG and check it")
+    sc.add_argument("--report", default="results/report.html")
+    sc.add_argument("--out", default=None, help="PNG path (default: results/report.png, beside the report)")
+    sc.add_argument("--width", type=int, default=1400, help="window width in px (the page is shot full height)")
+    sc.set_defaults(func=_screenshot)
     jobs = (("population", _population, "job: write a space's population and chunks"),
             ("labels", _labels, "job: one evaluation set's labels into the logits store"),
             ("infer-chunk", _infer_chunk, "job: logits of one chunk on every dataset into the store"),

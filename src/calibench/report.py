@@ -270,7 +270,8 @@ def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.Dat
         by_section.setdefault(plot_section(path), []).append((title, path))
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>calibench report</title>",
              "<style>body{font-family:sans-serif;max-width:1200px;margin:auto;padding:0 12px}img{max-width:100%}"
-             "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;padding:2px 6px}"
+             "table{border-collapse:collapse;font-size:12px;max-width:100%}"
+             "td,th{border:1px solid #ccc;padding:2px 6px;overflow-wrap:anywhere}"
              ".warn{background:#fff3cd;padding:8px;border:1px solid #e0c070}"
              ".findings li{margin:2px 0}nav li{margin:1px 0}</style></head><body>",
              "<h1>calibench report</h1>"]
