@@ -471,23 +471,22 @@ def size_brackets(df: pd.DataFrame) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- plots and report
 
-def _save(fig, path: Path) -> Path:
+def _save(fig, path: Path, layout: bool = True) -> Path:
     import matplotlib.pyplot as plt
 
-    fig.tight_layout()
+    if layout:
+        fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing clipped: long titles, legends below
     plt.close(fig)
     return path
 
 
-def _heatmap(m: pd.DataFrame, title: str, path: Path) -> None:
-    import matplotlib.pyplot as plt
-
+def _draw_heatmap(ax, m: pd.DataFrame):
+    """One tau matrix on ``ax`` (rows and columns in their order of appearance); the image."""
     grid = m.pivot(index="row", columns="col", values="tau")
     rows = list(dict.fromkeys(m["row"]))
     cols = list(dict.fromkeys(m["col"]))
     grid = grid.loc[rows, cols]
-    fig, ax = plt.subplots(figsize=(max(4.2, 1.6 + 0.55 * len(cols)), max(3.2, 1.0 + 0.5 * len(rows))))
     im = ax.imshow(grid.values, vmin=-1, vmax=1, cmap="RdBu_r")
     ax.set_xticks(range(len(cols)), [c.removeprefix("pre_") for c in cols], rotation=60, ha="right", fontsize=7)
     ax.set_yticks(range(len(rows)), [r.removeprefix("pre_") for r in rows], fontsize=7)
@@ -497,9 +496,35 @@ def _heatmap(m: pd.DataFrame, title: str, path: Path) -> None:
             if np.isfinite(v):
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
                         color="white" if abs(v) > 0.6 else "black")  # legible on the dark ends of RdBu
+    return im
+
+
+def _heatmap(m: pd.DataFrame, title: str, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    rows, cols = m["row"].nunique(), m["col"].nunique()
+    fig, ax = plt.subplots(figsize=(max(4.2, 1.6 + 0.55 * cols), max(3.2, 1.0 + 0.5 * rows)))
+    im = _draw_heatmap(ax, m)
     fig.colorbar(im, ax=ax, fraction=0.04, pad=0.03, label="Kendall tau-b")
     ax.set_title(title, fontsize=9)
-    _save(fig, path)
+    _save(fig, path, layout=False)  # one axes: the tight bounding box alone fits it, one drawing fewer
+
+
+def _heatmap_panels(blocks: Sequence[tuple[str, pd.DataFrame]], title: str, path: Path) -> None:
+    """Several small tau matrices side by side (Fig. 2: one per metric), one colour bar."""
+    import matplotlib.pyplot as plt
+
+    size = max(max(m["col"].nunique(), m["row"].nunique()) for _, m in blocks)
+    side = max(2.6, 1.2 + 0.55 * size)
+    fig, axes = plt.subplots(1, len(blocks), figsize=(side * len(blocks) + 1.0, side + 0.6), squeeze=False)
+    im = None
+    for ax, (name, m) in zip(axes[0], blocks):
+        im = _draw_heatmap(ax, m)
+        ax.set_title(name, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.colorbar(im, ax=axes, fraction=0.02, pad=0.02, label="Kendall tau-b")
+    _save(fig, path, layout=False)
 
 
 def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, settings: Mapping, plots: Path) -> list[tuple[str, Path]]:
@@ -522,11 +547,16 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
     single = (kendall["population"] == "all") & (
         ((kendall["figure"] == "datasets") & figure2) | ((kendall["figure"] == "metrics") & kendall["stage"].isna())
         | ((kendall["figure"] == "pre_post") & (kendall["stage"] == "post")))
-    for (figure, metric, space, hp, dataset), m in kendall[single].groupby(
+    for (space, hp), part in kendall[single & (kendall["figure"] == "datasets")].groupby(["space", "hp"]):
+        blocks = [(metric, part[part["metric"] == metric]) for metric in dict.fromkeys(part["metric"])]
+        title = f"Kendall tau across datasets ({space}, hp {hp}){demo}"
+        path = plots / f"kendall_datasets_{space}_{hp}.png"
+        _heatmap_panels(blocks, title, path)
+        made.append((f"Metrics across datasets ({space}, hp {hp})", path))
+    for (figure, metric, space, hp, dataset), m in kendall[single & (kendall["figure"] != "datasets")].groupby(
             ["figure", "metric", "space", "hp", "dataset"]):  # the other methods: make_method_plots
         name = f"kendall_{figure}_{metric}_{space}_{hp}_{dataset}".replace("*", "all").replace("-", "_")
-        title = {"datasets": f"{metric} across datasets", "metrics": f"metrics, {dataset}",
-                 "pre_post": f"ECE pre vs post scaling, {dataset}"}[figure] + f" ({space}, hp {hp})" + demo
+        title = {"metrics": f"metrics, {dataset}", "pre_post": f"ECE pre vs post scaling, {dataset}"}[figure] + f" ({space}, hp {hp})" + demo
         path = plots / f"{name}.png"
         _heatmap(m, title, path)
         made.append((title, path))
