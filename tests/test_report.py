@@ -216,3 +216,31 @@ def test_two_schedules_are_compared_in_question_6(tmp_path):
     found = pd.read_csv(out["findings"], dtype={"hp": str})
     extra = hp_compare.findings(want, BINS)
     assert len(extra) > 0 and set(extra["text"]) <= set(found.loc[found["question"] == "q6", "text"])
+
+
+def test_the_papers_claims_are_tested_from_the_tables(run):
+    """claims.csv: each claim's verdict follows from its per-table outcomes, and the
+    outcomes from direct computations (question 1 from the Kendall table's intervals,
+    question 6 from the medians)."""
+    claims = pd.read_csv(run["out"]["claims"])
+    assert set(claims["question"]) == {"q1", "q3", "q4", "q5", "q6", "q7"}
+    assert set(claims["claim"]) == {c for c, _ in report.CLAIMS.values()}
+    for r in claims.itertuples():
+        if r.tested:
+            assert r.verdict == report._verdict(r.held, r.tested)
+    kendall = pd.read_parquet(run["results"] / "analysis" / "kendall.parquet")
+    q1 = kendall[(kendall["figure"] == "datasets") & (kendall["population"] == "all")
+                 & (kendall["metric"] == "pre_ece_15") & (kendall["row"] < kendall["col"])]
+    row = claims[claims["question"] == "q1"].iloc[0]
+    assert row["held"] == int((q1["hi"] < 0.5).sum()) and row["tested"] == int(((q1["hi"] < 0.5) | (q1["lo"] > 0.5)).sum())
+    nets = _nets(run["df"])
+    held = 0
+    for _, part in nets.groupby(["space", "hp", "dataset"]):
+        change = {s: part[f"{s}_ece_{max(BINS)}"].median() / part[f"{s}_ece_{min(BINS)}"].median() for s in ("pre", "post")}
+        held += change["post"] > change["pre"]
+    assert claims[claims["question"] == "q6"].iloc[0]["held"] == held
+    wide = claims[claims["claim"].str.startswith("Wider")].iloc[0]
+    assert wide["tested"] == 1  # cifar100 (the fixture's datasets: cifar10 and cifar100)
+    html = run["out"]["report"].read_text()
+    sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", html, re.S))
+    assert "Tao et al.: “The calibration property" in sections["q1"] and "Wider model" in sections["q7"]

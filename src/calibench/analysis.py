@@ -1141,16 +1141,21 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     found.to_csv(analysis_dir / "findings.csv", index=False)
     shown = tops[["space", "dataset", "arch_index", "arch_str", "accuracy", "pre_ece_15"]
                  + [f"hcs_{b:g}" for b in betas]]
-    blocks = {
-        "q6": hp_compare.comparison_html(comparison),
-        "q7": _edges_html(edges) + _brackets_html(brackets),
+    width = pd.read_parquet(analysis_dir / "sss_width_progression.parquet")
+    claims = report.claims(nets, kendall, findings, settings["bins"], level, width)
+    claims.to_csv(analysis_dir / "claims.csv", index=False)
+    blocks = {q: report.claims_html(claims, q, level) for q in ("q1", "q3", "q4", "q5")}
+    blocks |= {
+        "q6": report.claims_html(claims, "q6", level) + hp_compare.comparison_html(comparison),
+        "q7": report.claims_html(claims, "q7", level) + _edges_html(edges) + _brackets_html(brackets),
         "nas": "<h3>Top networks by HCS</h3>" + shown.to_html(index=False, float_format=lambda x: f"{x:.4f}")
                + nas_html(nas_result),
         "methods": methods_section(summary, wins, kendall, settings["bins"]),
     }
     report_path = report.write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks)
     log.info("analysis written: %s, %d plots, %d findings", report_path, len(plots), len(found))
-    return {"report": report_path, "findings": analysis_dir / "findings.csv", "nas": analysis_dir / "nas.csv",
+    return {"report": report_path, "findings": analysis_dir / "findings.csv", "claims": analysis_dir / "claims.csv",
+            "nas": analysis_dir / "nas.csv",
             "hp_comparison": analysis_dir / "hp_comparison.parquet", "kendall": analysis_dir / "kendall.parquet", "hcs": analysis_dir / "hcs.parquet",
             "methods_summary": analysis_dir / "methods_summary.parquet",
             "method_wins": analysis_dir / "method_wins.parquet"}
