@@ -226,8 +226,10 @@ def test_the_papers_claims_are_tested_from_the_tables(run):
     assert set(claims["question"]) == {"q1", "q3", "q4", "q5", "q6", "q7"}
     assert set(claims["claim"]) == {c for c, _ in report.CLAIMS.values()}
     for r in claims.itertuples():
-        if r.tested:
-            assert r.verdict == report._verdict(r.held, r.tested)
+        undecided = str(r.evidence).count(": undecided")
+        assert r.verdict == report._verdict(r.held, r.tested, undecided)
+    assert report._verdict(1, 1, 5) == "holds in 1 of 6 (5 undecided)" and report._verdict(2, 2) == "holds"
+    assert report._verdict(0, 3) == "does not hold" and report._verdict(0, 0, 2) == "undecided at this level"
     kendall = pd.read_parquet(run["results"] / "analysis" / "kendall.parquet")
     q1 = kendall[(kendall["figure"] == "datasets") & (kendall["population"] == "all")
                  & (kendall["metric"] == "pre_ece_15") & (kendall["row"] < kendall["col"])]

@@ -340,12 +340,15 @@ _ERROR_METRICS = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace", "ksc
                   "kdece", "mmce", "nll", "brier")
 
 
-def _verdict(held: int, tested: int) -> str:
+def _verdict(held: int, tested: int, undecided: int = 0) -> str:
+    """``tested`` outcomes that decide (held of them yes), ``undecided`` that do not."""
     if not tested:
-        return "not tested (no data)"
-    if held == tested:
+        return "undecided at this level" if undecided else "not tested (no data)"
+    if held == tested and not undecided:
         return "holds"
-    return "does not hold" if held == 0 else f"holds in {held} of {tested}"
+    if held == 0 and not undecided:
+        return "does not hold"
+    return f"holds in {held} of {tested + undecided}" + (f" ({undecided} undecided)" if undecided else "")
 
 
 def _claim(key: str, outcomes: Sequence[tuple[str, bool | None]]) -> dict:
@@ -355,8 +358,8 @@ def _claim(key: str, outcomes: Sequence[tuple[str, bool | None]]) -> dict:
     evidence = "; ".join(f"{what}: {'yes' if ok else 'no' if ok is not None else 'undecided'}"
                          for what, ok in outcomes)
     claim, test = CLAIMS[key]
-    verdict = _verdict(held, len(decided)) if decided or not outcomes else "undecided at this level"
-    return {"question": key[:2], "claim": claim, "test": test, "verdict": verdict,
+    return {"question": key[:2], "claim": claim, "test": test,
+            "verdict": _verdict(held, len(decided), len(outcomes) - len(decided)),
             "held": held, "tested": len(decided), "evidence": evidence}
 
 
