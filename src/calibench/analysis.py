@@ -996,7 +996,7 @@ def architecture_analysis(df: pd.DataFrame, bins: Sequence[int], analysis_dir: P
     kernel-parameter and SSS width-progression tables (``analysis/tss_kernel_parameters.parquet``,
     ``analysis/sss_width_progression.parquet``), their plots and findings."""
     from . import architecture_figures as af
-    from .report import _row
+    from .report import finding_row
 
     suffix = " [mini benchmark: not NATS-Bench results]" if demo else ""
     b = nearest_bins(bins)
@@ -1008,7 +1008,7 @@ def architecture_analysis(df: pd.DataFrame, bins: Sequence[int], analysis_dir: P
         made.append(("TSS: ECE by cell kernel parameters (Fig. 8)", path))
     for (hp, dataset), part in kernel[kernel["stage"] == "pre"].dropna(subset=["median"]).groupby(["hp", "dataset"]):
         lo, hi = part.loc[part["kernel_params"].idxmin()], part.loc[part["kernel_params"].idxmax()]
-        found.append(_row("q7", "tss", hp, dataset,
+        found.append(finding_row("q7", "tss", hp, dataset,
                           f"TSS hp {hp}, {dataset}: median pre ECE ({b} bins) {lo['median']:.3f} at "
                           f"{int(lo['kernel_params'])} cell kernel parameters ({int(lo['n'])} networks) against "
                           f"{hi['median']:.3f} at {int(hi['kernel_params'])} ({int(hi['n'])})",
@@ -1024,7 +1024,7 @@ def architecture_analysis(df: pd.DataFrame, bins: Sequence[int], analysis_dir: P
             if len(part) < 2:
                 continue
             first, last = part.iloc[0], part.iloc[-1]
-            found.append(_row("q7", "sss", hp, dataset,
+            found.append(finding_row("q7", "sss", hp, dataset,
                               f"SSS hp {hp}, {dataset}: pre ECE ({b} bins) {first[col]:.3f} at width "
                               f"{int(first['width'])} against {last[col]:.3f} at width {int(last['width'])} "
                               f"(accuracy {first['accuracy']:.3f} → {last['accuracy']:.3f}; {len(part)} widths)",

@@ -19,8 +19,8 @@ import pandas as pd
 
 from . import stats
 
-__all__ = ["SECTIONS", "FINDING_COLUMNS", "CLAIMS", "CLAIM_COLUMNS", "findings", "claims", "claims_html",
-           "plot_section", "write_report"]
+__all__ = ["SECTIONS", "FINDING_COLUMNS", "CLAIMS", "CLAIM_COLUMNS", "findings", "finding_row", "claims",
+           "claims_html", "plot_section", "write_report"]
 
 # (id, heading, what the section asks; paper figures)
 SECTIONS = [
@@ -79,7 +79,8 @@ def _interval_text(lo: float, hi: float, interval) -> str:
     return f" [{lo:.2f}, {hi:.2f}]" + (f" ({interval})" if isinstance(interval, str) and interval else "")
 
 
-def _row(question, space, hp, dataset, text, value=np.nan, lo=np.nan, hi=np.nan, interval=None) -> dict:
+def finding_row(question, space, hp, dataset, text, value=np.nan, lo=np.nan, hi=np.nan, interval=None) -> dict:
+    """One finding (:data:`FINDING_COLUMNS`): a sentence and its number, with interval if a tau."""
     return {"question": question, "space": space, "hp": str(hp), "dataset": dataset, "text": text,
             "value": float(value), "lo": float(lo), "hi": float(hi), "interval": interval}
 
@@ -95,7 +96,7 @@ def _q1(kendall: pd.DataFrame, b: int) -> list[dict]:
                 & kendall["metric"].isin([f"pre_ece_{b}", f"post_ece_{b}"]) & (kendall["row"] < kendall["col"])]
     for r in k.itertuples():
         stage = r.metric.split("_", 1)[0]
-        out.append(_row("q1", r.space, r.hp, "*", _tau_text(
+        out.append(finding_row("q1", r.space, r.hp, "*", _tau_text(
             f"{stage} ECE ({b} bins) across datasets, {r.space} hp {r.hp}, {r.row} vs {r.col}",
             r.tau, r.lo, r.hi, r.interval, r.n), r.tau, r.lo, r.hi, r.interval))
     return out
@@ -109,7 +110,7 @@ def _q2(robustness: pd.DataFrame | None) -> list[dict]:
                    & (robustness["metric"] == robustness["metric"].iloc[0])].dropna(subset=["tau"])
     for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
         strongest = part.loc[part["tau"].abs().idxmax()]
-        out.append(_row("q2", space, hp, dataset, _tau_text(
+        out.append(finding_row("q2", space, hp, dataset, _tau_text(
             f"{strongest['metric']} against robustness, {space} hp {hp}, {dataset}: strongest column "
             f"{strongest['robustness']} (median tau over {len(part)} columns {part['tau'].median():.2f})",
             strongest["tau"], strongest["lo"], strongest["hi"], None, int(strongest["n"])),
@@ -124,7 +125,7 @@ def _q3(kendall: pd.DataFrame, b: int) -> list[dict]:
                 & (kendall["row"] == ref) & (kendall["col"] != ref)].dropna(subset=["tau"])
     for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
         for label, r in (("most", part.loc[part["tau"].idxmax()]), ("least", part.loc[part["tau"].idxmin()])):
-            out.append(_row("q3", space, hp, dataset, _tau_text(
+            out.append(finding_row("q3", space, hp, dataset, _tau_text(
                 f"ECE ({b} bins) agrees {label} with {r['col']} ({space} hp {hp}, {dataset})",
                 r["tau"], r["lo"], r["hi"], r["interval"], int(r["n"])), r["tau"], r["lo"], r["hi"], r["interval"]))
     return out
@@ -135,7 +136,7 @@ def _q4(q4: pd.DataFrame, b: int) -> list[dict]:
     for r in q4.itertuples():
         verdict = "" if np.isnan(r.lo) else (" (differs from 0 at this level)" if r.lo > 0 or r.hi < 0
                                              else " (0 inside the interval)")
-        out.append(_row("q4", r.space, r.hp, r.dataset, _tau_text(
+        out.append(finding_row("q4", r.space, r.hp, r.dataset, _tau_text(
             f"pre/{r.stage} ECE at {b} bins ({r.space} hp {r.hp}, {r.dataset})",
             r.tau, r.lo, r.hi, r.interval, int(r.n)) + verdict, r.tau, r.lo, r.hi, r.interval))
     return out
@@ -144,7 +145,7 @@ def _q4(q4: pd.DataFrame, b: int) -> list[dict]:
 def _jackknife_row(question, space, hp, dataset, what, x, y, level) -> dict:
     tau, lo, hi = stats.kendall_jackknife(x, y, level)
     n = int(np.count_nonzero(~(np.isnan(np.asarray(x, float)) | np.isnan(np.asarray(y, float)))))
-    return _row(question, space, hp, dataset, _tau_text(what, tau, lo, hi, "jackknife", n), tau, lo, hi,
+    return finding_row(question, space, hp, dataset, _tau_text(what, tau, lo, hi, "jackknife", n), tau, lo, hi,
                 "jackknife")
 
 
@@ -161,7 +162,7 @@ def _q5(nets: pd.DataFrame, b: int, level: float) -> list[dict]:
             out.append(_jackknife_row("q5", space, hp, dataset, f"accuracy against ECE ({b} bins), {space} hp {hp}, "
                                       f"{dataset}, accuracy > 90 %", high["accuracy"], high[col], level))
         else:
-            out.append(_row("q5", space, hp, dataset, f"{space} hp {hp}, {dataset}: {len(high)} networks above "
+            out.append(finding_row("q5", space, hp, dataset, f"{space} hp {hp}, {dataset}: {len(high)} networks above "
                                                       f"90 % accuracy (fewer than {MIN_NETWORKS}: no tau)"))
     return out
 
@@ -189,7 +190,7 @@ def _q7(brackets: pd.DataFrame, edges: pd.DataFrame, extra: Sequence[dict]) -> l
         for (hp, dataset), part in brackets.groupby(["hp", "dataset"]):
             part = part.sort_values("bracket", key=lambda s: s.str.extract(r"\[(\d+)", expand=False).astype(float))
             first, last = part.iloc[0], part.iloc[-1]
-            out.append(_row("q7", "sss", hp, dataset,
+            out.append(finding_row("q7", "sss", hp, dataset,
                             f"SSS hp {hp}, {dataset}: mean pre ECE {first['pre_ece_15']:.3f} in the smallest size "
                             f"bracket {first['bracket']} ({int(first['networks'])} networks) against "
                             f"{last['pre_ece_15']:.3f} in the largest {last['bracket']} "
@@ -200,8 +201,8 @@ def _q7(brackets: pd.DataFrame, edges: pd.DataFrame, extra: Sequence[dict]) -> l
             top = part.sort_values("count", ascending=False).groupby("edge").head(1).sort_values("edge")
             total = part.groupby("edge")["count"].sum()
             text = "; ".join(f"{r.edge}: {r.op} ({int(r.count)}/{int(total[r.edge])})" for r in top.itertuples())
-            out.append(_row("q7", "tss", hp, dataset, f"TSS hp {hp}, {dataset}, top networks by HCS, most frequent "
-                                                      f"operation per edge: {text}"))
+            out.append(finding_row("q7", "tss", hp, dataset, f"TSS hp {hp}, {dataset}, top networks by HCS, "
+                                                             f"most frequent operation per edge: {text}"))
     out.extend(extra)
     return out
 
@@ -221,7 +222,7 @@ def _nas(nas: pd.DataFrame | None) -> list[dict]:
             ece = next((c[:-5] for c in by.columns if c.startswith("pre_ece") and c.endswith("_mean")), None)
             ece_text = "" if ece is None else (f", ECE {100 * h[f'{ece}_mean']:.2f} % against "
                                                f"{100 * acc[f'{ece}_mean']:.2f} %")
-            out.append(_row("nas", space, hp, dataset,
+            out.append(finding_row("nas", space, hp, dataset,
                             f"{h['algorithm']} by {objective} ({space} hp {hp}, {dataset}): accuracy "
                             f"{100 * h['accuracy_mean']:.2f} % against {100 * acc['accuracy_mean']:.2f} % by "
                             f"accuracy{ece_text}", h["accuracy_mean"] - acc["accuracy_mean"]))
