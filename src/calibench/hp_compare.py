@@ -206,10 +206,6 @@ def compare_hps(df: pd.DataFrame, metric: str = "ece", stages: Sequence[str] | N
 
 # ---------------------------------------------------------------- report
 
-def _nearest(bins: Sequence[int], target: int = 15) -> int:
-    return min(bins, key=lambda b: (abs(int(b) - target), int(b)))  # as calibench.analysis.nearest_bins
-
-
 def _ordered(part: pd.DataFrame, stages: Sequence[str]) -> pd.DataFrame:
     """Rows by space, pair, dataset (cifar10, cifar100, ImageNet16-120 first), stage as in
     ``stages``, bin count."""
@@ -231,7 +227,9 @@ def findings(comparison: pd.DataFrame, bins: Sequence[int] | None = None,
 
     if comparison.empty:
         return pd.DataFrame(columns=FINDING_COLUMNS)
-    b = _nearest(list(bins) if bins else sorted(set(comparison["bins"])))
+    from .analysis import nearest_bins  # here: analysis imports this module
+
+    b = nearest_bins(list(bins) if bins else sorted(set(comparison["bins"])))
     part = _ordered(comparison[(comparison["bins"] == b) & comparison["stage"].isin(list(stages))], stages)
     rows = []
     for r in part.itertuples():
