@@ -146,12 +146,11 @@ def _inversions(s: np.ndarray) -> int:
 
 
 def _pairs_tied(groups_sorted: np.ndarray) -> int:
-    """sum t (t - 1) / 2 over runs of equal values in a sorted integer array."""
+    """sum t (t - 1) / 2 over runs of equal values in a sorted integer array (each entry of a
+    run of t has t - 1 partners)."""
     if len(groups_sorted) < 2:
         return 0
-    edges = np.flatnonzero(np.concatenate(([True], groups_sorted[1:] != groups_sorted[:-1], [True])))
-    t = np.diff(edges).astype(np.int64)
-    return int((t * (t - 1) // 2).sum())
+    return int((_run_sizes(groups_sorted) - 1).sum()) // 2
 
 
 def _finish(cmd, tot, xtie, ytie):
