@@ -390,9 +390,7 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
         wanted.update(metric_columns(df, bins, stage), _binned(bins, "ece", stage))
     df = df[[c for c in df.columns if c in wanted]]
     for (space, hp), group in df.groupby(["space", "hp"]):
-        nets = measured(group)
-        first_seed = nets.groupby(["dataset", "arch_index"])["seed"].transform("min") == nets["seed"]
-        nets = nets[first_seed]
+        nets = _first_seed(measured(group))
         # Fig. 2 (question 1): every metric across datasets, pre and each method's ECE.
         b = nearest_bins(bins)
         across = [*metric_columns(nets, bins), *(f"{s}_ece_{b}" for s in methods)]
