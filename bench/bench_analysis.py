@@ -133,8 +133,8 @@ def tss_population(scale: float, rng: np.random.Generator) -> dict:
     """Every TSS string in product order, the class representative of each, the measured
     representatives (all, or a seeded ``scale`` share of the classes) and each network's
     quality (0: the output does not see the input)."""
-    from calibench.archstr import TSS_OPS
-    from calibench.population import tss_canonical_form, tss_representatives
+    from calibench.sources.nats.archstr import TSS_OPS
+    from calibench.sources.nats.population import tss_canonical_form, tss_representatives
 
     arch_strs = [f"|{a}~0|+|{b}~0|{c}~1|+|{d}~0|{e}~1|{f}~2|" for a, b, c, d, e, f in
                  itertools.product(TSS_OPS, repeat=6)]
@@ -159,7 +159,7 @@ def tss_population(scale: float, rng: np.random.Generator) -> dict:
 
 
 def sss_population(scale: float, rng: np.random.Generator) -> dict:
-    from calibench.archstr import SSS_CHANNEL_CHOICES
+    from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES
 
     channels = np.array(list(itertools.product(SSS_CHANNEL_CHOICES, repeat=5)), np.int64)
     arch_strs = [":".join(map(str, c)) for c in channels]

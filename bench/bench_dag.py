@@ -26,8 +26,8 @@ from pathlib import Path
 
 import yaml
 
-from calibench.archstr import SSS_CHANNEL_CHOICES, TSS_OPS, format_tss
-from calibench.minibench import write_pbz2
+from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS, format_tss
+from calibench.sources.nats.minibench import write_pbz2
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from calibench.archstr import SSS_GENOTYPE
-from calibench.networks import build_network, inference_network, multiply_adds
+from calibench.sources.nats.archstr import SSS_GENOTYPE
+from calibench.sources.nats.networks import build_network, inference_network, multiply_adds
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nats-bench-samples"
 POPULATION = {"tss": 6466, "sss": 32768}
@@ -40,7 +40,7 @@ def sample_archs(space: str, n: int, seed: int = 0) -> list[str]:
         with bz2.open(meta) as f:
             archs = pickle.load(f)["meta_archs"]
         return random.Random(seed).sample(archs, n)
-    from calibench.minibench import sample_sss_archs, sample_tss_archs
+    from calibench.sources.nats.minibench import sample_sss_archs, sample_tss_archs
 
     sampler = sample_tss_archs if space == "tss" else sample_sss_archs
     return sampler(random.Random(seed), n)
@@ -139,8 +139,8 @@ def project(per_network: dict, n_images: int, device: str) -> None:
 def bench_loading(minibench: Path | None, max_workers: int, repeats: int) -> None:
     """Archives per second through ``prefetch`` (what inference jobs use) with 1..max_workers workers
     (1: a background thread; more: processes, whose start-up is part of the time)."""
-    from calibench.archive import NatsArchive, prefetch
-    from calibench.minibench import MiniBenchSpec, TSS_DIR, SSS_DIR, build_minibench
+    from calibench.sources.nats.archive import NatsArchive, prefetch
+    from calibench.sources.nats.minibench import MiniBenchSpec, TSS_DIR, SSS_DIR, build_minibench
 
     if minibench is None:
         minibench = Path(tempfile.mkdtemp()) / "mb"

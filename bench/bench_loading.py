@@ -8,7 +8,7 @@ average) and measures, in this one process (one loader), per architecture file:
 * ``old``: the previous ``NatsArchive.load`` (``nats_bench.create(dir, space, fast_mode=True)``
   + ``query_meta_info_by_index``, which deep-copies the whole hp record; a private copy
   of it is kept below), one dataset per load, so a run's three datasets cost three loads;
-* ``new``: ``calibench.archive.NatsArchive.load(index, [all three datasets])``, one load;
+* ``new``: ``calibench.sources.nats.archive.NatsArchive.load(index, [all three datasets])``, one load;
 
 each as the best of ``--repeats`` rounds per file (the three take turns in a round), then
 loads/s, MB/s of bz2 and the share of a load that is not decompression; then ``prefetch``
@@ -33,9 +33,9 @@ from pathlib import Path
 
 import torch
 
-from calibench.archive import ArchiveEntry, ArchiveError, NatsArchive, arch_file, prefetch
+from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, NatsArchive, arch_file, prefetch
 from calibench.data import DATASETS
-from calibench.minibench import REAL_MEAN_FILE_BYTES, SSS_DIR, TSS_DIR, MiniBenchSpec, build_minibench
+from calibench.sources.nats.minibench import REAL_MEAN_FILE_BYTES, SSS_DIR, TSS_DIR, MiniBenchSpec, build_minibench
 
 RUN_FILES = {"tss": 6466, "sss": 32768}  # unique TSS architectures, all SSS ones
 DIRS = {"tss": TSS_DIR, "sss": SSS_DIR}

@@ -31,7 +31,7 @@ def rng():
 @pytest.fixture(scope="session")
 def tiny_minibench(tmp_path_factory):
     """A very small mini benchmark (3 + 3 architectures, 120 test images), built once per session."""
-    from calibench.minibench import MiniBenchSpec, build_minibench
+    from calibench.sources.nats.minibench import MiniBenchSpec, build_minibench
 
     out = tmp_path_factory.mktemp("minibench")
     return build_minibench(out, MiniBenchSpec(n_tss=3, n_sss=3, n_test=120, n_train=60, seed=1, second_seed=True))

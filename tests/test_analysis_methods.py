@@ -13,7 +13,7 @@ import pytest
 from scipy.stats import kendalltau
 
 from calibench import analysis as an
-from calibench.archstr import SSS_CHANNEL_CHOICES, TSS_OPS
+from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS
 
 BINS = [5, 15, 50]
 ALL_STAGES = list(an.STAGES)

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from calibench import inference
-from calibench.archive import ArchiveError, NatsArchive, prefetch
-from calibench.minibench import SSS_DIR, TSS_DIR
+from calibench.sources.nats import stream
+from calibench.sources.nats.archive import ArchiveError, NatsArchive, prefetch
+from calibench.sources.nats.minibench import SSS_DIR, TSS_DIR
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +57,7 @@ def test_bad_requests(tiny_minibench):
 def _chunk(archive, indices, eval_sets, **kw):
     """chunk_logits over ``indices`` for every dataset of ``eval_sets``: [(index, dataset, out)]."""
     todo = {i: list(eval_sets) for i in indices}
-    return list(inference.chunk_logits(archive, todo, eval_sets, torch.device("cpu"), **kw))
+    return list(stream.chunk_logits(archive, todo, eval_sets, torch.device("cpu"), **kw))
 
 
 def test_logits_reproduce_the_recorded_accuracy(tiny_minibench, cifar10):
@@ -155,7 +156,7 @@ def test_one_read_per_architecture_serves_every_dataset_and_seed(tiny_minibench,
     cifar100 = inference.load_eval_data("cifar100", tiny_minibench / "datasets")
     archive = NatsArchive(tiny_minibench / TSS_DIR, "tss")
     todo = {0: ["cifar10", "cifar100"], 1: ["cifar100"]}
-    out = list(inference.chunk_logits(archive, todo, {"cifar10": cifar10, "cifar100": cifar100},
+    out = list(stream.chunk_logits(archive, todo, {"cifar10": cifar10, "cifar100": cifar100},
                                       torch.device("cpu"), seeds=[777, 888]))
     assert [(i, d) for i, d, _ in out] == [(0, "cifar10"), (0, "cifar100"), (1, "cifar100")]
     for index, dataset, results in out:

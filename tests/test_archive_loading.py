@@ -17,12 +17,12 @@ import shutil
 import pytest
 import torch
 
-from calibench.archive import (HPS, READ_LOG_ENV, ArchiveError, NatsArchive, arch_file, materialise, prefetch,
+from calibench.sources.nats.archive import (HPS, READ_LOG_ENV, ArchiveError, NatsArchive, arch_file, materialise, prefetch,
                                read_arch_file, unpickle_arch_file)
 from calibench.data import DATASETS
-from calibench.minibench import (REAL_DATASETS, SSS_DIR, TSS_DIR, MiniBenchSpec, build_minibench,
+from calibench.sources.nats.minibench import (REAL_DATASETS, SSS_DIR, TSS_DIR, MiniBenchSpec, build_minibench,
                                  sample_real_size_archs)
-from calibench.networks import build_network
+from calibench.sources.nats.networks import build_network
 from fixtures import SSS_SIMPLE, TSS_SIMPLE, require_shared
 
 SMALL_TSS = "|nor_conv_1x1~0|+|skip_connect~0|none~1|+|none~0|avg_pool_3x3~1|skip_connect~2|"  # ~5 MB real-shaped

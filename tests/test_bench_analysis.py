@@ -68,7 +68,7 @@ def _rebuild(name: str, mine: pd.DataFrame, stages: list[str], results: Path, ar
 
 def test_synthetic_tables_match_what_build_table_writes(bench, prepared, tmp_path):
     from calibench import tables
-    from calibench.population import representatives
+    from calibench.sources.nats.population import representatives
 
     config, directory, info = prepared
     assert not info["reused"]

@@ -17,8 +17,10 @@ import torch
 import yaml
 from scipy.stats import kendalltau
 
-from calibench import hp_compare, settings
-from calibench.archive import ArchiveError, NatsArchive, NoWeightsError, arch_file, prefetch
+from calibench import settings
+
+from calibench.sources.nats import hp_compare
+from calibench.sources.nats.archive import ArchiveError, NatsArchive, NoWeightsError, arch_file, prefetch
 from fixtures import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -245,7 +247,7 @@ def test_settings_hps_and_the_minibench_check():
 
 
 def test_minibench_weighted_hps_agree_with_the_minibench():
-    from calibench import minibench
+    from calibench.sources.nats import minibench
 
     spec, with_12 = minibench.MiniBenchSpec(), minibench.MiniBenchSpec(tss_hp12_weights=True)
     for space, hps in minibench.SCHEDULES.items():
@@ -311,8 +313,8 @@ def _canonical(obj):
 
 
 def test_minibench_hp12_weights_are_a_deterministic_less_fitted_head(one_thread, tmp_path):
-    from calibench import minibench
-    from calibench.networks import build_network
+    from calibench.sources.nats import minibench
+    from calibench.sources.nats.networks import build_network
 
     spec_on = minibench.MiniBenchSpec(n_test=30, n_train=30, seed=2, tss_hp12_weights=True)
     spec_off = minibench.MiniBenchSpec(n_test=30, n_train=30, seed=2)
@@ -344,7 +346,7 @@ def test_minibench_hp12_weights_are_a_deterministic_less_fitted_head(one_thread,
 
 def _weightless_archive(directory: Path) -> Path:
     """A one-architecture TSS archive whose hp 12 record has no weights (as the default mini benchmark's)."""
-    from calibench.minibench import _result_record, write_pbz2
+    from calibench.sources.nats.minibench import _result_record, write_pbz2
 
     config = {"channel": 16, "num_cells": 5, "arch_str": TINY_ARCH, "class_num": 10}
     per_hp = collections.OrderedDict()

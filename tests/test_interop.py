@@ -1,4 +1,4 @@
-"""The tao2024 exchange format (calibench.interop): our result tables -> the published
+"""The tao2024 exchange format (calibench.sources.nats.interop): our result tables -> the published
 layout -> result tables again equal the originals on every shared column; a file written
 here in the published layout imports and the analysis and queries run on it; malformed
 files fail naming the file and the column or line."""
@@ -16,9 +16,10 @@ import pandas as pd
 import pytest
 
 from calibench import analysis as an
-from calibench import interop, shards, tables
-from calibench.archstr import SSS_CHANNEL_CHOICES, TSS_OPS
-from calibench.population import representatives
+from calibench import shards, tables
+from calibench.sources.nats import interop
+from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS
+from calibench.sources.nats.population import representatives
 
 BINS = (5, 10, 15, 20, 25, 50, 100, 200, 500)
 BINNED = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace")
@@ -112,7 +113,7 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
     made = [build(results, "tss", "200", "cifar10", 40),  # isomorph copies, OoD columns
             build(results, "sss", "90", "ImageNet16-120", 9),
             build(results, "sss", "12", "cifar100", 7, seed=111)]  # not the published schedule or seed
-    caplog.set_level(logging.INFO, logger="calibench.interop")
+    caplog.set_level(logging.INFO, logger="calibench.sources.nats.interop")
     files = interop.export_tao2024(results / "tables", tmp_path / "tao")
     assert sorted(f.name for f in files) == ["ImageNet_sss.csv", "cifar100_sss_hp12.csv", "cifar10_tss.csv"]
     assert "vs_ece_15" in caplog.text and "pre_ace_15" in caplog.text  # no place in the layout: logged
@@ -163,7 +164,7 @@ def test_export_of_several_seeds_keeps_the_first_and_omitted_columns_are_logged(
     table = pd.read_parquet(path)
     other = table.assign(seed=888, accuracy=0.0)
     two = pd.concat([table, other]).drop(columns=[c for c in table.columns if "_mce_" in c])
-    caplog.set_level(logging.INFO, logger="calibench.interop")
+    caplog.set_level(logging.INFO, logger="calibench.sources.nats.interop")
     frame = interop.export_frame(two, source="t")
     assert len(frame) == 4 and (frame["acc"] > 0).all()
     assert "4 rows of seeds other" in caplog.text
@@ -215,7 +216,7 @@ def test_a_published_layout_file_imports_and_the_analysis_runs(tmp_path, caplog)
     (src / "README.md").write_text("not a table")
     (src / "notes.csv").write_text("a,b\n1,2\n")
     results = tmp_path / "results"
-    caplog.set_level(logging.WARNING, logger="calibench.interop")
+    caplog.set_level(logging.WARNING, logger="calibench.sources.nats.interop")
     paths = interop.import_tao2024(src, results)
     assert sorted(p.name for p in paths) == ["sss_90_ImageNet16-120.parquet", "tss_200_cifar10.parquet"]
     assert "notes.csv" in caplog.text and "in percent" in caplog.text and "robust_acc_fgsm" in caplog.text

@@ -10,7 +10,7 @@ import torch
 
 from calibench import data as data_io
 from calibench.cli import main as cli_main
-from calibench.minibench import SSS_DIR, TSS_DIR, MiniBenchSpec, build_minibench
+from calibench.sources.nats.minibench import SSS_DIR, TSS_DIR, MiniBenchSpec, build_minibench
 from fixtures import SSS_SIMPLE, TSS_SIMPLE, require_shared
 
 
@@ -158,7 +158,7 @@ def test_real_size_architectures_aim_at_the_real_mean_file_size():
     import random
     import statistics
 
-    from calibench.minibench import (BZ2_BYTES_PER_PARAM, REAL_MEAN_FILE_BYTES, REAL_STATE_DICTS, _parameters,
+    from calibench.sources.nats.minibench import (BZ2_BYTES_PER_PARAM, REAL_MEAN_FILE_BYTES, REAL_STATE_DICTS, _parameters,
                                      sample_real_size_archs, sample_tss_archs)
 
     for space in ("tss", "sss"):

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from calibench.archstr import SSS_GENOTYPE
-from calibench.networks import build_network, count_parameters, inference_network, multiply_adds
+from calibench.sources.nats.archstr import SSS_GENOTYPE
+from calibench.sources.nats.networks import build_network, count_parameters, inference_network, multiply_adds
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nats-bench-samples"
 ARCHIVES = {"tss": SAMPLES / "NATS-tss-v1_0-3ffb9-simple", "sss": SAMPLES / "NATS-sss-v1_0-50262-simple"}

@@ -5,7 +5,7 @@ import pickle
 
 import pytest
 
-from calibench import population as P
+from calibench.sources.nats import population as P
 from fixtures import SSS_SIMPLE, TSS_SIMPLE, require_shared
 
 

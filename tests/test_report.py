@@ -114,7 +114,7 @@ def test_question_1_3_4_findings_are_the_kendall_table_rows(run):
 
 
 def test_nas_findings_and_table_follow_nas_table(run):
-    from calibench import nas
+    from calibench.sources.nats import nas
 
     result = pd.read_csv(run["out"]["nas"], dtype={"hp": str})
     assert set(result["algorithm"]) == set(nas.ALGORITHMS) and (result["repeats"] == 4).all()
@@ -158,7 +158,7 @@ def test_plot_section_and_empty_report(tmp_path):
 
 
 def test_question_7_tables_plots_and_findings(run):
-    from calibench import architecture_figures as af
+    from calibench.sources.nats import architecture_figures as af
 
     analysis = run["results"] / "analysis"
     width = pd.read_parquet(analysis / "sss_width_progression.parquet")
@@ -188,7 +188,7 @@ def test_question_7_tables_plots_and_findings(run):
 def test_two_schedules_are_compared_in_question_6(tmp_path):
     """hp: {tss: ["12", "200"]}: the analysis writes hp_comparison.parquet (hp_compare's
     table), draws Fig. 6c in question 6 and states its findings there."""
-    from calibench import hp_compare
+    from calibench.sources.nats import hp_compare
 
     rng = np.random.default_rng(4)
     tables = population(rng, ["pre", "post"], spaces=("tss",), datasets=("cifar10",), n=25, full=False)

@@ -37,8 +37,10 @@ import pandas as pd
 import pyarrow.parquet as pq
 from scipy.stats import kendalltau
 
-from . import hp_compare, report, stats
-from .archstr import parse_sss, tss_edge_ops
+from . import report, stats
+
+from .sources.nats import hp_compare
+from .sources.nats.archstr import parse_sss, tss_edge_ops
 
 log = logging.getLogger(__name__)
 
@@ -972,7 +974,7 @@ def robustness_analysis(df: pd.DataFrame, options: Mapping, bins: Sequence[int],
     ``options["datasets"]`` (default CIFAR-10, where robustness datasets are measured), every
     calibration metric against every robustness column per top-k population
     (``analysis/robustness_kendall.parquet``) and the Fig. 3 plot."""
-    from . import robustness
+    from .sources.nats import robustness
 
     table = robustness.load_robustness(options["path"], options.get("key", "arch_index"))
     datasets = options.get("datasets") or ["cifar10"]
@@ -990,10 +992,10 @@ def robustness_analysis(df: pd.DataFrame, options: Mapping, bins: Sequence[int],
 
 def architecture_analysis(df: pd.DataFrame, bins: Sequence[int], analysis_dir: Path, plots: Path,
                           demo: bool) -> tuple[list[tuple[str, Path]], list[dict]]:
-    """Question 7, Figs. 8 (left) and 9 (:mod:`calibench.architecture_figures`): the TSS
+    """Question 7, Figs. 8 (left) and 9 (:mod:`calibench.sources.nats.architecture_figures`): the TSS
     kernel-parameter and SSS width-progression tables (``analysis/tss_kernel_parameters.parquet``,
     ``analysis/sss_width_progression.parquet``), their plots and findings."""
-    from . import architecture_figures as af
+    from .sources.nats import architecture_figures as af
     from .report import finding_row
 
     suffix = " [mini benchmark: not NATS-Bench results]" if demo else ""
@@ -1037,10 +1039,10 @@ def _first_seed(nets: pd.DataFrame) -> pd.DataFrame:
 
 
 def nas_tables(df: pd.DataFrame, options: Mapping | None = None) -> pd.DataFrame:
-    """Tao et al. Table 1 for every result table (:func:`calibench.nas.nas_table` over all its
+    """Tao et al. Table 1 for every result table (:func:`calibench.sources.nats.nas.nas_table` over all its
     architectures): space, hp, dataset, then the NAS columns. ``options`` (``analysis.nas``):
     repeats, budget, seed; the protocol's defaults otherwise."""
-    from . import nas
+    from .sources.nats import nas
 
     options = dict(options or {})
     out = []
@@ -1057,7 +1059,7 @@ def nas_tables(df: pd.DataFrame, options: Mapping | None = None) -> pd.DataFrame
 
 
 def nas_html(result: pd.DataFrame) -> str:
-    from . import nas
+    from .sources.nats import nas
 
     if result.empty:
         return ""

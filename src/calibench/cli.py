@@ -37,7 +37,7 @@ def _labels(args: argparse.Namespace) -> int:
 
 
 def _infer_chunk(args: argparse.Namespace) -> int:
-    from .archive import NoWeightsError
+    from .sources.nats.archive import NoWeightsError
     from .inference import DeviceError
     from .pipeline import infer_chunk_job
     from .runtime import keep_freed_memory
@@ -183,7 +183,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _make_minibench(args: argparse.Namespace) -> int:
-    from .minibench import MiniBenchSpec, build_minibench
+    from .sources.nats.minibench import MiniBenchSpec, build_minibench
     from .runtime import keep_freed_memory
 
     keep_freed_memory()
@@ -237,7 +237,7 @@ def _screenshot(args: argparse.Namespace) -> int:
 
 
 def _nas(args: argparse.Namespace) -> int:
-    from . import nas
+    from .sources.nats import nas
 
     tables = [Path(t) for t in args.tables] or sorted((Path(args.results) / "tables").glob("*.parquet"))
     if not tables:
@@ -258,7 +258,7 @@ def _nas(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .interop import export_tao2024
+    from .sources.nats.interop import export_tao2024
 
     try:
         written = export_tao2024(args.tables or args.results, args.out)
@@ -271,7 +271,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from .interop import import_tao2024
+    from .sources.nats.interop import import_tao2024
 
     try:
         written = import_tao2024(args.src, args.results, overwrite=args.overwrite)

@@ -1,19 +1,18 @@
-"""Logits of many NATS networks on their evaluation sets (the inference job's engine).
+"""The inference engine, for every population source: the device, the evaluation sets
+held once on it, and one model's checked logits (:func:`module_logits`).
 
-For a chunk of architectures of one (space, hp): weights come from the archive
-(prefetched in the background, each file read once for every dataset), each network
-is built, loaded with ``strict=True``, converted to its inference form and run over
-each dataset's evaluation set (held once on the device) and, for CIFAR-10, the OoD
-sets. One broken architecture (missing or corrupt file, state-dict mismatch,
-non-finite logits) becomes a :class:`Failure` naming its index, file and reason; the
-rest go on. The logits go to the logits store (:mod:`calibench.logits`).
+A source (:mod:`calibench.sources`) supplies the models: NATS-Bench networks from their
+archives (:mod:`calibench.sources.nats.stream`), a user's torch models
+(:mod:`calibench.sources.torch_models`). A model that fails (wrong output shape,
+non-finite logits, an exception) becomes a :class:`Failure` naming it and the reason;
+the rest go on. The logits go to the logits store (:mod:`calibench.logits`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,8 +20,6 @@ import numpy as np
 import torch
 
 from . import data as data_io
-from .archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
-from .networks import build_network, inference_network
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +72,7 @@ def resolve_device(device: str = "auto") -> torch.device:
 
 def loader_workers(setting: int | str, device: torch.device) -> int:
     """Archive loaders running ahead of compute (config ``loader_workers``; see
-    :func:`calibench.archive.prefetch`). ``auto``: on CUDA every CPU of the job but one, at
+    :func:`calibench.sources.nats.archive.prefetch`). ``auto``: on CUDA every CPU of the job but one, at
     most 8, since one loader reads a real TSS archive in about 2 s, far slower than a GPU
     evaluates it; on the CPU one, so that loading does not take cores from inference."""
     if setting != "auto":
@@ -134,17 +131,8 @@ def load_eval_data(
 
 
 @dataclass(frozen=True)
-class NetworkLogits:
-    """One network's float32 logits on the evaluation set (and OoD sets), on the CPU."""
-
-    entry: ArchiveEntry
-    logits: torch.Tensor  # (N, K)
-    ood_logits: dict[str, torch.Tensor]
-
-
-@dataclass(frozen=True)
 class Failure:
-    """An architecture (or one seed of it) that produced no logits on ``dataset``, and why."""
+    """A network (or one seed of it) that produced no logits on ``dataset``, and why."""
 
     index: int
     source: str
@@ -158,63 +146,17 @@ def _run(net: torch.nn.Module, images: torch.Tensor, batch_size: int) -> torch.T
     return torch.cat([net(batch).float() for batch in images.split(batch_size)]).cpu()
 
 
-def network_logits(
-    entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int = 1000
-) -> NetworkLogits:
-    """Build, load (strict), convert and run one network; ValueError with the reason if it fails."""
-    net = build_network(entry.space, entry.arch_str, entry.num_classes)
-    try:
-        net.load_state_dict(entry.state_dict, strict=True)
-    except RuntimeError as exc:
-        first_line = str(exc).strip().splitlines()
-        raise ValueError(f"state dict does not fit {entry.space} {entry.arch_str}: {' '.join(first_line[:3])}") from exc
-    fast = inference_network(net).to(device)  # its convolutions are channels-last already
-    logits = _run(fast, eval_data.images, batch_size)
-    if logits.shape != (eval_data.n, entry.num_classes):
-        raise ValueError(f"logits of shape {tuple(logits.shape)}, expected {(eval_data.n, entry.num_classes)}")
+def module_logits(net: torch.nn.Module, eval_data: EvalData, num_classes: int, batch_size: int = 1000
+                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One model's float32 logits on the evaluation set and its OoD sets, on the CPU; ValueError
+    naming the problem if the output is not ``(N, num_classes)`` or not finite. ``net`` is on
+    the evaluation data's device, in eval mode."""
+    logits = _run(net, eval_data.images, batch_size)
+    if logits.shape != (eval_data.n, num_classes):
+        raise ValueError(f"logits of shape {tuple(logits.shape)}, expected {(eval_data.n, num_classes)} "
+                         f"({num_classes} classes)")
     bad = ~torch.isfinite(logits)
     if bool(bad.any()):
         raise ValueError(f"non-finite logits for {int(bad.any(dim=1).sum())} of {eval_data.n} images")
-    ood = {name: _run(fast, images, batch_size) for name, images in eval_data.ood.items()}
-    return NetworkLogits(entry, logits, ood)
-
-
-def chunk_logits(
-    archive: NatsArchive,
-    todo: Mapping[int, Sequence[str]],
-    eval_sets: Mapping[str, EvalData],
-    device: torch.device,
-    seeds: Sequence[int] | None = None,
-    batch_size: int = 1000,
-    prefetch_depth: int = 4,
-    loader_workers: int = 1,
-) -> Iterator[tuple[int, str, list[NetworkLogits] | Failure]]:
-    """Logits of a chunk: ``todo`` maps each architecture index to the datasets it still needs.
-
-    Each architecture file is read once for all of its datasets (issue 9). Yields, in
-    order, ``(index, dataset, logits of every seed)`` or ``(index, dataset, Failure)``: a
-    dataset's seeds succeed or fail together, so a stored file always holds them all.
-    """
-    datasets = [d for d in eval_sets if any(d in needed for needed in todo.values())]
-    for index, loaded in prefetch(archive, list(todo), datasets, seeds, prefetch_depth, loader_workers):
-        if isinstance(loaded, ArchiveError):
-            log.warning("skipping %s", loaded)
-            for dataset in todo[index]:
-                yield index, dataset, Failure(index, loaded.path, loaded.reason, dataset=dataset)
-            continue
-        for dataset in todo[index]:
-            entries = [e for e in loaded if e.dataset == dataset]
-            results: list[NetworkLogits] = []
-            for entry in entries:
-                try:
-                    results.append(network_logits(entry, eval_sets[dataset], device, batch_size))
-                except (ValueError, RuntimeError) as exc:
-                    log.warning("skipping architecture %d %s seed %d (%s): %s", index, dataset, entry.seed,
-                                entry.source, exc)
-                    yield index, dataset, Failure(index, entry.source, str(exc), entry.seed, dataset)
-                    break
-            else:
-                if entries:
-                    yield index, dataset, results
-                else:
-                    yield index, dataset, Failure(index, str(archive.archive_dir), "no entries loaded", dataset=dataset)
+    ood = {name: _run(net, images, batch_size) for name, images in eval_data.ood.items()}
+    return logits, ood

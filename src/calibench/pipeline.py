@@ -30,7 +30,7 @@ import pyarrow as pa
 import torch
 
 from . import logits as store
-from . import population as pop
+from .sources.nats import population as pop
 from . import shards
 from .atomic import atomic_write
 from .metrics.scores import auroc
@@ -108,8 +108,9 @@ def infer_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, ch
     batch_size, loader_workers. Each archive file is decompressed at most once, and only
     if some dataset's logits of that architecture are missing or stale.
     """
-    from .archive import NatsArchive
-    from .inference import chunk_logits, load_eval_data, loader_workers, resolve_device
+    from .sources.nats.archive import NatsArchive
+    from .inference import load_eval_data, loader_workers, resolve_device
+    from .sources.nats.stream import chunk_logits
 
     results = Path(results)
     doc = json.loads(population_path(results, space).read_text())

@@ -24,7 +24,7 @@ DEFAULT_ODIR_GRID = (1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3)
 
 
 # The training schedules (hp) whose weights the embedded mini benchmark stores
-# (calibench.minibench.WEIGHTLESS is the complement; tests/test_hp_compare.py checks the two
+# (calibench.sources.nats.minibench.WEIGHTLESS is the complement; tests/test_hp_compare.py checks the two
 # agree): TSS hp 12 only with ``minibench.tss_hp12_weights``, every schedule of a real-size
 # mini benchmark. Kept here so the Snakefile can check a config without importing torch.
 MINIBENCH_WEIGHTED_HPS = {"tss": ("200",), "sss": ("90",)}
@@ -46,7 +46,7 @@ def hps(config: Mapping, space: str) -> list[str]:
 def check_hps(config: Mapping) -> None:
     """What the schema cannot see: a schedule the mini benchmark the run builds holds no
     weights for. Raises ``ValueError`` naming the hp and the setting; silent otherwise
-    (archives given by path are checked when read: ``calibench.archive``)."""
+    (archives given by path are checked when read: ``calibench.sources.nats.archive``)."""
     mini = config.get("minibench") or {}
     if not mini.get("build") or mini.get("real_size"):
         return

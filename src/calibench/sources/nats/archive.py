@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .data import check_dataset
+from ...data import check_dataset
 from .population import check_space
 
 HPS = {"tss": ("12", "200"), "sss": ("12", "90")}  # hp values whose -full archives keep weights

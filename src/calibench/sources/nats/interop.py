@@ -47,11 +47,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import __version__
+from ... import __version__
 from .archstr import parse_sss
-from .atomic import atomic_write
+from ...atomic import atomic_write
 from .population import tss_canonical_form
-from .tables import FIRST, METADATA_KEY, PROVENANCE, table_metadata
+from ...tables import FIRST, METADATA_KEY, PROVENANCE, table_metadata
 
 log = logging.getLogger(__name__)
 

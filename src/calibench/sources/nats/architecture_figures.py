@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .analysis import STAGE_NAMES, STAGES, describe_values, nearest_bins
+from ...analysis import STAGE_NAMES, STAGES, describe_values, nearest_bins
 from .archstr import SSS_CHANNEL_CHOICES, parse_sss, tss_edge_ops
 
 

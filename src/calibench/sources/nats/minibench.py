@@ -48,7 +48,7 @@ stored state dict is a separately seeded random initialisation of the same archi
 with randomised batch-norm affine parameters and running statistics and a random
 classifier, so each has its own float entropy as trained weights do. It is not fitted:
 its record's accuracy (and, standing in for the training figures, its loss) is that
-network's real, near-chance, accuracy on the mini test set. Every state dict loads with ``strict=True`` into :func:`calibench.networks.build_network`.
+network's real, near-chance, accuracy on the mini test set. Every state dict loads with ``strict=True`` into :func:`calibench.sources.nats.networks.build_network`.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import data as data_io
-from .data import IMAGE_SIZE, NUM_CLASSES
-from .atomic import atomic_write
+from ... import data as data_io
+from ...data import IMAGE_SIZE, NUM_CLASSES
+from ...atomic import atomic_write
 from .archive import arch_file
 from .archstr import SSS_CHANNEL_CHOICES, SSS_GENOTYPE, TSS_OPS, format_tss
 from .networks import build_network, count_parameters, inference_network, multiply_adds
@@ -563,10 +563,10 @@ def build_minibench(out: str | Path, spec: MiniBenchSpec = MiniBenchSpec(), prog
         "classifier heads, written in NATS-Bench's on-disk formats. These are NOT NATS-Bench results.\n"
         f"spec: {spec.describe()}\n"
         + ("real size: every hp, dataset and seed of the real -full files; only the default schedule's first seed\n"
-           "holds a fitted network, the other state dicts are seeded random initialisations (see calibench.minibench).\n"
+           "holds a fitted network, the other state dicts are seeded random initialisations (see calibench.sources.nats.minibench).\n"
            if spec.real_size else "")
         + ("tss hp 12 weights: the hp 200 network with a head fitted on a 12-epoch budget, a stand-in for a\n"
-           "shorter schedule, not a 12-epoch training (see calibench.minibench).\n"
+           "shorter schedule, not a 12-epoch training (see calibench.sources.nats.minibench).\n"
            if spec.tss_hp12_weights and not spec.real_size else "")
         + (f"architectures given explicitly: {archs}\n" if explicit else "")
     )

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import stats
+from ... import stats
 
 __all__ = ["COLUMNS", "schedules", "hp_pairs", "binned_columns", "paired", "compare_hps", "findings",
            "comparison_html", "plot_hp_comparison"]
@@ -223,11 +223,11 @@ def findings(comparison: pd.DataFrame, bins: Sequence[int] | None = None,
     one per (space, dataset, pair, stage) at the bin count nearest 15 among ``bins``
     (default: those of ``comparison``): the two medians, the median paired difference and
     tau with its interval. ``hp`` reads "12 vs 200"; ``value`` is tau."""
-    from .report import FINDING_COLUMNS
+    from ...report import FINDING_COLUMNS
 
     if comparison.empty:
         return pd.DataFrame(columns=FINDING_COLUMNS)
-    from .analysis import nearest_bins  # here: analysis imports this module
+    from ...analysis import nearest_bins  # here: analysis imports this module
 
     b = nearest_bins(list(bins) if bins else sorted(set(comparison["bins"])))
     part = _ordered(comparison[(comparison["bins"] == b) & comparison["stage"].isin(list(stages))], stages)

@@ -50,9 +50,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .analysis import HCS_ECE, hcs
+from ...analysis import HCS_ECE, hcs
 from .archstr import SSS_CHANNEL_CHOICES, TSS_OPS, parse_sss, parse_tss
-from .atomic import atomic_write
+from ...atomic import atomic_write
 
 log = logging.getLogger(__name__)
 
