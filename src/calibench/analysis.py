@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from scipy.stats import kendalltau
 
 from . import report, stats
+from .settings import NATS_SPACES, target_name
 
 from .sources.nats import hp_compare
 from .sources.nats.archstr import parse_sss, tss_edge_ops
@@ -56,6 +57,11 @@ STAGE_NAMES = {"pre": "no recalibration: the network's softmax", "post": "temper
 BINNED_SUMMARY = ("ece", "cwce", "ace", "tace")
 UNBINNED_SUMMARY = ("ksce", "nll", "brier", "accuracy")
 HIGHER_IS_BETTER = frozenset({"accuracy"})
+
+
+def _label(space: str, hp: str) -> str:
+    """How a figure names a table family: ``tss, hp 200``, or a population's name."""
+    return f"{space}, hp {hp}" if hp else str(space)
 
 
 def hcs(accuracy, ece, beta: float):
@@ -549,14 +555,14 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
         | ((kendall["figure"] == "pre_post") & (kendall["stage"] == "post")))
     for (space, hp), part in kendall[single & (kendall["figure"] == "datasets")].groupby(["space", "hp"]):
         blocks = [(metric, part[part["metric"] == metric]) for metric in dict.fromkeys(part["metric"])]
-        title = f"Kendall tau across datasets ({space}, hp {hp}){demo}"
-        path = plots / f"kendall_datasets_{space}_{hp}.png"
+        title = f"Kendall tau across datasets ({_label(space, hp)}){demo}"
+        path = plots / f"kendall_datasets_{target_name(space, hp)}.png"
         _heatmap_panels(blocks, title, path)
-        made.append((f"Metrics across datasets ({space}, hp {hp})", path))
+        made.append((f"Metrics across datasets ({_label(space, hp)})", path))
     for (figure, metric, space, hp, dataset), m in kendall[single & (kendall["figure"] != "datasets")].groupby(
             ["figure", "metric", "space", "hp", "dataset"]):  # the other methods: make_method_plots
-        name = f"kendall_{figure}_{metric}_{space}_{hp}_{dataset}".replace("*", "all").replace("-", "_")
-        title = {"metrics": f"metrics, {dataset}", "pre_post": f"ECE pre vs post scaling, {dataset}"}[figure] + f" ({space}, hp {hp})" + demo
+        name = f"kendall_{figure}_{metric}_{target_name(space, hp)}_{dataset}".replace("*", "all").replace("-", "_")
+        title = {"metrics": f"metrics, {dataset}", "pre_post": f"ECE pre vs post scaling, {dataset}"}[figure] + f" ({_label(space, hp)})" + demo
         path = plots / f"{name}.png"
         _heatmap(m, title, path)
         made.append((title, path))
@@ -575,8 +581,8 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
             ax.set_xlabel("bins")
             ax.set_title(dataset, fontsize=9)
         axes[0][0].set_ylabel("ECE (orange: pre, blue: post)")
-        fig.suptitle(f"ECE by bin count ({space}, hp {hp}){demo}", fontsize=10)
-        made.append((f"ECE by bin count, {space}", _save(fig, plots / f"ece_by_bins_{space}_{hp}.png")))
+        fig.suptitle(f"ECE by bin count ({_label(space, hp)}){demo}", fontsize=10)
+        made.append((f"ECE by bin count, {space}", _save(fig, plots / f"ece_by_bins_{target_name(space, hp)}.png")))
         made.append(_ece_vs_accuracy(group, space, hp, datasets, demo, plots))
         fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.4), squeeze=False)
         source = hcs_df[(hcs_df["space"] == space) & (hcs_df["hp"] == hp)]
@@ -588,8 +594,8 @@ def make_plots(df: pd.DataFrame, kendall: pd.DataFrame, hcs_df: pd.DataFrame, se
             ax.set_xlabel("accuracy")
             ax.set_title(dataset, fontsize=9)
         axes[0][0].set_ylabel("HCS (beta = 1)")
-        fig.suptitle(f"HCS against accuracy ({space}, hp {hp}){demo}", fontsize=10)
-        made.append((f"HCS against accuracy, {space}", _save(fig, plots / f"hcs_vs_accuracy_{space}_{hp}.png")))
+        fig.suptitle(f"HCS against accuracy ({_label(space, hp)}){demo}", fontsize=10)
+        made.append((f"HCS against accuracy, {space}", _save(fig, plots / f"hcs_vs_accuracy_{target_name(space, hp)}.png")))
     return made
 
 
@@ -638,11 +644,11 @@ def _ece_vs_accuracy(group: pd.DataFrame, space: str, hp: str, datasets: Sequenc
                 ax.text(0.5, 0.5, "no network", ha="center", va="center", transform=ax.transAxes)
         axes[0][0].set_ylabel("ECE (15 bins; o pre, x post)")
         axes[1][0].set_ylabel("ECE (15 bins; o pre, x post)")
-    fig.suptitle(f"ECE against accuracy ({space}, hp {hp}){demo}", fontsize=10)
+    fig.suptitle(f"ECE against accuracy ({_label(space, hp)}){demo}", fontsize=10)
     fig.tight_layout()
     if mappable is not None:
         fig.colorbar(mappable, ax=axes, fraction=0.02, shrink=0.8, label=f"CIFAR-10-C AUROC ({colour})")
-    path = plots / f"ece_vs_accuracy_{space}_{hp}.png"
+    path = plots / f"ece_vs_accuracy_{target_name(space, hp)}.png"
     fig.savefig(path, dpi=110, bbox_inches="tight")  # the colour bar's label outside the axes grid
     plt.close(fig)
     return f"ECE against accuracy, {space}", path
@@ -722,11 +728,11 @@ def make_method_plots(df: pd.DataFrame, kendall: pd.DataFrame, wins: pd.DataFram
             stages = [s for s in methods if s in set(block["stage"])]
             if not stages:
                 continue
-            title = f"Question 4: ECE pre vs after each method, {dataset} ({space}, hp {hp}){demo}"
-            path = plots / f"kendall_pre_methods_{space}_{hp}_{dataset}.png".replace("-", "_")
+            title = f"Question 4: ECE pre vs after each method, {dataset} ({_label(space, hp)}){demo}"
+            path = plots / f"kendall_pre_methods_{target_name(space, hp)}_{dataset}.png".replace("-", "_")
             _kendall_methods_figure(block, stages, title, path)
             made.append((f"Question 4 for every method: Kendall tau of pre- against post-method ECE across bin "
-                         f"counts, {dataset} ({space}, hp {hp})", path))
+                         f"counts, {dataset} ({_label(space, hp)})", path))
     stages = stages_present(df)
     if len(stages) < 2:
         return made
@@ -761,7 +767,7 @@ def make_method_plots(df: pd.DataFrame, kendall: pd.DataFrame, wins: pd.DataFram
             if all(v.min() > 0 for _, v in keep):
                 ax.set_yscale("log")
             ax.grid(axis="y", alpha=0.3, which="both")
-            ax.set_title(f"{space} (hp {hp}), {dataset}: {len(part)} networks", fontsize=9)
+            ax.set_title(f"{_label(space, hp)}, {dataset}: {len(part)} networks", fontsize=9)
             ax.set_ylabel(f"ECE ({b} bins)", fontsize=8)
             drawn = True
     fig.suptitle(f"ECE ({b} bins) per method: boxes quartiles, whiskers 1.5 IQR, outliers not drawn; "
@@ -798,7 +804,7 @@ def make_method_plots(df: pd.DataFrame, kendall: pd.DataFrame, wins: pd.DataFram
                 ax.set_xticks(range(len(metrics)), metrics, rotation=45, ha="right", fontsize=7)
                 ax.set_yticks(range(len(rows)), rows, fontsize=7)
                 n = int(part["n_networks"].max())
-                ax.set_title(f"{space} (hp {hp}), {dataset}: {n} networks", fontsize=9)
+                ax.set_title(f"{_label(space, hp)}, {dataset}: {n} networks", fontsize=9)
         fig.suptitle(f"Share of networks for which each method is the best (ties split){demo}", fontsize=10)
         if im is not None:
             fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="share of networks won",
@@ -962,8 +968,8 @@ def make_reliability_plots(hcs_df: pd.DataFrame, results: Path, beta: float) -> 
                     panels.append((f"{label} by HCS_{beta:g}: arch {int(row['arch_index'])}, {stage}\n"
                                    f"acc {row['accuracy']:.3f}, HCS {row[col]:.3f}", found["stages"][stage]))
         if panels:
-            path = reliability.figure(panels, f"{space} hp {hp} {dataset}: reliability of the best and worst network",
-                                      results / "plots" / f"reliability_{space}_{hp}_{dataset}.png")
+            path = reliability.figure(panels, f"{_label(space, hp)}, {dataset}: reliability of the best and worst network",
+                                      results / "plots" / f"reliability_{target_name(space, hp)}_{dataset}.png")
             out.append((f"Reliability, best and worst by HCS: {space} {dataset}", path))
     return out
 
@@ -1030,6 +1036,38 @@ def architecture_analysis(df: pd.DataFrame, bins: Sequence[int], analysis_dir: P
                               f"(accuracy {first['accuracy']:.3f} → {last['accuracy']:.3f}; {len(part)} widths)",
                               last[col] - first[col]))
     return made, found
+
+
+def population_groups(df: pd.DataFrame, settings: Mapping, analysis_dir: Path, plots: Path
+                      ) -> tuple[list[tuple[str, Path]], str]:
+    """Populations beyond NATS-Bench compared by their metadata (``populations.<name>.group_by``;
+    Tao et al. App. A-C): per group, ECE before and after temperature scaling and a test
+    across groups (``analysis/groups.csv``), the Kendall matrices of each group
+    (``analysis/kendall_groups.parquet``), plots and the report's HTML."""
+    wanted = settings.get("groups") or {}
+    if not wanted:
+        return [], ""
+    from . import groups
+
+    made, parts, summaries, matrices = [], [], [], []
+    for space, columns in wanted.items():
+        part = df[df["space"] == space]
+        if part.empty:
+            continue
+        for column in columns:
+            if column not in part.columns:
+                log.warning("populations.%s.group_by: no column %r in its tables; skipped", space, column)
+                parts.append(f"<p>{html.escape(space)}: no metadata column {html.escape(column)!r} to group by.</p>")
+                continue
+            summary = groups.group_summary(part, column, settings["bins"])
+            summaries.append(summary)
+            matrices.append(groups.group_kendall(part, column, settings))
+            made += groups.plot_groups(part, column, settings["bins"], plots)
+            parts.append(f"<h3>{html.escape(space)}, by {html.escape(column)}</h3>" + groups.groups_html(summary))
+    if summaries:
+        pd.concat(summaries, ignore_index=True).to_csv(analysis_dir / "groups.csv", index=False)
+        pd.concat(matrices, ignore_index=True).to_parquet(analysis_dir / "kendall_groups.parquet", index=False)
+    return made, "".join(parts)
 
 
 def _first_seed(nets: pd.DataFrame) -> pd.DataFrame:
@@ -1104,6 +1142,7 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     edges = edge_op_frequency(hcs_df, top_n, betas[0])
     edges.to_parquet(analysis_dir / "tss_edge_ops.parquet", index=False)
     brackets = size_brackets(df)
+
     brackets.to_parquet(analysis_dir / "sss_size_brackets.parquet", index=False)
     stages_by_table = table_stages(tables)
     summary = methods_summary(df, settings["bins"], stages_by_table)
@@ -1120,16 +1159,19 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
                                      analysis_dir, results / "plots", bool(settings["demo"]))
         robust = pd.read_parquet(analysis_dir / "robustness_kendall.parquet")
     level = settings["analysis"].get("bootstrap", {}).get("level", 0.95)
-    comparison = hp_compare.compare_hps(df, level=level)  # question 6 across schedules: jackknife intervals
+    nats = df[df["space"].isin(NATS_SPACES)]  # what only NATS-Bench's architectures answer
+    comparison = hp_compare.compare_hps(nats, level=level)  # question 6 across schedules: jackknife intervals
     comparison.to_parquet(analysis_dir / "hp_comparison.parquet", index=False)
     comparison.to_csv(analysis_dir / "hp_comparison.csv", index=False)
-    hp_plot = hp_compare.plot_hp_comparison(df, results / "plots" / "hp_comparison.png", demo=bool(settings["demo"]))
+    hp_plot = hp_compare.plot_hp_comparison(nats, results / "plots" / "hp_comparison.png", demo=bool(settings["demo"]))
     if hp_plot is not None:
         plots.append(("ECE by bin count across training schedules, same architectures (Fig. 6c)", hp_plot))
-    arch_plots, arch_findings = architecture_analysis(df, settings["bins"], analysis_dir, results / "plots",
+    arch_plots, arch_findings = architecture_analysis(nats, settings["bins"], analysis_dir, results / "plots",
                                                      bool(settings["demo"]))
     plots += arch_plots
-    nas_result = nas_tables(df, settings["analysis"].get("nas", {}))
+    group_plots, group_blocks = population_groups(df, settings, analysis_dir, results / "plots")
+    plots += group_plots
+    nas_result = nas_tables(nats, settings["analysis"].get("nas", {}))
     nas_result.to_csv(analysis_dir / "nas.csv", index=False)
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only, no second read
     nets = _first_seed(measured(df))
@@ -1151,6 +1193,7 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
         "nas": "<h3>Top networks by HCS</h3>" + shown.to_html(index=False, float_format=lambda x: f"{x:.4f}")
                + nas_html(nas_result),
         "methods": methods_section(summary, wins, kendall, settings["bins"]),
+        "populations": group_blocks,
     }
     report_path = report.write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks)
     log.info("analysis written: %s, %d plots, %d findings", report_path, len(plots), len(found))

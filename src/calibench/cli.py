@@ -23,30 +23,30 @@ def _setup_logging() -> None:
 
 
 def _population(args: argparse.Namespace) -> int:
-    from .pipeline import write_population
+    from .sources import write_population
 
     write_population(json.loads(args.settings), args.space, args.out)
     return 0
 
 
 def _labels(args: argparse.Namespace) -> int:
-    from .pipeline import write_labels_job
+    from .sources import write_labels
 
-    write_labels_job(json.loads(args.settings), args.dataset, args.out)
+    write_labels(json.loads(args.settings), args.dataset, args.out, space=args.space)
     return 0
 
 
 def _infer_chunk(args: argparse.Namespace) -> int:
     from .sources.nats.archive import NoWeightsError
     from .inference import DeviceError
-    from .pipeline import infer_chunk_job
     from .runtime import keep_freed_memory
+    from .sources import SourceError, infer_chunk
 
     keep_freed_memory()
     try:
-        infer_chunk_job(json.loads(args.settings), _runtime(args), args.space, args.hp, args.chunk, args.results,
+        infer_chunk(json.loads(args.settings), _runtime(args), args.space, args.hp, args.chunk, args.results,
                         args.manifest, progress=not args.quiet)
-    except (DeviceError, NoWeightsError) as exc:  # a configuration problem: the message says what to do, no traceback
+    except (DeviceError, NoWeightsError, SourceError) as exc:  # a configuration problem: the message says what to do, no traceback
         logging.getLogger("calibench").error("%s", exc)
         return 2
     return 0
@@ -157,13 +157,20 @@ def _run(args: argparse.Namespace) -> int:
     """
     from .runlock import RunInUse, run_guard
 
-    config = _merged_config(args.configfile)
-    spaces = args.space or config["spaces"]
-    datasets = args.dataset or config["datasets"]
-    results = config["results"]
-    from .settings import hps
+    from .settings import population_datasets, targets as all_targets
 
-    targets = [f"{results}/tables/{s}_{hp}_{d}.parquet" for s in spaces for hp in hps(config, s) for d in datasets]
+    config = _merged_config(args.configfile)
+    results = config["results"]
+    named = all_targets(config)
+    known = sorted({space for space, _ in named.values()})
+    unknown = sorted(set(args.space or []) - set(known))
+    if unknown:
+        raise SystemExit(f"--space {', '.join(unknown)}: not in this config (spaces and populations: {', '.join(known)})")
+    targets = [f"{results}/tables/{name}_{d}.parquet" for name, (space, _) in named.items()
+               if not args.space or space in args.space
+               for d in population_datasets(config, space) if not args.dataset or d in args.dataset]
+    if not targets:
+        raise SystemExit("no result table matches --space/--dataset in this config")
     if not args.space and not args.dataset:
         targets.append(f"{results}/report.html")
     cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", str(args.cores)]
@@ -306,8 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     mb.set_defaults(func=_make_minibench)
 
     run = sub.add_parser("run", help="run the workflow (snakemake) for some spaces and datasets")
-    run.add_argument("--space", action="append", choices=["tss", "sss"], help="repeatable; default: config")
-    run.add_argument("--dataset", action="append", choices=["cifar10", "cifar100", "ImageNet16-120"])
+    run.add_argument("--space", action="append", help="tss, sss or a population's name; repeatable; default: config")
+    run.add_argument("--dataset", action="append", help="repeatable; default: every dataset of each space")
     run.add_argument("--configfile", default=DEFAULT_CONFIG, help="over config/config.yaml, as snakemake does")
     run.add_argument("--profile", default=None, help="a snakemake profile, e.g. profiles/slurm")
     run.add_argument("--cores", type=int, default=2)
@@ -321,8 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=_query)
 
     t = sub.add_parser("top", help="the top networks by a column of the networks view")
-    t.add_argument("--space", required=True, choices=["tss", "sss"])
-    t.add_argument("--dataset", required=True, choices=["cifar10", "cifar100", "ImageNet16-120"])
+    t.add_argument("--space", required=True, help="tss, sss or a population's name")
+    t.add_argument("--dataset", required=True)
     t.add_argument("--by", default="hcs_1", help="a column, e.g. hcs_1, accuracy, pre_ece_15 (with --ascending)")
     t.add_argument("-n", type=int, default=20)
     t.add_argument("--ascending", action="store_true", help="smallest first (for errors)")
@@ -330,8 +337,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=_top)
 
     rl = sub.add_parser("reliability", help="reliability diagram of one network, every stage (from its shard)")
-    rl.add_argument("--space", required=True, choices=["tss", "sss"])
-    rl.add_argument("--dataset", required=True, choices=["cifar10", "cifar100", "ImageNet16-120"])
+    rl.add_argument("--space", required=True, help="tss, sss or a population's name")
+    rl.add_argument("--dataset", required=True)
     rl.add_argument("--arch", type=int, required=True, help="architecture index")
     rl.add_argument("--hp", default=None, help="needed only where several hps were measured")
     rl.add_argument("--seed", type=int, default=None, help="default: the first measured seed")
@@ -389,12 +396,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         if name != "build-table":
             p.add_argument("--settings", required=True, help="the stage's settings as JSON (calibench.settings)")
-        if name in ("population", "infer-chunk", "odir-search", "measure-chunk", "build-table"):
-            p.add_argument("--space", required=True)
+        if name == "population":
+            p.add_argument("--space", required=True, help="tss, sss or a population's name")
+        if name in ("infer-chunk", "odir-search", "measure-chunk", "build-table"):
+            p.add_argument("--target", default=None, help="tss_200 (space and hp), or a population's name")
+            p.add_argument("--space", default=None, help="with --hp, instead of --target")
+        if name == "labels":
+            p.add_argument("--space", default=None, help="a population's name (NATS-Bench's labels are shared)")
         if name in ("labels", "odir-search", "measure-chunk", "build-table"):
             p.add_argument("--dataset", required=True)
-        if name in ("infer-chunk", "odir-search", "measure-chunk", "build-table"):
-            p.add_argument("--hp", required=True)
+            p.add_argument("--hp", default="", help="the schedule; empty outside NATS-Bench")
         if name in ("infer-chunk", "odir-search", "measure-chunk", "build-table", "analyze"):
             p.add_argument("--results", required=True)
         if name in ("population", "labels", "odir-search", "build-table"):
@@ -424,7 +435,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "target", None):
+        from .settings import split_target
+
+        args.space, args.hp = split_target(args.target)
+    elif hasattr(args, "target") and not args.space:
+        parser.error("give --target, or --space (and --hp for a NATS-Bench space)")
     if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
         args.snakemake_args = args.snakemake_args[1:]
     _setup_logging()

@@ -10,7 +10,7 @@ analysis start here and never open an archive. Layout under ``{results}/logits/`
 A logits file has one row per (seed, set, image): ``arch_index`` and ``seed`` (int32), ``set`` (``test``, or
 ``ood_gaussian_noise`` / ``ood_svhn`` for CIFAR-10), ``image`` (int32, the row of that
 set) and ``logit_0`` … ``logit_{K-1}`` (float32, bit-identical to what the network
-produced). A labels file has ``image`` (int32) and ``label`` (int16). Both carry their
+produced; float64 where a logits population gave float64). A labels file has ``image`` (int32) and ``label`` (int16). Both carry their
 provenance as JSON under the parquet schema metadata key ``calibench``; a logits file's
 ``key`` is made only from what changes logits (:func:`key_fields`), so a file whose key
 matches the configuration is valid and is never computed again. Writes are atomic.
@@ -61,12 +61,20 @@ def store_dir(results: str | Path) -> Path:
     return Path(results) / "logits"
 
 
+def partition(space: str, hp: str) -> Path:
+    """``space=tss/hp=200`` for a NATS-Bench space and schedule; ``space={name}`` for any other
+    population (no schedule)."""
+    return Path(f"space={space}") / f"hp={hp}" if hp else Path(f"space={space}")
+
+
 def logits_path(results: str | Path, space: str, hp: str, dataset: str, index: int) -> Path:
-    return store_dir(results) / f"space={space}" / f"hp={hp}" / f"dataset={dataset}" / f"arch={int(index):06d}.parquet"
+    return store_dir(results) / partition(space, hp) / f"dataset={dataset}" / f"arch={int(index):06d}.parquet"
 
 
-def labels_path(results: str | Path, dataset: str) -> Path:
-    return store_dir(results) / "labels" / f"dataset={dataset}.parquet"
+def labels_path(results: str | Path, dataset: str, space: str | None = None) -> Path:
+    """NATS-Bench's labels, shared by its spaces; a population's own labels under ``space={name}``."""
+    base = store_dir(results) / "labels"
+    return (base / f"space={space}" if space else base) / f"dataset={dataset}.parquet"
 
 
 # ---------------------------------------------------------------- keys
@@ -231,13 +239,14 @@ def write_network_logits(path: str | Path, *, key: str, fields: Mapping, space: 
     if not seeds:
         raise ValueError(f"{path}: no seeds to write")
     k = seeds[0].sets[TEST_SET].shape[1]
+    dtype = np.asarray(seeds[0].sets[TEST_SET]).dtype  # float32 (networks run here); float64 if given so
     blocks, seed_col, set_col, image_col = [], [], [], []
     for s in seeds:
         for name, values in s.sets.items():
             values = np.asarray(values)
-            if values.dtype != np.float32 or values.ndim != 2 or values.shape[1] != k:
-                raise ValueError(f"{path}: seed {s.seed} set {name!r}: expected float32 (n, {k}), got "
-                                 f"{values.dtype} {values.shape}")
+            if values.dtype != dtype or dtype not in (np.float32, np.float64) or values.ndim != 2 or values.shape[1] != k:
+                raise ValueError(f"{path}: seed {s.seed} set {name!r}: expected float32 or float64 (n, {k}) like the "
+                                 f"test set, got {values.dtype} {values.shape}")
             blocks.append(values)
             seed_col.append(np.full(len(values), s.seed, dtype=np.int32))
             set_col += [name] * len(values)
@@ -302,7 +311,8 @@ def list_store(results: str | Path):
     import pandas as pd
 
     rows = []
-    for path in sorted(store_dir(results).glob("space=*/hp=*/dataset=*/arch=*.parquet")):
+    root = store_dir(results)
+    for path in sorted([*root.glob("space=*/hp=*/dataset=*/arch=*.parquet"), *root.glob("space=*/dataset=*/arch=*.parquet")]):
         try:
             meta = _metadata(path)
         except (OSError, StoreError, ValueError) as exc:

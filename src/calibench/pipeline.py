@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +30,6 @@ import pyarrow as pa
 import torch
 
 from . import logits as store
-from .sources.nats import population as pop
 from . import shards
 from .atomic import atomic_write
 from .metrics.scores import auroc
@@ -42,27 +41,6 @@ log = logging.getLogger(__name__)
 def write_json_atomic(obj, path: str | Path) -> Path:
     payload = json.dumps(obj, indent=1).encode()
     return atomic_write(path, lambda f: f.write(payload))
-
-
-def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
-    """Selected indices, chunks, every arch string and class representative of one space
-    (``settings``: :func:`calibench.settings.population_settings`)."""
-    arch_strs = pop.read_meta(settings["archive"])
-    meta_sha256 = store.file_sha256(Path(settings["archive"]) / "meta.pickle.pbz2")
-    representatives = pop.representatives(space, arch_strs)
-    selected = pop.select(space, arch_strs, settings["population"], reps=representatives)
-    doc = {
-        "space": space,
-        "archive": str(settings["archive"]),
-        "meta_sha256": meta_sha256,  # the archive's identity in every logits key (calibench.logits)
-        "arch_strs": arch_strs,
-        "representatives": representatives,
-        "selected": selected,
-        "chunks": pop.chunks(selected, int(settings["chunk_size"])),
-    }
-    write_json_atomic(doc, out)
-    log.info("%s: %d of %d architectures selected, %d chunks", space, len(selected), len(arch_strs), len(doc["chunks"]))
-    return doc
 
 
 def _seeds(settings: Mapping):
@@ -85,40 +63,19 @@ def _progress(iterable, enabled: bool, **kwargs):
     return tqdm(iterable, mininterval=5, **kwargs)
 
 
-# ---------------------------------------------------------------- labels
+# ---------------------------------------------------------------- inference (every source)
 
-def write_labels_job(settings: Mapping, dataset: str, out: str | Path) -> Path:
-    """The labels of one evaluation set, once per dataset (``settings``: datasets_root)."""
-    from .data import load_eval_set
-
-    eval_set = load_eval_set(dataset, settings["datasets_root"])
-    key = store.digest(store.eval_set_fields(dataset, settings["datasets_root"]))
-    path = store.write_labels(out, eval_set.labels, dataset=dataset, key=key, source=str(eval_set.source))
-    log.info("%s: %d labels from %s", path, len(eval_set.labels), eval_set.source)
-    return path
-
-
-# ---------------------------------------------------------------- inference
-
-def infer_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk: int, results: str | Path,
-                    manifest: str | Path, progress: bool = True) -> dict:
-    """Logits of one chunk on every configured dataset into the store, then the manifest.
-
-    ``settings``: :func:`calibench.settings.inference_settings`; ``runtime``: device,
-    batch_size, loader_workers. Each archive file is decompressed at most once, and only
-    if some dataset's logits of that architecture are missing or stale.
-    """
-    from .sources.nats.archive import NatsArchive
-    from .inference import load_eval_data, loader_workers, resolve_device
-    from .sources.nats.stream import chunk_logits
-
+def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, manifest: str | Path,
+                       indices: list[int], datasets: list[str], fields: Mapping, names: list[str],
+                       labels_of: Callable[[str], np.ndarray], produce: Callable, progress: bool = True,
+                       what: str = "models") -> dict:
+    """The inference job's frame, for every source: each (member, dataset) whose stored logits
+    lack the key made of ``fields[index, dataset]`` is computed by ``produce(todo)`` (``todo``:
+    index -> the datasets it needs), which yields ``(index, dataset, [SeedLogits, ...])`` or
+    ``(index, dataset, failure dict)`` (``source``, ``reason``, ``seed``); logits go into the
+    store, failures into the manifest, and a failure never stops the others. ``labels_of``:
+    a dataset's labels (loaded only if something is computed)."""
     results = Path(results)
-    doc = json.loads(population_path(results, space).read_text())
-    indices = doc["chunks"][chunk]
-    arch_strs = doc["arch_strs"]
-    datasets = list(settings["datasets"])
-    fields = {(i, d): store.key_fields(settings, space, hp, d, i, arch_strs[i], doc["meta_sha256"])
-              for i in indices for d in datasets}
     keys = {pair: store.digest(f) for pair, f in fields.items()}
     todo = {i: [d for d in datasets if not store.is_valid(store.logits_path(results, space, hp, d, i), keys[i, d])]
             for i in indices}
@@ -126,38 +83,26 @@ def infer_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, ch
     _log_slurm()
     n_pairs = len(indices) * len(datasets)
     n_todo = sum(len(v) for v in todo.values())
-    log.info("%s hp=%s chunk %d: %d architectures x %d datasets, %d logits files already stored (skipped), "
-             "%d to compute from %d archive files", space, hp, chunk, len(indices), len(datasets), n_pairs - n_todo,
-             n_todo, len(todo))
+    label = f"{space} hp={hp}" if hp else space
+    log.info("%s chunk %d: %d %s x %d datasets, %d logits files already stored (skipped), %d to compute",
+             label, chunk, len(indices), what, len(datasets), n_pairs - n_todo, n_todo)
     failures: list[dict] = []
     computed = 0
     start = time.perf_counter()
     if todo:
-        device = resolve_device(runtime.get("device", "auto"))
-        ood = settings["ood"]
-        needed = [d for d in datasets if any(d in v for v in todo.values())]
-        eval_sets = {d: load_eval_data(d, settings["datasets_root"], device=device, ood=tuple(ood["sets"]),
-                                       svhn_path=ood.get("svhn"), noise_severity=ood["noise_severity"])
-                     for d in needed}
-        labels = {d: e.labels.cpu().numpy() for d, e in eval_sets.items()}
-        archive = NatsArchive(settings["archive"], space, hp)
-        workers = loader_workers(runtime.get("loader_workers", "auto"), device)
-        log.info("device %s, %d archive loader(s), datasets %s", device, workers, ", ".join(needed))
-        stream = chunk_logits(archive, todo, eval_sets, device, _seeds(settings), int(runtime.get("batch_size", 1000)),
-                              prefetch_depth=max(4, 2 * workers), loader_workers=workers)
-        for index, dataset, out in _progress(stream, progress, total=n_todo, desc=f"{space}/{hp} chunk {chunk}",
+        labels: dict[str, np.ndarray] = {}
+        for index, dataset, out in _progress(produce(todo), progress, total=n_todo, desc=f"{label} chunk {chunk}",
                                              unit="logits"):
-            if not isinstance(out, list):
-                failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": out.index,
-                                 "seed": out.seed, "source": out.source, "reason": out.reason, "stage": "inference"})
+            if isinstance(out, Mapping):
+                failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index,
+                                 "seed": out.get("seed"), "source": out["source"], "reason": out["reason"],
+                                 "stage": "inference"})
                 continue
-            seeds = [store.SeedLogits(r.entry.seed, r.entry.params, r.entry.flops, r.entry.recorded_accuracy,
-                                      r.entry.source, {store.TEST_SET: r.logits.numpy(),
-                                                       **{f"ood_{k}": v.numpy() for k, v in r.ood_logits.items()}})
-                     for r in out]
+            if dataset not in labels:
+                labels[dataset] = labels_of(dataset)
             store.write_network_logits(store.logits_path(results, space, hp, dataset, index), key=keys[index, dataset],
                                        fields=fields[index, dataset], space=space, hp=hp, dataset=dataset, index=index,
-                                       arch_str=arch_strs[index], labels=labels[dataset], seeds=seeds)
+                                       arch_str=names[index], labels=labels[dataset], seeds=out)
             computed += 1
     failed = {(f["arch_index"], f["dataset"]) for f in failures}
     summary = {
@@ -167,7 +112,8 @@ def infer_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, ch
         "seconds": round(time.perf_counter() - start, 3),
     }
     for f in failures:
-        log.warning("architecture %d %s failed (%s): %s", f["arch_index"], f["dataset"], f["source"], f["reason"])
+        log.warning("%s %d %s failed (%s): %s", what.rstrip("s"), f["arch_index"], f["dataset"], f["source"],
+                    f["reason"])
     log.info("chunk %d done: %d logits files computed, %d skipped, %d failed in %.1f s", chunk, computed,
              summary["skipped"], len(failed), summary["seconds"])
     write_json_atomic(summary, manifest)
@@ -186,10 +132,17 @@ class StoredNetwork:
     params: float
     flops: float
     recorded_accuracy: float
-    logits: torch.Tensor  # (N, K) float32
+    logits: torch.Tensor  # (N, K) float32 (float64 where a logits population gave it)
     ood_logits: dict[str, torch.Tensor]
     logits_key: str
     logits_file: str
+
+
+def _stackable(network: StoredNetwork) -> tuple:
+    """What networks measured in one batch share: dtype and shape of their logits and OoD sets
+    (always so for a NATS space; a logits population's models may differ)."""
+    return (network.logits.dtype, tuple(network.logits.shape),
+            tuple((name, tuple(v.shape)) for name, v in sorted(network.ood_logits.items())))
 
 
 def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: Mapping, space: str, hp: str,
@@ -386,7 +339,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                                  "source": str(store.logits_path(results, space, hp, dataset, index)),
                                  "reason": str(exc), "stage": "measurement"})
                 continue
-            if pending and len(pending) + len(networks) > group_size:
+            if pending and (len(pending) + len(networks) > group_size or _stackable(pending[0]) != _stackable(networks[0])):
                 flush()
             pending.extend(networks)
         if pending:

@@ -21,6 +21,8 @@ from . import shards
 def _hp_of(results: Path, space: str, dataset: str, hp: str | None) -> str:
     if hp is not None:
         return str(hp)
+    if (results / "shards" / f"space={space}" / f"dataset={dataset}").is_dir():
+        return ""  # a population beyond NATS-Bench: no schedule
     found = sorted(p.name.split("=", 1)[1] for p in (results / "shards" / f"space={space}").glob("hp=*")
                    if (p / f"dataset={dataset}").is_dir())
     if len(found) != 1:
@@ -31,7 +33,7 @@ def _hp_of(results: Path, space: str, dataset: str, hp: str | None) -> str:
 
 def _measured_by(results: Path, space: str, hp: str, dataset: str, arch: int) -> int:
     """The index whose shard holds ``arch`` (TSS: the class representative), from the table."""
-    table = results / "tables" / f"{space}_{hp}_{dataset}.parquet"
+    table = results / "tables" / f"{space}_{hp}_{dataset}.parquet" if hp else results / "tables" / f"{space}_{dataset}.parquet"
     if not table.is_file():
         return arch
     rows = pq.read_table(table, columns=["arch_index", "measured_by"],

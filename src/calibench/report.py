@@ -47,6 +47,10 @@ SECTIONS = [
     ("nas", "HCS rankings and architecture search by HCS",
      "The best networks by HCS; regularised evolution, local and random search over each result table, by accuracy and by HCS "
      "(App. F, Table 1); mean ± sd over seeded repeats of the architecture found."),
+    ("populations", "Populations beyond NATS-Bench, by group",
+     "Models grouped by a column of their metadata (e.g. family, training loss): ECE before and after "
+     "temperature scaling per group, a Kruskal-Wallis test across groups, and each group's Kendall matrices "
+     "(Tao et al. App. A-C, Figs. 11-19)."),
     ("methods", "Post-hoc recalibration methods", ""),
     ("reliability", "Reliability diagrams",
      "Per-bin accuracy against confidence (15 equal-width bins, top label) of the best and worst network by "
@@ -59,7 +63,7 @@ _PLOT_SECTIONS = [
     ("kendall_pre_post_", "q4"), ("kendall_pre_methods_", "q4"), ("ece_vs_accuracy", "q5"),
     ("ece_by_bins", "q6"), ("hp_", "q6"), ("kernel", "q7"), ("width", "q7"), ("size", "q7"),
     ("hcs_vs_accuracy", "nas"), ("reliability_", "reliability"), ("ece_by_method", "methods"),
-    ("method_win_rates", "methods"),
+    ("method_win_rates", "methods"), ("groups_", "populations"),
 ]
 
 MIN_NETWORKS = 10  # question 5's networks above 90 % accuracy: fewer give no tau
@@ -71,6 +75,11 @@ def plot_section(path: Path) -> str:
     """The section a plot belongs to, from its file name; ``other`` if none."""
     name = Path(path).name
     return next((section for prefix, section in _PLOT_SECTIONS if name.startswith(prefix)), "other")
+
+
+def _name(space, hp) -> str:
+    """``tss hp 200``; a population beyond NATS-Bench by its name alone."""
+    return f"{space} hp {hp}" if hp else str(space)
 
 
 def _interval_text(lo: float, hi: float, interval) -> str:
@@ -97,7 +106,7 @@ def _q1(kendall: pd.DataFrame, b: int) -> list[dict]:
     for r in k.itertuples():
         stage = r.metric.split("_", 1)[0]
         out.append(finding_row("q1", r.space, r.hp, "*", _tau_text(
-            f"{stage} ECE ({b} bins) across datasets, {r.space} hp {r.hp}, {r.row} vs {r.col}",
+            f"{stage} ECE ({b} bins) across datasets, {_name(r.space, r.hp)}, {r.row} vs {r.col}",
             r.tau, r.lo, r.hi, r.interval, r.n), r.tau, r.lo, r.hi, r.interval))
     return out
 
@@ -111,7 +120,7 @@ def _q2(robustness: pd.DataFrame | None) -> list[dict]:
     for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
         strongest = part.loc[part["tau"].abs().idxmax()]
         out.append(finding_row("q2", space, hp, dataset, _tau_text(
-            f"{strongest['metric']} against robustness, {space} hp {hp}, {dataset}: strongest column "
+            f"{strongest['metric']} against robustness, {_name(space, hp)}, {dataset}: strongest column "
             f"{strongest['robustness']} (median tau over {len(part)} columns {part['tau'].median():.2f})",
             strongest["tau"], strongest["lo"], strongest["hi"], None, int(strongest["n"])),
             strongest["tau"], strongest["lo"], strongest["hi"]))
@@ -126,7 +135,7 @@ def _q3(kendall: pd.DataFrame, b: int) -> list[dict]:
     for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
         for label, r in (("most", part.loc[part["tau"].idxmax()]), ("least", part.loc[part["tau"].idxmin()])):
             out.append(finding_row("q3", space, hp, dataset, _tau_text(
-                f"ECE ({b} bins) agrees {label} with {r['col']} ({space} hp {hp}, {dataset})",
+                f"ECE ({b} bins) agrees {label} with {r['col']} ({_name(space, hp)}, {dataset})",
                 r["tau"], r["lo"], r["hi"], r["interval"], int(r["n"])), r["tau"], r["lo"], r["hi"], r["interval"]))
     return out
 
@@ -137,7 +146,7 @@ def _q4(q4: pd.DataFrame, b: int) -> list[dict]:
         verdict = "" if np.isnan(r.lo) else (" (differs from 0 at this level)" if r.lo > 0 or r.hi < 0
                                              else " (0 inside the interval)")
         out.append(finding_row("q4", r.space, r.hp, r.dataset, _tau_text(
-            f"pre/{r.stage} ECE at {b} bins ({r.space} hp {r.hp}, {r.dataset})",
+            f"pre/{r.stage} ECE at {b} bins ({_name(r.space, r.hp)}, {r.dataset})",
             r.tau, r.lo, r.hi, r.interval, int(r.n)) + verdict, r.tau, r.lo, r.hi, r.interval))
     return out
 
@@ -155,14 +164,14 @@ def _q5(nets: pd.DataFrame, b: int, level: float) -> list[dict]:
     for (space, hp, dataset), part in nets.groupby(["space", "hp", "dataset"]):
         if col not in part:
             continue
-        out.append(_jackknife_row("q5", space, hp, dataset, f"accuracy against ECE ({b} bins), {space} hp {hp}, "
+        out.append(_jackknife_row("q5", space, hp, dataset, f"accuracy against ECE ({b} bins), {_name(space, hp)}, "
                                   f"{dataset}, all networks", part["accuracy"], part[col], level))
         high = part[part["accuracy"] > 0.9]
         if len(high) >= MIN_NETWORKS:
-            out.append(_jackknife_row("q5", space, hp, dataset, f"accuracy against ECE ({b} bins), {space} hp {hp}, "
+            out.append(_jackknife_row("q5", space, hp, dataset, f"accuracy against ECE ({b} bins), {_name(space, hp)}, "
                                       f"{dataset}, accuracy > 90 %", high["accuracy"], high[col], level))
         else:
-            out.append(finding_row("q5", space, hp, dataset, f"{space} hp {hp}, {dataset}: {len(high)} networks above "
+            out.append(finding_row("q5", space, hp, dataset, f"{_name(space, hp)}, {dataset}: {len(high)} networks above "
                                                       f"90 % accuracy (fewer than {MIN_NETWORKS}: no tau)"))
     return out
 
@@ -178,8 +187,8 @@ def _q6(nets: pd.DataFrame, bins: Sequence[int], level: float) -> list[dict]:
             if a not in part or z not in part:
                 continue
             ma, mz = part[a].median(), part[z].median()
-            row = _jackknife_row("q6", space, hp, dataset, f"{stage} ECE at {lo_b} against {hi_b} bins, {space} hp "
-                                 f"{hp}, {dataset} (median {ma:.3f} → {mz:.3f})", part[a], part[z], level)
+            row = _jackknife_row("q6", space, hp, dataset, f"{stage} ECE at {lo_b} against {hi_b} bins, "
+                                 f"{_name(space, hp)}, {dataset} (median {ma:.3f} → {mz:.3f})", part[a], part[z], level)
             out.append(row)
     return out
 
@@ -223,7 +232,7 @@ def _nas(nas: pd.DataFrame | None) -> list[dict]:
             ece_text = "" if ece is None else (f", ECE {100 * h[f'{ece}_mean']:.2f} % against "
                                                f"{100 * acc[f'{ece}_mean']:.2f} %")
             out.append(finding_row("nas", space, hp, dataset,
-                            f"{h['algorithm']} by {objective} ({space} hp {hp}, {dataset}): accuracy "
+                            f"{h['algorithm']} by {objective} ({_name(space, hp)}, {dataset}): accuracy "
                             f"{100 * h['accuracy_mean']:.2f} % against {100 * acc['accuracy_mean']:.2f} % by "
                             f"accuracy{ece_text}", h["accuracy_mean"] - acc["accuracy_mean"]))
     return out

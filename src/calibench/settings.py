@@ -10,8 +10,13 @@ Pure Python: the Snakefile imports this module.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
+import re
+import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 # Bump when inference changes the logits it produces (network forms, data pipeline):
 # every stored logits file's key changes with it (calibench.logits), and so do the
@@ -63,22 +68,141 @@ def check_hps(config: Mapping) -> None:
                     f"(it has weights for hp {', '.join(sorted(weighted, key=int))}); {hint}")
 
 
+# ---------------------------------------------------------------- populations
+
+NATS_SPACES = ("tss", "sss")
+# A population's name and a user dataset's name: no underscore, so that a target name
+# ``{population}_{dataset}`` (and NATS-Bench's ``{space}_{hp}_{dataset}``) splits one way only.
+NAME_PATTERN = r"[A-Za-z][A-Za-z0-9-]*"
+
+
+def populations(config: Mapping) -> dict[str, dict]:
+    """The populations beyond NATS-Bench (config ``populations``), by name: each a dict with
+    ``source`` (``logits`` or ``torch``) and that source's options. Raises ``ValueError``
+    naming the key for what the schema cannot see."""
+    found = {str(name): dict(spec or {}) for name, spec in (config.get("populations") or {}).items()}
+    for name, spec in found.items():
+        if not re.fullmatch(NAME_PATTERN, name) or name in NATS_SPACES:
+            raise ValueError(f"populations.{name}: a population's name is a letter then letters, digits or '-' "
+                             f"(no '_'), and not {' or '.join(NATS_SPACES)}")
+        if spec.get("source") not in ("logits", "torch"):
+            raise ValueError(f"populations.{name}.source: 'logits' or 'torch', got {spec.get('source')!r}")
+        for dataset in population_datasets(config, name):
+            if not re.fullmatch(NAME_PATTERN, dataset):
+                raise ValueError(f"populations.{name}: dataset name {dataset!r}: a letter then letters, digits or '-'")
+    return found
+
+
+def population_datasets(config: Mapping, space: str) -> list[str]:
+    """The datasets of a NATS space (config ``datasets``) or of a population: its ``datasets``
+    (and, for a torch source, the names of its own ``data``); a logits directory without a
+    ``datasets`` list: the subdirectories holding ``.npz`` files, or the store's datasets."""
+    if space in NATS_SPACES:
+        return list(config["datasets"])
+    spec = (config.get("populations") or {})[space] or {}
+    if spec.get("datasets") is not None or spec.get("source") == "torch":
+        return [str(d) for d in (spec.get("datasets") or [])] + [str(d) for d in (spec.get("data") or {})]
+    root = Path(spec["path"])
+    if not root.is_dir():
+        raise ValueError(f"populations.{space}.path: {root} is not a directory")
+    store = list(root.glob("space=*/hp=*/dataset=*")) + list(root.glob("space=*/dataset=*"))
+    if store and not (root / "models.csv").is_file():
+        return sorted({p.name.split("=", 1)[1] for p in store})
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and any(d.glob("*.npz")))
+
+
+def target_name(space: str, hp: str) -> str:
+    """The name of a population's result tables, chunks and logs: ``tss_200`` for a NATS space
+    and schedule, the population's own name for the others (``hp`` empty)."""
+    return f"{space}_{hp}" if hp else space
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """:func:`target_name` undone: ``tss_200`` -> (tss, 200); ``zoo`` -> (zoo, "")."""
+    found = re.fullmatch(r"(tss|sss)_([0-9]+)", target)
+    return (found[1], found[2]) if found else (target, "")
+
+
+def targets(config: Mapping) -> dict[str, tuple[str, str]]:
+    """Every configured target: its name -> (space or population, hp; "" outside NATS-Bench)."""
+    out = {target_name(space, hp): (space, hp) for space in config.get("spaces", []) for hp in hps(config, space)}
+    out.update({name: (name, "") for name in populations(config)})
+    return out
+
+
+def _callable_fingerprint(spec: str, python_path) -> dict:
+    """A ``package.module:function`` and the SHA-256 of its module's file, found without importing it."""
+    module = str(spec).split(":", 1)[0]
+    added = [str(Path(p).resolve()) for p in python_path or [] if str(Path(p).resolve()) not in sys.path]
+    sys.path[:0] = added
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    finally:
+        for p in added:
+            sys.path.remove(p)
+    origin = getattr(found, "origin", None)
+    if not origin or not Path(origin).is_file():
+        return {"callable": str(spec), "module_sha256": None}
+    return {"callable": str(spec), "module_sha256": hashlib.sha256(Path(origin).read_bytes()).hexdigest()}
+
+
+def _own_data_fingerprint(spec: str, python_path) -> dict:
+    if ":" in str(spec):
+        return _callable_fingerprint(spec, python_path)
+    path = Path(spec)
+    return {"file": str(spec), "sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None}
+
+
+def _torch_specs(spec: Mapping) -> list[str]:
+    models = spec.get("models")
+    return [models] if isinstance(models, str) else list(models or [])
+
+
 def population_settings(config: Mapping, space: str) -> dict:
-    """The architectures of one space and their chunks."""
-    return {"archive": config["archives"][space], "population": config["population"][space],
-            "chunk_size": config["chunk_size"]}
+    """The architectures of one space (or the members of one population) and their chunks."""
+    if space in NATS_SPACES:
+        return {"archive": config["archives"][space], "population": config["population"][space],
+                "chunk_size": config["chunk_size"]}
+    spec = populations(config)[space]
+    chunk_size = int(spec.get("chunk_size", config["chunk_size"]))
+    if spec["source"] == "logits":
+        return {"source": "logits", "path": str(spec["path"]), "datasets": population_datasets(config, space),
+                "chunk_size": chunk_size}
+    return {"source": "torch", "models": [_callable_fingerprint(s, spec.get("python_path"))
+                                          for s in _torch_specs(spec)],
+            "python_path": [str(p) for p in spec.get("python_path") or []], "chunk_size": chunk_size}
 
 
 def inference_settings(config: Mapping, space: str) -> dict:
     """What an inference job's logits depend on: the space's archive, seeds, datasets and
-    evaluation data, and the inference code's version."""
-    return {"archive": config["archives"][space], "seeds": config["seeds"], "datasets": list(config["datasets"]),
-            "datasets_root": config["datasets_root"], "ood": dict(config["ood"]),
+    evaluation data, and the inference code's version. A logits population: its directory
+    (each file's content enters each logits key); a torch population: its callables (and
+    their modules' content), transform, evaluation data and the user's ``version``."""
+    if space in NATS_SPACES:
+        return {"archive": config["archives"][space], "seeds": config["seeds"], "datasets": list(config["datasets"]),
+                "datasets_root": config["datasets_root"], "ood": dict(config["ood"]),
+                "inference_version": INFERENCE_VERSION}
+    spec = populations(config)[space]
+    if spec["source"] == "logits":
+        return {"source": "logits", "path": str(spec["path"]), "datasets": population_datasets(config, space),
+                "inference_version": INFERENCE_VERSION}
+    python_path = spec.get("python_path")
+    return {"source": "torch", "models": [_callable_fingerprint(s, python_path) for s in _torch_specs(spec)],
+            "transform": _callable_fingerprint(spec["transform"], python_path) if spec.get("transform") else None,
+            "python_path": [str(p) for p in python_path or []], "datasets": [str(d) for d in spec.get("datasets") or []],
+            "data": {str(k): _own_data_fingerprint(v, python_path) for k, v in (spec.get("data") or {}).items()},
+            "datasets_root": config["datasets_root"], "ood": dict(config["ood"]), "version": spec.get("version"),
             "inference_version": INFERENCE_VERSION}
 
 
-def labels_settings(config: Mapping) -> dict:
-    return {"datasets_root": config["datasets_root"]}
+def labels_settings(config: Mapping, space: str | None = None) -> dict:
+    """What one dataset's labels depend on: the evaluation data (NATS-Bench: the datasets
+    root; a population: its source's settings)."""
+    if space is None or space in NATS_SPACES:
+        return {"datasets_root": config["datasets_root"]}
+    return inference_settings(config, space)
 
 
 def recalibration_settings(config: Mapping) -> dict:
@@ -146,8 +270,13 @@ def search_sample(selected: list[int], networks: int, seed: int) -> list[int]:
 
 def analysis_settings(config: Mapping) -> dict:
     """What the analysis and the report depend on besides the tables."""
-    return {"analysis": dict(config["analysis"]), "bins": list(config["bins"]),
-            "demo": bool(config["minibench"]["build"]), "robustness": dict(config.get("robustness") or {})}
+    out = {"analysis": dict(config["analysis"]), "bins": list(config["bins"]),
+           "demo": bool(config["minibench"]["build"] and config.get("spaces")),
+           "robustness": dict(config.get("robustness") or {})}
+    groups = {name: list(spec.get("group_by") or []) for name, spec in populations(config).items()}
+    if any(groups.values()):  # metadata columns to compare a population's models by
+        out["groups"] = {name: columns for name, columns in groups.items() if columns}
+    return out
 
 
 def as_json(settings: Mapping) -> str:

@@ -59,7 +59,9 @@ def config_hash(settings: Mapping) -> str:
 
 
 def shard_dir(results: str | Path, space: str, hp: str, dataset: str) -> Path:
-    return Path(results) / "shards" / f"space={space}" / f"hp={hp}" / f"dataset={dataset}"
+    from .logits import partition
+
+    return Path(results) / "shards" / partition(space, hp) / f"dataset={dataset}"
 
 
 def shard_path(results: str | Path, space: str, hp: str, dataset: str, index: int) -> Path:

@@ -401,6 +401,10 @@ def _finish(wide: pd.DataFrame, space: str, doc: Mapping | None, measured: set) 
     else:
         wide.insert(4, "measured_by", wide["arch_index"])
     wide = wide[FIRST + [c for c in wide.columns if c not in FIRST]]
+    # A population beyond NATS-Bench: its models.csv metadata, by member index, after the keys.
+    for j, (name, values) in enumerate(((doc or {}).get("metadata") or {}).items()):
+        column = pd.Series(values).take(wide["arch_index"].to_numpy())
+        wide.insert(len(FIRST) + j, name, column.to_numpy())
     order = np.lexsort((wide["seed"].to_numpy(), wide["arch_index"].to_numpy()))  # stable, as sort_values
     if (order != np.arange(len(order))).any():
         wide = wide.take(order)
@@ -468,7 +472,7 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
                     space, hp, dataset, len(missing), len(doc["selected"]), len({f['arch_index'] for f in failed}))
     wide = _finish(wide, space, doc, measured)
     atomic_write(out, lambda f: _write_parquet(wide, f, meta))
-    fail_out = failures_out or results / "failures" / f"{space}_{hp}_{dataset}.parquet"
+    fail_out = failures_out or results / "failures" / (f"{space}_{hp}_{dataset}.parquet" if hp else f"{space}_{dataset}.parquet")
     shards.write_atomic_parquet(shards.failures_table(failed), fail_out)  # creates the directory
     log.info("%s: %d rows (%d measured networks, %d missing, %d failed)", out, len(wide), len(measured),
              len(missing), len(failed))

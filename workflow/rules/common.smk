@@ -1,4 +1,5 @@
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -17,10 +18,23 @@ RUNTIME = (
 )
 
 
+# A target is one table family: a NATS-Bench space and schedule (tss_200) or a population
+# beyond NATS-Bench (its name). Every rule below serves both; the sources differ only in
+# how a population's members and logits are found (calibench.sources).
+stage.check_hps(config)
+TARGETS = stage.targets(config)
+POPULATIONS = stage.populations(config)
+DATASETS = {space: stage.population_datasets(config, space) for space, _ in TARGETS.values()}
+
+
+def _alternatives(names):
+    return "|".join(re.escape(n) for n in sorted(set(names), key=len, reverse=True)) or "(?!)"
+
+
 wildcard_constraints:
-    space="tss|sss",
-    hp="[0-9]+",
-    dataset="cifar10|cifar100|ImageNet16-120",
+    space=_alternatives(["tss", "sss", *POPULATIONS]),
+    target=_alternatives(TARGETS),
+    dataset=_alternatives([d for ds in DATASETS.values() for d in ds]),
     chunk="[0-9]+",
 
 
@@ -29,27 +43,59 @@ def results_of(levels):
     return lambda wildcards, output: str(Path(output[0]).parents[levels])
 
 
-# hp.<space> is one training schedule or a list of them (question 6 compares them):
-# one result table per (space, hp, dataset). A schedule the mini benchmark being built
-# holds no weights for stops the run here, before any job.
-stage.check_hps(config)
-
-
-def hps_of(space):
-    return stage.hps(config, space)
-
-
+# hp.<space> is one training schedule or a list of them (question 6 compares them): one
+# result table per (space, hp, dataset), and per (population, dataset) beyond NATS-Bench. A
+# schedule the mini benchmark being built holds no weights for stopped the run above.
 def all_tables():
-    return [
-        f"{RESULTS}/tables/{space}_{hp}_{dataset}.parquet"
-        for space in config["spaces"]
-        for hp in hps_of(space)
-        for dataset in config["datasets"]
-    ]
+    return [f"{RESULTS}/tables/{target}_{dataset}.parquet" for target, (space, _) in TARGETS.items()
+            for dataset in DATASETS[space]]
 
 
-def meta_file(space):
-    return f"{config['archives'][space]}/meta.pickle.pbz2"
+def space_of(wildcards):
+    return TARGETS[wildcards.target][0]
+
+
+def hp_of(wildcards):
+    return TARGETS[wildcards.target][1]
+
+
+def population_input(wildcards):
+    """What a population's members are read from: a NATS archive's meta, a logits directory's
+    models.csv; a torch population's callables enter through its settings (module hashes)."""
+    if wildcards.space in ("tss", "sss"):
+        return [f"{config['archives'][wildcards.space]}/meta.pickle.pbz2"]
+    spec = POPULATIONS[wildcards.space]
+    if spec["source"] == "logits" and Path(spec["path"], "models.csv").is_file():
+        return [str(Path(spec["path"], "models.csv"))]
+    return []
+
+
+def labels_file(wildcards):
+    """NATS-Bench's labels are shared by its spaces; a population has its own."""
+    if hp_of(wildcards):
+        return f"{RESULTS}/logits/labels/dataset={wildcards.dataset}.parquet"
+    return f"{RESULTS}/logits/labels/space={space_of(wildcards)}/dataset={wildcards.dataset}.parquet"
+
+
+def labels_input(wildcards):
+    """A logits population's labels come from its files: they are the job's input."""
+    spec = POPULATIONS[wildcards.space]
+    if spec["source"] == "logits":
+        return sorted(str(p) for p in Path(spec["path"], wildcards.dataset).glob("*.npz"))
+    return []
+
+
+def chunk_files(wildcards):
+    """A logits population's files of one chunk (a changed file reruns its chunk)."""
+    space = space_of(wildcards)
+    spec = POPULATIONS.get(space)
+    if not spec or spec["source"] != "logits" or not Path(spec["path"], "models.csv").is_file():
+        return []
+    population = checkpoints.population.get(space=space).output[0]
+    with open(population) as f:
+        doc = json.load(f)
+    names = [doc["arch_strs"][i] for i in doc["chunks"][int(wildcards.chunk)]]
+    return [str(p) for d in DATASETS[space] for n in names if (p := Path(spec["path"], d, f"{n}.npz")).is_file()]
 
 
 def stage_json(settings):
@@ -66,8 +112,8 @@ def n_chunks(space):
 def measure_manifests(wildcards):
     """The measurement jobs of one (space, hp, dataset)."""
     return [
-        f"{RESULTS}/chunks/measure/{wildcards.space}_{wildcards.hp}_{wildcards.dataset}/chunk{i:05d}.json"
-        for i in range(n_chunks(wildcards.space))
+        f"{RESULTS}/chunks/measure/{wildcards.target}_{wildcards.dataset}/chunk{i:05d}.json"
+        for i in range(n_chunks(space_of(wildcards)))
     ]
 
 
@@ -83,8 +129,9 @@ SECONDS_PER_NETWORK = 10
 
 
 def infer_runtime(wildcards):
-    seeds = 1 if config["seeds"] == "first" else len(config["seeds"])
-    networks = config["chunk_size"] * seeds * len(config["datasets"])
+    space = space_of(wildcards)
+    seeds = 1 if config["seeds"] == "first" or space not in ("tss", "sss") else len(config["seeds"])
+    networks = config["chunk_size"] * seeds * len(DATASETS[space])
     return 10 + int(networks * SECONDS_PER_NETWORK / 60 + 1)
 
 
@@ -96,17 +143,17 @@ INFER_GPUS = 0 if config["device"] == "cpu" else 1
 
 def odir_manifests(wildcards):
     """Inference manifests of the chunks that hold the search's seeded sample of networks."""
-    population = checkpoints.population.get(space=wildcards.space).output[0]
+    population = checkpoints.population.get(space=space_of(wildcards)).output[0]
     with open(population) as f:
         doc = json.load(f)
     search = stage.odir_search_settings(config)
     sample = set(stage.search_sample(doc["selected"], search["networks"], search["seed"]))
     chunks = [i for i, chunk in enumerate(doc["chunks"]) if sample & set(chunk)]
-    return [f"{RESULTS}/chunks/infer/{wildcards.space}_{wildcards.hp}/chunk{i:05d}.json" for i in chunks]
+    return [f"{RESULTS}/chunks/infer/{wildcards.target}/chunk{i:05d}.json" for i in chunks]
 
 
 def odir_input(wildcards):
     """The lambda, mu search's result, where the config leaves it to the search."""
     if not stage.odir_searched_stages(config):
         return {}
-    return {"odir": f"{RESULTS}/recalibration/odir_{wildcards.space}_{wildcards.hp}_{wildcards.dataset}.json"}
+    return {"odir": f"{RESULTS}/recalibration/odir_{wildcards.target}_{wildcards.dataset}.json"}

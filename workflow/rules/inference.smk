@@ -1,5 +1,6 @@
 rule labels:
-    """One evaluation set's labels, once per dataset, into the logits store."""
+    """One evaluation set's labels, once per dataset, into the logits store (NATS-Bench's,
+    shared by its spaces)."""
     output:
         maybe_temp(f"{RESULTS}/logits/labels/dataset={{dataset}}.parquet"),
     conda:
@@ -14,29 +15,49 @@ rule labels:
         "--out {output} > {log} 2>&1"
 
 
-rule infer:
-    """One chunk of one (space, hp): each archive file decompressed once, every configured
-    dataset and seed run, float32 logits into the store (results/logits/), then the chunk's
-    manifest. Logits already stored with the current key are skipped, so a killed job
-    resumes where it stopped and an unchanged chunk opens no archive."""
+rule population_labels:
+    """A population's labels of one dataset (from its logits files or its evaluation data)."""
     input:
-        population=f"{RESULTS}/population/{{space}}.json",
+        labels_input,
     output:
-        maybe_temp(f"{RESULTS}/chunks/infer/{{space}}_{{hp}}/chunk{{chunk}}.json"),
+        maybe_temp(f"{RESULTS}/logits/labels/space={{space}}/dataset={{dataset}}.parquet"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/infer/{{space}}_{{hp}}_chunk{{chunk}}.log",
+        f"{RESULTS}/logs/labels/{{space}}_{{dataset}}.log",
+    params:
+        python=PYTHON,
+        settings=lambda wildcards: stage_json(stage.labels_settings(config, wildcards.space)),
+    shell:
+        "{params.python} -m calibench.cli labels --settings {params.settings:q} --space {wildcards.space} "
+        "--dataset {wildcards.dataset} --out {output} > {log} 2>&1"
+
+
+rule infer:
+    """One chunk of one (space, hp) or population: each archive file decompressed once, every
+    configured dataset and seed run, float32 logits into the store (results/logits/), then
+    the chunk's manifest (a logits population's files are imported, a torch population's
+    models run). Logits already stored with the current key are skipped, so a killed job
+    resumes where it stopped and an unchanged chunk opens no archive."""
+    input:
+        population=lambda wildcards: f"{RESULTS}/population/{space_of(wildcards)}.json",
+        files=chunk_files,
+    output:
+        maybe_temp(f"{RESULTS}/chunks/infer/{{target}}/chunk{{chunk}}.json"),
+    conda:
+        "../../environment.yml"
+    log:
+        f"{RESULTS}/logs/infer/{{target}}_chunk{{chunk}}.log",
     benchmark:  # wall time and peak memory (max_rss, MB) per job: size cluster requests from these
-        f"{RESULTS}/benchmarks/infer/{{space}}_{{hp}}_chunk{{chunk}}.tsv"
+        f"{RESULTS}/benchmarks/infer/{{target}}_chunk{{chunk}}.tsv"
     resources:
         runtime=infer_runtime,
         gpu=INFER_GPUS,
     params:
-        settings=lambda wildcards: stage_json(stage.inference_settings(config, wildcards.space)),
+        settings=lambda wildcards: stage_json(stage.inference_settings(config, space_of(wildcards))),
         results=results_of(3),
         python=PYTHON,
     shell:
-        "{params.python} -m calibench.cli infer-chunk --settings {params.settings:q} --space {wildcards.space} "
-        "--hp {wildcards.hp} --chunk {wildcards.chunk} --results {params.results} --manifest {output} "
+        "{params.python} -m calibench.cli infer-chunk --settings {params.settings:q} --target {wildcards.target} "
+        "--chunk {wildcards.chunk} --results {params.results} --manifest {output} "
         f"{RUNTIME} > {{log}} 2>&1"

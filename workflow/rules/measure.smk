@@ -5,23 +5,23 @@ rule measure:
     already valid are skipped."""
     input:
         unpack(odir_input),
-        logits=f"{RESULTS}/chunks/infer/{{space}}_{{hp}}/chunk{{chunk}}.json",
-        labels=f"{RESULTS}/logits/labels/dataset={{dataset}}.parquet",
+        logits=f"{RESULTS}/chunks/infer/{{target}}/chunk{{chunk}}.json",
+        labels=labels_file,
     output:
-        f"{RESULTS}/chunks/measure/{{space}}_{{hp}}_{{dataset}}/chunk{{chunk}}.json",
+        f"{RESULTS}/chunks/measure/{{target}}_{{dataset}}/chunk{{chunk}}.json",
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/measure/{{space}}_{{hp}}_{{dataset}}_chunk{{chunk}}.log",
+        f"{RESULTS}/logs/measure/{{target}}_{{dataset}}_chunk{{chunk}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/measure/{{space}}_{{hp}}_{{dataset}}_chunk{{chunk}}.tsv"
+        f"{RESULTS}/benchmarks/measure/{{target}}_{{dataset}}_chunk{{chunk}}.tsv"
     params:
         settings=stage_json(stage.measurement_settings(config)),
         results=results_of(3),
         odir=lambda wildcards, input: f"--odir {input.odir}" if "odir" in input.keys() else "",
         python=PYTHON,
     shell:
-        "{params.python} -m calibench.cli measure-chunk --settings {params.settings:q} --space {wildcards.space} "
-        "--hp {wildcards.hp} --dataset {wildcards.dataset} --chunk {wildcards.chunk} --results {params.results} "
+        "{params.python} -m calibench.cli measure-chunk --settings {params.settings:q} --target {wildcards.target} "
+        "--dataset {wildcards.dataset} --chunk {wildcards.chunk} --results {params.results} "
         "--logits-manifest {input.logits} --labels {input.labels} --manifest {output} {params.odir} "
         f"--keep-logits {KEEP_LOGITS} {RUNTIME} > {{log}} 2>&1"

@@ -1,7 +1,8 @@
 checkpoint population:
-    """Selected architectures of one space and their chunks, from the archive's meta."""
+    """Selected architectures of one space (or the members of one population) and their
+    chunks, from the archive's meta (or the population's source)."""
     input:
-        lambda wildcards: meta_file(wildcards.space),
+        population_input,
     output:
         f"{RESULTS}/population/{{space}}.json",
     conda:

@@ -5,20 +5,20 @@ rule odir_search:
     stages whose lambda, mu the config leaves null."""
     input:
         logits=odir_manifests,
-        labels=f"{RESULTS}/logits/labels/dataset={{dataset}}.parquet",
+        labels=labels_file,
     output:
-        f"{RESULTS}/recalibration/odir_{{space}}_{{hp}}_{{dataset}}.json",
+        f"{RESULTS}/recalibration/odir_{{target}}_{{dataset}}.json",
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/odir_search/{{space}}_{{hp}}_{{dataset}}.log",
+        f"{RESULTS}/logs/odir_search/{{target}}_{{dataset}}.log",
     benchmark:
-        f"{RESULTS}/benchmarks/odir_search/{{space}}_{{hp}}_{{dataset}}.tsv"
+        f"{RESULTS}/benchmarks/odir_search/{{target}}_{{dataset}}.tsv"
     params:
         settings=stage_json(stage.odir_search_settings(config)),
         results=results_of(1),
         python=PYTHON,
     shell:
-        "{params.python} -m calibench.cli odir-search --settings {params.settings:q} --space {wildcards.space} "
-        "--hp {wildcards.hp} --dataset {wildcards.dataset} --results {params.results} --out {output} "
+        "{params.python} -m calibench.cli odir-search --settings {params.settings:q} --target {wildcards.target} "
+        "--dataset {wildcards.dataset} --results {params.results} --out {output} "
         "--logits-manifests {input.logits} --labels {input.labels} > {log} 2>&1"

@@ -9,3 +9,40 @@ logits on each dataset into the store (the inference job), and each dataset's la
 * ``logits`` (:mod:`calibench.sources.logits_dir`): a directory of per-model logits.
 * ``torch`` (:mod:`calibench.sources.torch_models`): torch models named by callables.
 """
+
+from __future__ import annotations
+
+
+from collections.abc import Mapping
+from importlib import import_module
+from pathlib import Path
+
+MODULES = {"nats": ".nats.jobs", "logits": ".logits_dir", "torch": ".torch_models"}
+
+
+class SourceError(ValueError):
+    """A population's definition or input that cannot be used; names the file, model or key."""
+
+
+def source_module(settings: Mapping):
+    """The module of the source a stage's ``settings`` name (NATS-Bench's carry no ``source``)."""
+    return import_module(MODULES[settings.get("source", "nats")], __name__)
+
+
+def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
+    """The members of a population and their chunks (the workflow's checkpoint)."""
+    return source_module(settings).write_population(settings, space, out)
+
+
+def write_labels(settings: Mapping, dataset: str, out: str | Path, space: str | None = None) -> Path:
+    """One dataset's labels into the logits store."""
+    module = source_module(settings)
+    if settings.get("source", "nats") == "nats":
+        return module.write_labels(settings, dataset, out)
+    return module.write_labels(settings, space, dataset, out)
+
+
+def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk: int, results: str | Path,
+                manifest: str | Path, progress: bool = True) -> dict:
+    """One chunk's logits on every dataset of the population into the store, then its manifest."""
+    return source_module(settings).infer_chunk(settings, runtime, space, hp, chunk, results, manifest, progress)

@@ -1,0 +1,100 @@
+"""The NATS-Bench source's jobs: a space's population from its archive's meta, the labels of
+its evaluation sets, and one chunk's logits from the archive (each file decompressed at
+most once, and only if some dataset's logits of that architecture are missing or stale).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from ... import logits as store
+from ...pipeline import store_chunk_logits, write_json_atomic
+from ...tables import population_path
+from . import population as pop
+
+log = logging.getLogger(__name__)
+
+
+def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
+    """Selected indices, chunks, every arch string and class representative of one space
+    (``settings``: :func:`calibench.settings.population_settings`)."""
+    arch_strs = pop.read_meta(settings["archive"])
+    meta_sha256 = store.file_sha256(Path(settings["archive"]) / "meta.pickle.pbz2")
+    representatives = pop.representatives(space, arch_strs)
+    selected = pop.select(space, arch_strs, settings["population"], reps=representatives)
+    doc = {
+        "space": space,
+        "archive": str(settings["archive"]),
+        "meta_sha256": meta_sha256,  # the archive's identity in every logits key (calibench.logits)
+        "arch_strs": arch_strs,
+        "representatives": representatives,
+        "selected": selected,
+        "chunks": pop.chunks(selected, int(settings["chunk_size"])),
+    }
+    write_json_atomic(doc, out)
+    log.info("%s: %d of %d architectures selected, %d chunks", space, len(selected), len(arch_strs), len(doc["chunks"]))
+    return doc
+
+
+def write_labels(settings: Mapping, dataset: str, out: str | Path) -> Path:
+    """The labels of one evaluation set, once per dataset (``settings``: datasets_root)."""
+    from ...data import load_eval_set
+
+    eval_set = load_eval_set(dataset, settings["datasets_root"])
+    key = store.digest(store.eval_set_fields(dataset, settings["datasets_root"]))
+    path = store.write_labels(out, eval_set.labels, dataset=dataset, key=key, source=str(eval_set.source))
+    log.info("%s: %d labels from %s", path, len(eval_set.labels), eval_set.source)
+    return path
+
+
+def _seeds(settings: Mapping):
+    seeds = settings.get("seeds", "first")
+    return None if seeds == "first" else [int(s) for s in seeds]
+
+
+def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk: int, results: str | Path,
+                manifest: str | Path, progress: bool = True) -> dict:
+    """Logits of one chunk on every configured dataset into the store, then the manifest.
+
+    ``settings``: :func:`calibench.settings.inference_settings`; ``runtime``: device,
+    batch_size, loader_workers.
+    """
+    results = Path(results)
+    doc = json.loads(population_path(results, space).read_text())
+    indices = doc["chunks"][chunk]
+    arch_strs = doc["arch_strs"]
+    datasets = list(settings["datasets"])
+    fields = {(i, d): store.key_fields(settings, space, hp, d, i, arch_strs[i], doc["meta_sha256"])
+              for i in indices for d in datasets}
+    eval_sets = {}
+
+    def produce(todo):
+        from ...inference import load_eval_data, loader_workers, resolve_device
+        from .archive import NatsArchive
+        from .stream import chunk_logits
+
+        device = resolve_device(runtime.get("device", "auto"))
+        ood = settings["ood"]
+        needed = [d for d in datasets if any(d in v for v in todo.values())]
+        eval_sets.update({d: load_eval_data(d, settings["datasets_root"], device=device, ood=tuple(ood["sets"]),
+                                            svhn_path=ood.get("svhn"), noise_severity=ood["noise_severity"])
+                          for d in needed})
+        archive = NatsArchive(settings["archive"], space, hp)
+        workers = loader_workers(runtime.get("loader_workers", "auto"), device)
+        log.info("device %s, %d archive loader(s), datasets %s", device, workers, ", ".join(needed))
+        stream = chunk_logits(archive, todo, eval_sets, device, _seeds(settings), int(runtime.get("batch_size", 1000)),
+                              prefetch_depth=max(4, 2 * workers), loader_workers=workers)
+        for index, dataset, out in stream:
+            if not isinstance(out, list):
+                yield index, dataset, {"seed": out.seed, "source": out.source, "reason": out.reason}
+                continue
+            yield index, dataset, [
+                store.SeedLogits(r.entry.seed, r.entry.params, r.entry.flops, r.entry.recorded_accuracy, r.entry.source,
+                                 {store.TEST_SET: r.logits.numpy(), **{f"ood_{k}": v.numpy() for k, v in r.ood_logits.items()}})
+                for r in out]
+
+    return store_chunk_logits(space, hp, chunk, results, manifest, indices, datasets, fields, arch_strs,
+                              lambda d: eval_sets[d].labels.cpu().numpy(), produce, progress, what="architectures")
