@@ -23,16 +23,24 @@ def _setup_logging() -> None:
 
 
 def _population(args: argparse.Namespace) -> int:
-    from .sources import write_population
+    from .sources import SourceError, write_population
 
-    write_population(json.loads(args.settings), args.space, args.out)
+    try:
+        write_population(json.loads(args.settings), args.space, args.out)
+    except SourceError as exc:  # the population's definition: the message names the file, model or key
+        logging.getLogger("calibench").error("population %s: %s", args.space, exc)
+        return 2
     return 0
 
 
 def _labels(args: argparse.Namespace) -> int:
-    from .sources import write_labels
+    from .sources import SourceError, write_labels
 
-    write_labels(json.loads(args.settings), args.dataset, args.out, space=args.space)
+    try:
+        write_labels(json.loads(args.settings), args.dataset, args.out, space=args.space)
+    except SourceError as exc:
+        logging.getLogger("calibench").error("labels of %s: %s", args.dataset, exc)
+        return 2
     return 0
 
 

@@ -152,9 +152,11 @@ def module_logits(net: torch.nn.Module, eval_data: EvalData, num_classes: int, b
     naming the problem if the output is not ``(N, num_classes)`` or not finite. ``net`` is on
     the evaluation data's device, in eval mode."""
     logits = _run(net, eval_data.images, batch_size)
+    if logits.ndim == 2 and logits.shape[0] == eval_data.n and logits.shape[1] != num_classes:
+        raise ValueError(f"the output has {logits.shape[1]} classes, {eval_data.dataset} has {num_classes} "
+                         f"(logits of shape {tuple(logits.shape)})")
     if logits.shape != (eval_data.n, num_classes):
-        raise ValueError(f"logits of shape {tuple(logits.shape)}, expected {(eval_data.n, num_classes)} "
-                         f"({num_classes} classes)")
+        raise ValueError(f"logits of shape {tuple(logits.shape)}, expected {(eval_data.n, num_classes)}")
     bad = ~torch.isfinite(logits)
     if bool(bad.any()):
         raise ValueError(f"non-finite logits for {int(bad.any(dim=1).sum())} of {eval_data.n} images")

@@ -77,25 +77,39 @@ def labels_file(wildcards):
     return f"{RESULTS}/logits/labels/space={space_of(wildcards)}/dataset={wildcards.dataset}.parquet"
 
 
+def eval_data_input(space):
+    """A torch population evaluated on the mini benchmark's datasets waits for the rule that builds them."""
+    mini = config["minibench"]
+    spec = POPULATIONS.get(space) or {}
+    if spec.get("source") == "torch" and spec.get("datasets") and mini["build"] and \
+            Path(config["datasets_root"]).resolve().is_relative_to(Path(mini["dir"]).resolve()):
+        return [f"{mini['dir']}/README.txt"]
+    return []
+
+
 def labels_input(wildcards):
     """A logits population's labels come from its files: they are the job's input."""
     spec = POPULATIONS[wildcards.space]
     if spec["source"] == "logits":
         return sorted(str(p) for p in Path(spec["path"], wildcards.dataset).glob("*.npz"))
-    return []
+    return eval_data_input(wildcards.space)
 
 
 def chunk_files(wildcards):
-    """A logits population's files of one chunk (a changed file reruns its chunk)."""
+    """A logits population's labels (its files are checked against them) and its files of one
+    chunk (a changed file reruns its chunk); a torch population's evaluation data."""
     space = space_of(wildcards)
     spec = POPULATIONS.get(space)
-    if not spec or spec["source"] != "logits" or not Path(spec["path"], "models.csv").is_file():
-        return []
+    if not spec or spec["source"] != "logits":
+        return eval_data_input(space)
+    labels = [f"{RESULTS}/logits/labels/space={space}/dataset={d}.parquet" for d in DATASETS[space]]
+    if not Path(spec["path"], "models.csv").is_file():
+        return labels
     population = checkpoints.population.get(space=space).output[0]
     with open(population) as f:
         doc = json.load(f)
     names = [doc["arch_strs"][i] for i in doc["chunks"][int(wildcards.chunk)]]
-    return [str(p) for d in DATASETS[space] for n in names if (p := Path(spec["path"], d, f"{n}.npz")).is_file()]
+    return labels + [str(p) for d in DATASETS[space] for n in names if (p := Path(spec["path"], d, f"{n}.npz")).is_file()]
 
 
 def stage_json(settings):

@@ -295,10 +295,10 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
         for index, needed in todo.items():
             for dataset in needed:
                 path = file_of(index, dataset)
+                expected = labels_of(dataset)  # missing: the job's own problem, not this model's (it stops)
                 try:
                     if kind == "npz":
                         z, y, ood = read_npz(path)
-                        expected = labels_of(dataset)
                         if store.labels_sha256(y) != store.labels_sha256(expected):
                             raise SourceError(f"{path}: its labels differ from the dataset's ({len(y)} vs "
                                               f"{len(expected)} labels, {int((y != expected).sum()) if len(y) == len(expected) else 'all'} "
@@ -307,7 +307,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                                                   str(path), {store.TEST_SET: z, **{f"ood_{k}": v for k, v in ood.items()}})]
                     else:
                         stored = store.read_network_logits(path)
-                        if stored.meta["labels_sha256"] != store.labels_sha256(labels_of(dataset)):
+                        if stored.meta["labels_sha256"] != store.labels_sha256(expected):
                             raise SourceError(f"{path}: computed on another {dataset} test set than the store's labels")
                         seeds = stored.seeds
                 except (SourceError, store.StoreError, OSError, KeyError, ValueError) as exc:

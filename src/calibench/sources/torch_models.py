@@ -295,7 +295,6 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                     logits, ood = module_logits(net, data, classes, batch_size)
                 except Exception as exc:  # the user's code: any exception is this model's failure
                     reason = f"model {name!r} ({origin[index]}) on {dataset}: {type(exc).__name__}: {exc}"
-                    log.warning("%s", reason)
                     yield index, dataset, {"seed": None, "source": origin[index], "reason": reason}
                     continue
                 finally:

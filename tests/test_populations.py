@@ -1,0 +1,356 @@
+"""Populations beyond NATS-Bench (issue 12): a directory of logits and a list of torch models go
+through the same store, measurements, tables, analysis, report and queries as NATS-Bench.
+
+The logits population has known miscalibration: one calibrated model's logits scaled by
+known temperatures, so the fitted temperatures and the order of ECE are known in advance.
+Bad files sit beside the good ones; each is a failure naming its file, and nothing else is
+lost. The torch population is a few tiny CNNs built here, run on the mini benchmark's
+CIFAR-format data, with a model that raises and one with the wrong number of classes."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+import yaml
+from scipy.stats import kendalltau
+
+from calibench import logits as store
+from calibench import settings as stage
+from calibench.calibration import split_indices
+from calibench.metrics.functional import ece
+from calibench.sources import SourceError
+from calibench.sources import logits_dir, torch_models
+from fixtures import copy_workflow
+
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+TEMPERATURES = {"t050": 0.5, "t100": 1.0, "t150": 1.5, "t250": 2.5, "t400": 4.0, "t600": 6.0}
+FAMILY = {"t050": "a", "t100": "b", "t150": "a", "t250": "b", "t400": "a", "t600": "b"}
+BAD = {  # model -> what its cifar10 file gets wrong (and the words its failure must hold)
+    "nolabels": "no 'labels' array",
+    "short": "rows of logits but",
+    "nanlogits": "non-finite logits",
+    "otherlabels": "labels differ from the dataset's",
+    "ghost": "no such file",
+}
+N = {"cifar10": 2500, "shifted": 1500}
+K = 10
+
+TINY_ZOO = '''
+import torch
+from torch import nn
+
+
+class Tiny(nn.Module):
+    def __init__(self, width, classes=10, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.body = nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+class Broken(Tiny):
+    def forward(self, x):
+        raise RuntimeError("broken on purpose")
+
+
+def build():
+    return {"tiny4": Tiny(4, seed=1), "tiny8": Tiny(8, seed=2), "broken": Broken(4), "seven": Tiny(4, classes=7)}
+
+
+def more():
+    return [("tiny2", Tiny(2, seed=3))]
+'''
+
+
+def _calibrated(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Logits and labels drawn from their own softmax: calibrated by construction."""
+    z = rng.normal(0.0, 2.0, size=(n, K))
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    y = (p.cumsum(1) > rng.random((n, 1))).argmax(1)
+    return z, y
+
+
+def write_logits_population(root: Path) -> dict:
+    """The README's npz layout: models.csv and one npz per (dataset, model); returns the base logits."""
+    rng = np.random.default_rng(0)
+    base = {}
+    for dataset, n in N.items():
+        z, y = _calibrated(rng, n)
+        base[dataset] = (z, y)
+        (root / dataset).mkdir(parents=True, exist_ok=True)
+        for name, t in TEMPERATURES.items():
+            np.savez(root / dataset / f"{name}.npz", logits=(z * t).astype(np.float32), labels=y)
+        for name in BAD:
+            if name != "ghost":
+                np.savez(root / dataset / f"{name}.npz", logits=(z * 2).astype(np.float32), labels=y)
+    z, y = base["cifar10"]
+    bad = root / "cifar10"
+    np.savez(bad / "nolabels.npz", logits=z.astype(np.float32))
+    np.savez(bad / "short.npz", logits=z.astype(np.float32), labels=y[:-1])
+    nan = z.astype(np.float32).copy()
+    nan[7, 3] = np.nan
+    np.savez(bad / "nanlogits.npz", logits=nan, labels=y)
+    np.savez(bad / "otherlabels.npz", logits=z.astype(np.float32), labels=(y + 1) % K)
+    rows = ["model,family,loss,params"]
+    for i, name in enumerate([*TEMPERATURES, *BAD]):
+        rows.append(f"{name},{FAMILY.get(name, 'c')},{'ce' if TEMPERATURES.get(name, 9) < 2 else 'focal'},{1000 * (i + 1)}")
+    (root / "models.csv").write_text("\n".join(rows) + "\n")
+    return base
+
+
+CONFIG = {
+    "spaces": [],
+    "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 1, "n_sss": 1, "n_test": 60, "n_train": 20,
+                  "seed": 0},
+    "populations": {
+        "zoo": {"source": "logits", "path": "zoo", "group_by": ["family"], "chunk_size": 4},
+        "tiny": {"source": "torch", "models": ["tinyzoo:build", "tinyzoo:more"], "python_path": ["code"],
+                 "datasets": ["cifar10"], "chunk_size": 3},
+    },
+    "bins": [5, 15, 50],
+    "stages": ["pre", "post", "vs", "iso"],
+    "analysis": {"hcs_betas": [1], "top_k": [3], "top_n": 3, "bootstrap": {"resamples": 0}},
+}
+
+
+def _snakemake(workdir: Path, *args, check=True):
+    proc = subprocess.run(SNAKEMAKE + ["--configfile", "tiny.yaml", "--cores", "2", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=900)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("populations"), CONFIG)
+    base = write_logits_population(workdir / "zoo")
+    (workdir / "code").mkdir()
+    (workdir / "code" / "tinyzoo.py").write_text(TINY_ZOO)
+    proc = _snakemake(workdir, check=False)  # --keep-going (profile): the bad models fail, the rest finish
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return workdir, base
+
+
+# ---------------------------------------------------------------- the logits population
+
+def test_logits_tables_hold_the_good_models_with_their_metadata(run):
+    workdir, _ = run
+    for dataset in N:
+        table = pd.read_parquet(workdir / f"results/tables/zoo_{dataset}.parquet")
+        good = set(TEMPERATURES) if dataset == "cifar10" else set(TEMPERATURES) | set(BAD) - {"ghost"}
+        assert set(table["arch_str"]) == good, dataset
+        assert list(table.columns[:9]) == ["space", "hp", "dataset", "arch_index", "measured_by", "seed", "family",
+                                           "loss", "arch_str"]
+        assert (table["space"] == "zoo").all() and (table["hp"] == "").all()
+        row = table.set_index("arch_str").loc["t250"]
+        assert row["family"] == "b" and row["loss"] == "focal" and row["params"] == 4000.0
+
+
+def test_each_bad_file_is_a_failure_naming_it_and_the_others_go_on(run):
+    workdir, _ = run
+    failures = pd.read_parquet(workdir / "results/failures/zoo_cifar10.parquet")
+    names = json.loads((workdir / "results/population/zoo.json").read_text())["arch_strs"]
+    by_model = {names[i]: r for i, r in zip(failures["arch_index"], failures["reason"])}
+    assert set(by_model) == set(BAD)
+    for name, words in BAD.items():
+        assert words in by_model[name], (name, by_model[name])
+        assert f"cifar10/{name}.npz" in by_model[name]
+    assert pd.read_parquet(workdir / "results/failures/zoo_shifted.parquet").query("stage == 'inference'")[
+        "arch_index"].map(lambda i: names[i]).tolist() == ["ghost"]
+
+
+def test_fitted_temperatures_and_ece_order_are_the_known_ones(run):
+    workdir, _ = run
+    table = pd.read_parquet(workdir / "results/tables/zoo_cifar10.parquet").set_index("arch_str")
+    fitted = table.loc[list(TEMPERATURES), "temperature"]
+    ratio = fitted / pd.Series(TEMPERATURES)
+    # logits z * t: the fitted temperature is t times the base logits' own (the fit's tolerance)
+    np.testing.assert_allclose(ratio, ratio.iloc[0], rtol=1e-4)
+    assert 0.85 < ratio.iloc[0] < 1.15  # the base logits are calibrated: their own temperature is near 1
+    # After temperature scaling every model has the same logits: the same ECE.
+    post = table.loc[list(TEMPERATURES), "post_ece_15"]
+    np.testing.assert_allclose(post, post.iloc[0], rtol=1e-6, atol=1e-9)
+    pre = table.loc[list(TEMPERATURES), "pre_ece_15"]
+    assert pre.idxmin() == "t100"
+    over = ["t100", "t150", "t250", "t400", "t600"]  # overconfident, more so with t
+    assert pre.loc[over].is_monotonic_increasing and pre.loc[over].diff().iloc[1:].gt(0.01).all()
+
+
+def test_table_metrics_equal_a_direct_computation_on_the_files(run):
+    workdir, base = run
+    table = pd.read_parquet(workdir / "results/tables/zoo_cifar10.parquet").set_index("arch_str")
+    _, test_idx = split_indices(N["cifar10"], 0.2, 42)  # the config's temperature split
+    for name, t in TEMPERATURES.items():
+        with np.load(workdir / "zoo" / "cifar10" / f"{name}.npz") as f:
+            z, y = f["logits"], f["labels"]
+        probs = torch.softmax(torch.from_numpy(z).double(), dim=1).numpy()
+        for b in (5, 15, 50):
+            assert table.loc[name, f"pre_ece_{b}"] == pytest.approx(ece(probs[test_idx], y[test_idx], b), abs=1e-9)
+        assert table.loc[name, "accuracy"] == pytest.approx((z.argmax(1) == y).mean(), abs=1e-12)
+        stored = store.read_network_logits(store.logits_path(workdir / "results", "zoo", "", "cifar10",
+                                                             list(TEMPERATURES).index(name)))
+        np.testing.assert_array_equal(stored.seeds[0].sets["test"], z)  # the store holds the file's logits
+
+
+def test_kendall_matrices_of_the_population_equal_scipy(run):
+    workdir, _ = run
+    kendall = pd.read_parquet(workdir / "results/analysis/kendall.parquet")
+    k = kendall[(kendall["space"] == "zoo") & (kendall["figure"] == "datasets") & (kendall["metric"] == "pre_ece_15")
+                & (kendall["population"] == "all") & (kendall["row"] == "cifar10") & (kendall["col"] == "shifted")]
+    assert len(k) == 1
+    a = pd.read_parquet(workdir / "results/tables/zoo_cifar10.parquet").set_index("arch_index")["pre_ece_15"]
+    b = pd.read_parquet(workdir / "results/tables/zoo_shifted.parquet").set_index("arch_index")["pre_ece_15"]
+    both = pd.concat([a, b], axis=1, join="inner")
+    assert k["n"].iloc[0] == len(both) == len(TEMPERATURES)
+    assert k["tau"].iloc[0] == pytest.approx(kendalltau(both.iloc[:, 0], both.iloc[:, 1]).statistic, abs=1e-12)
+
+
+def test_groups_by_metadata_and_the_report(run):
+    workdir, _ = run
+    groups = pd.read_csv(workdir / "results/analysis/groups.csv")
+    part = groups[(groups["dataset"] == "cifar10") & (groups["stage"] == "pre")].set_index("group")
+    table = pd.read_parquet(workdir / "results/tables/zoo_cifar10.parquet")
+    for family, rows in table.groupby("family"):
+        assert part.loc[family, "n"] == len(rows)
+        assert part.loc[family, "ece_median"] == pytest.approx(rows["pre_ece_15"].median(), abs=1e-12)
+    report = (workdir / "results/report.html").read_text()
+    assert "Populations beyond NATS-Bench" in report and "zoo, by family" in report
+    assert "groups_family_zoo.png" in report
+    assert "not NATS-Bench results" not in report  # no NATS space ran: no mini-benchmark label on these figures
+
+
+def test_duckdb_views_carry_the_metadata(run):
+    workdir, _ = run
+    from calibench.query import connect
+
+    con = connect(workdir / "results")
+    rows = dict(con.execute("SELECT family, count(*) FROM networks WHERE space = 'zoo' AND dataset = 'cifar10' "
+                            "GROUP BY family").fetchall())
+    assert rows == {"a": 3, "b": 3}
+
+
+# ---------------------------------------------------------------- the torch population
+
+def test_torch_logits_equal_running_the_models_directly(run):
+    workdir, _ = run
+    sys.path.insert(0, str(workdir / "code"))
+    try:
+        import tinyzoo
+    finally:
+        sys.path.remove(str(workdir / "code"))
+    from calibench.inference import load_eval_data
+
+    data = load_eval_data("cifar10", workdir / "resources/minibench/datasets", ood=())
+    models = {**tinyzoo.build(), **dict(tinyzoo.more())}
+    table = pd.read_parquet(workdir / "results/tables/tiny_cifar10.parquet").set_index("arch_str")
+    assert set(table.index) == {"tiny4", "tiny8", "tiny2"}
+    names = json.loads((workdir / "results/population/tiny.json").read_text())["arch_strs"]
+    assert names == ["tiny4", "tiny8", "broken", "seven", "tiny2"]
+    for name in table.index:
+        with torch.inference_mode():
+            direct = models[name].eval()(data.images).float()
+        stored = store.read_network_logits(store.logits_path(workdir / "results", "tiny", "", "cifar10",
+                                                             names.index(name)))
+        np.testing.assert_allclose(stored.seeds[0].sets["test"], direct.numpy(), rtol=1e-5, atol=1e-6)
+        acc = (direct.argmax(1) == data.labels).double().mean().item()
+        assert table.loc[name, "accuracy"] == pytest.approx(acc, abs=1e-12)
+        assert table.loc[name, "params"] == sum(p.numel() for p in models[name].parameters())
+        assert table.loc[name, "callable"] == ("tinyzoo:more" if name == "tiny2" else "tinyzoo:build")
+
+
+def test_torch_failures_name_the_model_and_the_reason(run):
+    workdir, _ = run
+    failures = pd.read_parquet(workdir / "results/failures/tiny_cifar10.parquet")
+    reasons = sorted(failures["reason"])
+    assert len(reasons) == 2
+    assert "model 'broken'" in reasons[0] and "broken on purpose" in reasons[0]
+    assert "model 'seven'" in reasons[1] and "the output has 7 classes, cifar10 has 10" in reasons[1]
+
+
+def test_a_finished_run_has_nothing_left_to_do(run):
+    workdir, _ = run
+    proc = _snakemake(workdir, "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
+
+
+# ---------------------------------------------------------------- bad input, one at a time
+
+def test_npz_problems_are_errors_naming_the_file(tmp_path):
+    z = np.zeros((5, 3), np.float32)
+    cases = {
+        "nolabels": ({"logits": z}, "no 'labels' array"),
+        "short": ({"logits": z, "labels": np.zeros(4, int)}, "5 rows of logits but 4 labels"),
+        "nan": ({"logits": np.where(np.eye(5, 3) > 0, np.nan, z).astype(np.float32), "labels": np.zeros(5, int)},
+                "non-finite logits in 3 of 5 rows"),
+        "range": ({"logits": z, "labels": np.array([0, 1, 2, 3, 0])}, "labels outside [0, 3)"),
+        "ood": ({"logits": z, "labels": np.zeros(5, int), "ood_noise": np.zeros((4, 2), np.float32)}, "'ood_noise'"),
+        "ints": ({"logits": z.astype(int), "labels": np.zeros(5, int)}, "float32 or float64"),
+    }
+    for name, (arrays, words) in cases.items():
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, **arrays)
+        with pytest.raises(SourceError, match=re.escape(words)) as err:
+            logits_dir.read_npz(path)
+        assert str(path) in str(err.value)
+    with pytest.raises(SourceError, match="no such file"):
+        logits_dir.read_npz(tmp_path / "absent.npz")
+    ok = tmp_path / "ok.npz"
+    np.savez(ok, logits=z.astype(np.float64), labels=np.zeros(5, np.int16), ood_noise=np.ones((4, 3)))
+    logits, labels, ood = logits_dir.read_npz(ok)
+    assert logits.dtype == np.float64 and labels.dtype == np.int64 and ood["noise"].shape == (4, 3)
+
+
+def test_models_csv_problems_are_errors_naming_the_file_and_column(tmp_path):
+    path = tmp_path / "models.csv"
+    for text, words in [("name,family\na,x\n", "no 'model' column"), ("model\na\nb\na\n", "listed twice: a"),
+                        ("model,accuracy\na,0.5\n", "accuracy would shadow"),
+                        ("model,pre_ece_15\na,0.5\n", "pre_ece_15 would shadow"),
+                        ("model\na/b\n", "not file names"), ("model,params\na,many\n", "'params' must be numeric")]:
+        path.write_text(text)
+        with pytest.raises(SourceError, match=words) as err:
+            logits_dir.read_models_csv(path)
+        assert str(path) in str(err.value)
+
+
+def test_a_callable_that_cannot_be_imported_names_the_key_and_the_callable(tmp_path):
+    with pytest.raises(SourceError, match=r"models\[0\]: cannot import 'no_such_module_x' for 'no_such_module_x:build'"):
+        torch_models.load_models({"models": [{"callable": "no_such_module_x:build"}], "python_path": []})
+    (tmp_path / "zoo_mod.py").write_text("def build():\n    return 3\n")
+    with pytest.raises(SourceError, match="models.0.: module 'zoo_mod' has no 'absent'"):
+        torch_models.load_models({"models": [{"callable": "zoo_mod:absent"}], "python_path": [str(tmp_path)]})
+    with pytest.raises(SourceError, match="zoo_mod:build: returned int"):
+        torch_models.load_models({"models": [{"callable": "zoo_mod:build"}], "python_path": [str(tmp_path)]})
+
+
+def test_the_population_job_stops_on_an_unimportable_callable_naming_it(tmp_path):
+    settings = {"source": "torch", "models": [{"callable": "no_such_module_y:build", "module_sha256": None}],
+                "python_path": [], "chunk_size": 2}
+    proc = subprocess.run([sys.executable, "-m", "calibench.cli", "population", "--settings", json.dumps(settings),
+                           "--space", "mine", "--out", str(tmp_path / "mine.json")], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "cannot import 'no_such_module_y' for 'no_such_module_y:build'" in proc.stderr
+    assert not (tmp_path / "mine.json").exists()
+
+
+def test_population_names_and_targets():
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config/config.yaml").read_text())
+    assert stage.targets(config) == {"tss_200": ("tss", "200"), "sss_90": ("sss", "90")}
+    config["populations"] = {"zoo": {"source": "logits", "path": ".", "datasets": ["cifar10"]}}
+    assert stage.targets(config)["zoo"] == ("zoo", "")
+    for target, pair in stage.targets(config).items():
+        assert stage.split_target(target) == pair
+    for bad in ("my_zoo", "tss", "1zoo"):
+        config["populations"] = {bad: {"source": "logits", "path": ".", "datasets": ["cifar10"]}}
+        with pytest.raises(ValueError, match=f"populations.{bad}"):
+            stage.targets(config)
