@@ -9,6 +9,7 @@ CIFAR-format data, with a model that raises and one with the wrong number of cla
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -240,6 +241,26 @@ def test_duckdb_views_carry_the_metadata(run):
     assert rows == {"a": 3, "b": 3}
 
 
+def test_a_logits_store_is_a_population_too_and_a_second_import_reads_nothing(run, tmp_path):
+    from calibench.sources import infer_chunk, write_labels, write_population
+
+    workdir, _ = run
+    settings = {"source": "logits", "path": str(workdir / "results"), "space": "zoo", "datasets": ["cifar10"]}
+    results = tmp_path / "results"
+    doc = write_population({**settings, "chunk_size": 4}, "again", results / "population" / "again.json")
+    assert doc["layout"] == "store" and doc["arch_strs"] == list(TEMPERATURES)
+    write_labels(settings, "cifar10", store.labels_path(results, "cifar10", space="again"), space="again")
+    runs = [infer_chunk({**settings, "inference_version": stage.INFERENCE_VERSION}, {}, "again", "", chunk, results,
+                        tmp_path / f"manifest{chunk}.json", progress=False) for chunk in (0, 1) for _ in range(2)]
+    assert [(r["computed"], r["skipped"], len(r["failures"])) for r in runs] == [(4, 0, 0), (0, 4, 0), (2, 0, 0),
+                                                                                   (0, 2, 0)]
+    for i in range(len(TEMPERATURES)):
+        mine = store.read_network_logits(store.logits_path(results, "again", "", "cifar10", i))
+        theirs = store.read_network_logits(store.logits_path(workdir / "results", "zoo", "", "cifar10", i))
+        np.testing.assert_array_equal(mine.seeds[0].sets["test"], theirs.seeds[0].sets["test"])
+        assert mine.meta["arch_str"] == theirs.meta["arch_str"] and mine.meta["space"] == "again"
+
+
 # ---------------------------------------------------------------- the torch population
 
 def test_torch_logits_equal_running_the_models_directly(run):
@@ -354,3 +375,23 @@ def test_population_names_and_targets():
         config["populations"] = {bad: {"source": "logits", "path": ".", "datasets": ["cifar10"]}}
         with pytest.raises(ValueError, match=f"populations.{bad}"):
             stage.targets(config)
+
+
+def test_a_changed_file_is_measured_again_and_only_its_model_changes(run, tmp_path):
+    workdir = tmp_path / "copy"
+    shutil.copytree(run[0], workdir, symlinks=True)
+    before = pd.read_parquet(workdir / "results/tables/zoo_cifar10.parquet").set_index("arch_str")
+    path = workdir / "zoo" / "cifar10" / "t600.npz"
+    with np.load(path) as f:
+        z, y = f["logits"], f["labels"]
+    np.savez(path, logits=(z / 3).astype(np.float32), labels=y)  # now t = 2
+    _snakemake(workdir)
+    after = pd.read_parquet(workdir / "results/tables/zoo_cifar10.parquet").set_index("arch_str")
+    assert after.loc["t600", "temperature"] == pytest.approx(before.loc["t600", "temperature"] / 3, rel=1e-4)
+    others = [n for n in TEMPERATURES if n != "t600"]
+    pd.testing.assert_frame_equal(after.loc[others, ["temperature", "pre_ece_15", "vs_ece_15"]],
+                                  before.loc[others, ["temperature", "pre_ece_15", "vs_ece_15"]])
+    log = (workdir / "results/logs/infer/zoo_chunk00001.log").read_text()
+    # chunk 1 = t400, t600, nolabels, short: only t600's cifar10 file changed; the two bad files
+    # (never stored) are read again and fail again
+    assert "5 logits files already stored (skipped), 3 to compute" in log

@@ -155,6 +155,12 @@ def infer_runtime(wildcards):
 INFER_GPUS = 0 if config["device"] == "cpu" else 1
 
 
+def infer_gpus(wildcards):
+    """A logits population imports files: its jobs need no GPU."""
+    spec = POPULATIONS.get(space_of(wildcards)) or {}
+    return 0 if spec.get("source") == "logits" else INFER_GPUS
+
+
 def odir_manifests(wildcards):
     """Inference manifests of the chunks that hold the search's seeded sample of networks."""
     population = checkpoints.population.get(space=space_of(wildcards)).output[0]

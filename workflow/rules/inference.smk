@@ -52,7 +52,7 @@ rule infer:
         f"{RESULTS}/benchmarks/infer/{{target}}_chunk{{chunk}}.tsv"
     resources:
         runtime=infer_runtime,
-        gpu=INFER_GPUS,
+        gpu=infer_gpus,
     params:
         settings=lambda wildcards: stage_json(stage.inference_settings(config, space_of(wildcards))),
         results=results_of(3),
