@@ -69,6 +69,12 @@ def build():
 
 def more():
     return [("tiny2", Tiny(2, seed=3))]
+
+
+def own_data():
+    g = torch.Generator().manual_seed(5)
+    images = torch.randint(0, 256, (50, 3, 16, 16), dtype=torch.uint8, generator=g)
+    return images.numpy(), (torch.arange(50) % 10).numpy()
 '''
 
 
@@ -89,8 +95,10 @@ def write_logits_population(root: Path) -> dict:
         z, y = _calibrated(rng, n)
         base[dataset] = (z, y)
         (root / dataset).mkdir(parents=True, exist_ok=True)
+        noise = rng.normal(0.0, 1.0, size=(300, K))  # an OoD set for the "shifted" files of the good models
         for name, t in TEMPERATURES.items():
-            np.savez(root / dataset / f"{name}.npz", logits=(z * t).astype(np.float32), labels=y)
+            ood = {"ood_noise": (noise * t).astype(np.float32)} if dataset == "shifted" else {}
+            np.savez(root / dataset / f"{name}.npz", logits=(z * t).astype(np.float32), labels=y, **ood)
         for name in BAD:
             if name != "ghost":
                 np.savez(root / dataset / f"{name}.npz", logits=(z * 2).astype(np.float32), labels=y)
@@ -116,7 +124,7 @@ CONFIG = {
     "populations": {
         "zoo": {"source": "logits", "path": "zoo", "group_by": ["family"], "chunk_size": 4},
         "tiny": {"source": "torch", "models": ["tinyzoo:build", "tinyzoo:more"], "python_path": ["code"],
-                 "datasets": ["cifar10"], "chunk_size": 3},
+                 "datasets": ["cifar10"], "data": {"own": "tinyzoo:own_data"}, "chunk_size": 3},
     },
     "bins": [5, 15, 50],
     "stages": ["pre", "post", "vs", "iso"],
@@ -202,6 +210,10 @@ def test_table_metrics_equal_a_direct_computation_on_the_files(run):
         stored = store.read_network_logits(store.logits_path(workdir / "results", "zoo", "", "cifar10",
                                                              list(TEMPERATURES).index(name)))
         np.testing.assert_array_equal(stored.seeds[0].sets["test"], z)  # the store holds the file's logits
+    shifted = pd.read_parquet(workdir / "results/tables/zoo_shifted.parquet").set_index("arch_str")
+    # the good models carry an OoD set, the others none: measured in separate batches, each right
+    assert shifted.loc[list(TEMPERATURES), "pre_ood_auroc_noise"].notna().all()
+    assert shifted.loc[["nolabels", "short"], "pre_ood_auroc_noise"].isna().all()
 
 
 def test_kendall_matrices_of_the_population_equal_scipy(run):
@@ -288,6 +300,27 @@ def test_torch_logits_equal_running_the_models_directly(run):
         assert table.loc[name, "accuracy"] == pytest.approx(acc, abs=1e-12)
         assert table.loc[name, "params"] == sum(p.numel() for p in models[name].parameters())
         assert table.loc[name, "callable"] == ("tinyzoo:more" if name == "tiny2" else "tinyzoo:build")
+
+
+def test_torch_models_on_own_data_scaled_to_unit_range(run):
+    workdir, _ = run
+    sys.path.insert(0, str(workdir / "code"))
+    try:
+        import tinyzoo
+    finally:
+        sys.path.remove(str(workdir / "code"))
+    images, labels = tinyzoo.own_data()
+    x = torch.from_numpy(images).float() / 255.0  # uint8 own data without a transform: [0, 1]
+    models = {**tinyzoo.build(), **dict(tinyzoo.more())}
+    table = pd.read_parquet(workdir / "results/tables/tiny_own.parquet").set_index("arch_str")
+    assert set(table.index) == {"tiny4", "tiny8", "tiny2"} and (table["n_eval"] == 50).all()
+    for name in table.index:
+        with torch.inference_mode():
+            direct = models[name].eval()(x)
+        acc = (direct.argmax(1) == torch.from_numpy(labels)).double().mean().item()
+        assert table.loc[name, "accuracy"] == pytest.approx(acc, abs=1e-12)
+    reasons = pd.read_parquet(workdir / "results/failures/tiny_own.parquet")["reason"]
+    assert sorted(r.split(":")[0] for r in reasons) == ["model 'broken' (tinyzoo", "model 'seven' (tinyzoo"]
 
 
 def test_torch_failures_name_the_model_and_the_reason(run):
