@@ -275,13 +275,19 @@ def test_a_logits_store_is_a_population_too_and_a_second_import_reads_nothing(ru
 
 # ---------------------------------------------------------------- the torch population
 
+def _tinyzoo(workdir: Path):
+    """The test's model module, imported as the workflow did (from the run's python_path)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tinyzoo", workdir / "code" / "tinyzoo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_torch_logits_equal_running_the_models_directly(run):
     workdir, _ = run
-    sys.path.insert(0, str(workdir / "code"))
-    try:
-        import tinyzoo
-    finally:
-        sys.path.remove(str(workdir / "code"))
+    tinyzoo = _tinyzoo(workdir)
     from calibench.inference import load_eval_data
 
     data = load_eval_data("cifar10", workdir / "resources/minibench/datasets", ood=())
@@ -304,11 +310,7 @@ def test_torch_logits_equal_running_the_models_directly(run):
 
 def test_torch_models_on_own_data_scaled_to_unit_range(run):
     workdir, _ = run
-    sys.path.insert(0, str(workdir / "code"))
-    try:
-        import tinyzoo
-    finally:
-        sys.path.remove(str(workdir / "code"))
+    tinyzoo = _tinyzoo(workdir)
     images, labels = tinyzoo.own_data()
     x = torch.from_numpy(images).float() / 255.0  # uint8 own data without a transform: [0, 1]
     models = {**tinyzoo.build(), **dict(tinyzoo.more())}
