@@ -430,3 +430,20 @@ def test_a_changed_file_is_measured_again_and_only_its_model_changes(run, tmp_pa
     # chunk 1 = t400, t600, nolabels, short: only t600's cifar10 file changed; the two bad files
     # (never stored) are read again and fail again
     assert "5 logits files already stored (skipped), 3 to compute" in log
+
+
+def test_rerun_one_population_and_dataset_touches_nothing_else(run, tmp_path):
+    workdir = tmp_path / "copy"
+    shutil.copytree(run[0], workdir, symlinks=True)
+    tables = workdir / "results/tables"
+    before = {p.name: p.stat().st_mtime_ns for p in tables.glob("*.parquet")}
+    (tables / "tiny_own.parquet").unlink()
+    proc = subprocess.run([sys.executable, "-m", "calibench.cli", "run", "--configfile", "tiny.yaml", "--space", "tiny",
+                           "--dataset", "own"], cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    after = {p.name: p.stat().st_mtime_ns for p in tables.glob("*.parquet")}
+    assert set(after) == set(before)
+    assert {n for n in after if after[n] != before[n]} == {"tiny_own.parquet"}
+    bad = subprocess.run([sys.executable, "-m", "calibench.cli", "run", "--configfile", "tiny.yaml", "--space", "nope"],
+                         cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert bad.returncode != 0 and "--space nope: not in this config (spaces and populations: tiny, zoo)" in bad.stderr
