@@ -71,6 +71,10 @@ def more():
     return [("tiny2", Tiny(2, seed=3))]
 
 
+def unit(images):
+    return images.float() / 255.0
+
+
 def own_data():
     g = torch.Generator().manual_seed(5)
     images = torch.randint(0, 256, (50, 3, 16, 16), dtype=torch.uint8, generator=g)
@@ -125,6 +129,8 @@ CONFIG = {
         "zoo": {"source": "logits", "path": "zoo", "group_by": ["family"], "chunk_size": 4},
         "tiny": {"source": "torch", "models": ["tinyzoo:build", "tinyzoo:more"], "python_path": ["code"],
                  "datasets": ["cifar10"], "data": {"own": "tinyzoo:own_data"}, "chunk_size": 3},
+        "raw": {"source": "torch", "models": "tinyzoo:more", "python_path": ["code"], "transform": "tinyzoo:unit",
+                "datasets": ["cifar10"]},
     },
     "bins": [5, 15, 50],
     "stages": ["pre", "post", "vs", "iso"],
@@ -308,6 +314,21 @@ def test_torch_logits_equal_running_the_models_directly(run):
         assert table.loc[name, "callable"] == ("tinyzoo:more" if name == "tiny2" else "tinyzoo:build")
 
 
+def test_a_transform_replaces_the_standard_normalisation_for_the_test_and_ood_sets(run):
+    workdir, _ = run
+    tinyzoo = _tinyzoo(workdir)
+    from calibench.data import gaussian_noise, load_eval_set
+
+    raw = load_eval_set("cifar10", workdir / "resources/minibench/datasets")
+    model = dict(tinyzoo.more())["tiny2"].eval()
+    stored = store.read_network_logits(store.logits_path(workdir / "results", "raw", "", "cifar10", 0)).seeds[0]
+    with torch.inference_mode():
+        direct = model(torch.from_numpy(raw.images).float() / 255.0)
+        noisy = model(torch.from_numpy(gaussian_noise(raw.images, severity=5, seed=0)).float() / 255.0)
+    np.testing.assert_allclose(stored.sets["test"], direct.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stored.sets["ood_gaussian_noise"], noisy.numpy(), rtol=1e-5, atol=1e-6)
+
+
 def test_torch_models_on_own_data_scaled_to_unit_range(run):
     workdir, _ = run
     tinyzoo = _tinyzoo(workdir)
@@ -446,4 +467,4 @@ def test_rerun_one_population_and_dataset_touches_nothing_else(run, tmp_path):
     assert {n for n in after if after[n] != before[n]} == {"tiny_own.parquet"}
     bad = subprocess.run([sys.executable, "-m", "calibench.cli", "run", "--configfile", "tiny.yaml", "--space", "nope"],
                          cwd=workdir, capture_output=True, text=True, timeout=600)
-    assert bad.returncode != 0 and "--space nope: not in this config (spaces and populations: tiny, zoo)" in bad.stderr
+    assert bad.returncode != 0 and "--space nope: not in this config (spaces and populations: raw, tiny, zoo)" in bad.stderr

@@ -434,6 +434,7 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
                         m = cross(part, pre_cols, cols, finding=q4_finding)
                         out.append(m.assign(figure="pre_post", metric="ece", space=space, hp=hp, dataset=dataset,
                                             population=population, stage=stage))
+    out = [m for m in out if not m.empty]  # e.g. a population of one network: no pair (an empty block is untyped)
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
 
 

@@ -1,14 +1,17 @@
-"""The workflow's jobs, each a function the Snakemake rules call through the CLI.
+"""The workflow's jobs that every population source shares, each a function the Snakemake
+rules call through the CLI.
 
-* :func:`write_population`: the architectures to evaluate and their chunks (from the meta).
-* :func:`write_labels_job`: one evaluation set's labels into the logits store.
-* :func:`infer_chunk_job`: one chunk of one (space, hp): each archive file read once, every
-  configured dataset and seed run, logits into the store; valid logits are skipped.
+* :func:`store_chunk_logits`: the inference job's frame: which (member, dataset) logits are
+  missing or stale, a source's producer for those (:mod:`calibench.sources`: NATS-Bench's
+  archives, a logits directory, torch models), the store, the manifest, failures recorded.
+* :func:`odir_search_job`: the ms/dir lambda, mu of one (space, hp, dataset) from the store.
 * :func:`measure_chunk_job`: one chunk of one (space, hp, dataset): stored logits ->
-  temperature fit -> metrics -> one shard per network; valid shards are skipped. Never
-  opens an archive.
+  every post-hoc stage -> metrics -> one shard per network; valid shards are skipped.
+  Never opens an archive or runs a model.
 
-Tables are built from the shards by :mod:`calibench.tables`.
+A population's members (:func:`calibench.sources.write_population`) and labels
+(:func:`calibench.sources.write_labels`) come from its source. Tables are built from the
+shards by :mod:`calibench.tables`.
 
 Every output carries a key made from exactly what changes it (:mod:`calibench.settings`):
 a logits file its logits key, a shard the measurement settings plus its logits' key. A
@@ -41,11 +44,6 @@ log = logging.getLogger(__name__)
 def write_json_atomic(obj, path: str | Path) -> Path:
     payload = json.dumps(obj, indent=1).encode()
     return atomic_write(path, lambda f: f.write(payload))
-
-
-def _seeds(settings: Mapping):
-    seeds = settings.get("seeds", "first")
-    return None if seeds == "first" else [int(s) for s in seeds]
 
 
 def _log_slurm() -> None:
