@@ -87,7 +87,7 @@ def group_summary(df: pd.DataFrame, group_by: str, bins: Sequence[int]) -> pd.Da
             samples = [s.dropna().to_numpy() for _, s in part.groupby(group_by)[col]]
             samples = [s for s in samples if len(s) >= 2]
             p = np.nan
-            if len(samples) >= 2 and np.ptp(np.concatenate(samples)) > 0:  # all equal: no test
+            if len(samples) >= 2 and np.ptp(np.concatenate(samples)) > 1e-12:  # all equal (to rounding): no test
                 p = float(kruskal(*samples).pvalue)
             tests[key] = p
         stats["p_groups"] = [tests[k] for k in zip(stats["space"], stats["hp"], stats["dataset"])]
