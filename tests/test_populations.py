@@ -265,6 +265,9 @@ def test_a_logits_store_is_a_population_too_and_a_second_import_reads_nothing(ru
     workdir, _ = run
     settings = {"source": "logits", "path": str(workdir / "results"), "space": "zoo", "datasets": ["cifar10"]}
     results = tmp_path / "results"
+    for space, datasets in (("zoo", ["cifar10", "shifted"]), ("tiny", ["cifar10", "own"])):
+        config = {"populations": {"again": {"source": "logits", "path": str(workdir / "results"), "space": space}}}
+        assert stage.population_datasets(config, "again") == datasets  # found in the store, per tree
     doc = write_population({**settings, "chunk_size": 4}, "again", results / "population" / "again.json")
     assert doc["layout"] == "store" and doc["arch_strs"] == list(TEMPERATURES)
     write_labels(settings, "cifar10", store.labels_path(results, "cifar10", space="again"), space="again")

@@ -105,9 +105,13 @@ def population_datasets(config: Mapping, space: str) -> list[str]:
     root = Path(spec["path"])
     if not root.is_dir():
         raise ValueError(f"populations.{space}.path: {root} is not a directory")
-    store = list(root.glob("space=*/hp=*/dataset=*")) + list(root.glob("space=*/dataset=*"))
-    if store and not (root / "models.csv").is_file():
-        return sorted({p.name.split("=", 1)[1] for p in store})
+    if not (root / "models.csv").is_file():  # a logits store, or a results directory holding one
+        tree = f"space={spec['space']}" if spec.get("space") else "space=*"
+        hp = f"hp={spec['hp']}" if spec.get("hp") else "hp=*"
+        store = [p for base in (root, root / "logits")
+                 for p in [*base.glob(f"{tree}/{hp}/dataset=*"), *base.glob(f"{tree}/dataset=*")]]
+        if store:
+            return sorted({p.name.split("=", 1)[1] for p in store})
     return sorted(d.name for d in root.iterdir() if d.is_dir() and any(d.glob("*.npz")))
 
 
