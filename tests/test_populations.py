@@ -126,7 +126,7 @@ CONFIG = {
     "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 1, "n_sss": 1, "n_test": 60, "n_train": 20,
                   "seed": 0},
     "populations": {
-        "zoo": {"source": "logits", "path": "zoo", "group_by": ["family"], "chunk_size": 4},
+        "zoo": {"source": "logits", "path": "zoo", "group_by": ["family"], "chunk_size": 6},
         "tiny": {"source": "torch", "models": ["tinyzoo:build", "tinyzoo:more"], "python_path": ["code"],
                  "datasets": ["cifar10"], "data": {"own": "tinyzoo:own_data"}, "chunk_size": 3},
         "raw": {"source": "torch", "models": "tinyzoo:more", "python_path": ["code"], "transform": "tinyzoo:unit",
@@ -134,7 +134,7 @@ CONFIG = {
     },
     "bins": [5, 15, 50],
     "stages": ["pre", "post", "vs", "iso"],
-    "analysis": {"hcs_betas": [1], "top_k": [3], "top_n": 3, "bootstrap": {"resamples": 0}},
+    "analysis": {"hcs_betas": [1], "top_k": [], "top_n": 3, "bootstrap": {"resamples": 0}},
 }
 
 
@@ -450,10 +450,9 @@ def test_a_changed_file_is_measured_again_and_only_its_model_changes(run, tmp_pa
     others = [n for n in TEMPERATURES if n != "t600"]
     pd.testing.assert_frame_equal(after.loc[others, ["temperature", "pre_ece_15", "vs_ece_15"]],
                                   before.loc[others, ["temperature", "pre_ece_15", "vs_ece_15"]])
-    log = (workdir / "results/logs/infer/zoo_chunk00001.log").read_text()
-    # chunk 1 = t400, t600, nolabels, short: only t600's cifar10 file changed; the two bad files
-    # (never stored) are read again and fail again
-    assert "5 logits files already stored (skipped), 3 to compute" in log
+    log = (workdir / "results/logs/infer/zoo_chunk00000.log").read_text()
+    # chunk 0 = the six good models: only t600's cifar10 file changed
+    assert "11 logits files already stored (skipped), 1 to compute" in log
 
 
 def test_rerun_one_population_and_dataset_touches_nothing_else(run, tmp_path):

@@ -253,3 +253,28 @@ def test_inference_job_given_a_gpu_without_cuda_fails_clearly(slurm, local_run, 
     assert "but torch sees no CUDA device" in text and "device: cpu" in text, text
     assert "Traceback" not in text, text  # a configuration error, said plainly
     assert not list((cluster / "results" / "logits").rglob("arch=*.parquet"))
+
+
+def test_a_logits_population_runs_on_slurm_and_asks_for_no_gpu(slurm, tmp_path):
+    """A population beyond NATS-Bench goes through the same rules and profile; importing files
+    needs no GPU, so its jobs ask for none even where the config's device is auto."""
+    import numpy as np
+
+    config = {"spaces": [], "minibench": {**TINY["minibench"], "build": False}, "bins": [5, 15],
+              "stages": ["pre", "post"], "device": "auto", "analysis": TINY["analysis"],
+              "populations": {"zoo": {"source": "logits", "path": "zoo", "chunk_size": 2}}}
+    cluster = copy_workflow(tmp_path / "zoo-cluster", config)
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 10, 400)
+    (cluster / "zoo" / "cifar10").mkdir(parents=True)
+    for i in range(3):
+        np.savez(cluster / "zoo" / "cifar10" / f"m{i}.npz", logits=rng.normal(size=(400, 10)).astype(np.float32) * (i + 1),
+                 labels=y)
+    (cluster / "zoo" / "models.csv").write_text("model,family\nm0,a\nm1,a\nm2,b\n")
+    proc = _run(SNAKEMAKE + ["results/tables/zoo_cifar10.parquet"] + SLURM_ARGS + CONFIG, cwd=cluster, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ids = _job_ids(cluster)
+    assert sorted(ids) == ["zoo_chunk00000.log", "zoo_chunk00001.log"]
+    assert all(gpus == "none" for _, gpus in ids.values())
+    table = pd.read_parquet(cluster / "results/tables/zoo_cifar10.parquet")
+    assert table["arch_str"].tolist() == ["m0", "m1", "m2"] and table["family"].tolist() == ["a", "a", "b"]
