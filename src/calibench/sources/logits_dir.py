@@ -219,9 +219,8 @@ def write_labels(settings: Mapping, space: str, dataset: str, out: str | Path) -
     """A dataset's labels: those most of the population's files carry (npz), or the store's."""
     kind, root = layout(settings["path"])
     if kind == "store":
-        source = root / "labels" / f"dataset={dataset}.parquet"
-        if not source.is_file():
-            source = root / "labels" / f"space={settings.get('space', '')}" / f"dataset={dataset}.parquet"
+        own = root / "labels" / f"space={settings.get('space', '')}" / f"dataset={dataset}.parquet"
+        source = own if settings.get("space") and own.is_file() else root / "labels" / f"dataset={dataset}.parquet"
         labels = store.read_labels(source)
         return store.write_labels(out, labels.labels, dataset=dataset, key=labels.meta["key"], source=str(source))
     names = read_models_csv(root / MODELS_CSV)["model"].tolist()
