@@ -176,6 +176,28 @@ def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: M
     return results
 
 
+def _measure_isolating(group: list[StoredNetwork], labels: torch.Tensor, settings: Mapping, space: str, hp: str,
+                       dataset: str, shard_keys: Mapping[int, str], failures: list[dict]):
+    """:func:`_measure_group`, and where the batch raises (logits that cannot be measured, e.g.
+    non-finite values in a damaged store file), each network on its own: one that still raises
+    becomes a failure row naming its file and the reason, and the others are measured."""
+    try:
+        return _measure_group(group, labels, settings, space, hp, dataset, shard_keys)
+    except (ValueError, RuntimeError) as exc:
+        if len({n.index for n in group}) == 1:
+            network = group[0]
+            log.warning("architecture %d: not measured (%s): %s", network.index, network.logits_file, exc)
+            failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": network.index, "seed": None,
+                             "source": network.logits_file, "reason": f"not measurable: {exc}",
+                             "stage": "measurement"})
+            return []
+    out = []
+    for index in dict.fromkeys(n.index for n in group):
+        out += _measure_isolating([n for n in group if n.index == index], labels, settings, space, hp, dataset,
+                                  shard_keys, failures)
+    return out
+
+
 def resolve_odir(settings: Mapping, odir_file: str | Path | None) -> dict:
     """The measurement settings with the ODIR lambda, mu that the config leaves open filled in
     from the search's result (they enter the shard key like any setting)."""
@@ -311,7 +333,8 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
         def flush():
             by_index: dict[int, list] = {}
             reliability: dict[int, dict] = {}
-            for provenance, stages, failed, rel in _measure_group(pending, labels, settings, space, hp, dataset, keys):
+            for provenance, stages, failed, rel in _measure_isolating(pending, labels, settings, space, hp, dataset,
+                                                                      keys, failures):
                 by_index.setdefault(provenance["arch_index"], []).append(shards.shard_table(provenance, stages))
                 reliability.setdefault(provenance["arch_index"], {})[provenance["seed"]] = rel
                 for stage, reason in failed.items():  # the network keeps its shard; this stage is NaN

@@ -1,0 +1,97 @@
+"""Faults survived (issue 13): bad numbers in the logits store never crash a measurement chunk;
+each has its documented outcome (a failure row naming the file, a NaN stage with its reason,
+or a valid number)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from calibench import logits as store
+from calibench import settings as stage
+from calibench import shards
+from calibench.calibration import split_indices
+from calibench.pipeline import measure_chunk_job
+
+ROOT = Path(__file__).resolve().parents[1]
+N, K = 500, 10
+
+
+def _write(results: Path, index: int, z: np.ndarray, labels: np.ndarray) -> str:
+    fields = {"test": "faults", "index": index}
+    key = store.digest(fields)
+    store.write_network_logits(store.logits_path(results, "zoo", "", "cifar10", index), key=key, fields=fields,
+                               space="zoo", hp="", dataset="cifar10", index=index, arch_str=f"m{index}",
+                               labels=labels, seeds=[store.SeedLogits(0, np.nan, np.nan, np.nan, "test",
+                                                                      {"test": z.astype(np.float32)})])
+    return key
+
+
+@pytest.fixture
+def measured(tmp_path):
+    """One chunk of six networks, three of them with bad numbers, measured in one batch."""
+    rng = np.random.default_rng(0)
+    _, test = split_indices(N, 0.2, 42)
+    labels = rng.integers(0, K - 1, N)
+    labels[test[:40]] = K - 1  # class 9 only in the test part: the validation split lacks it
+    results = tmp_path / "results"
+    store.write_labels(store.labels_path(results, "cifar10", space="zoo"), labels, dataset="cifar10", key="k",
+                       source="test")
+    good = rng.normal(0, 2, size=(N, K))
+    nan = good.copy()
+    nan[[3, 17], 2] = np.nan
+    inf = good.copy()
+    inf[5, 0] = np.inf
+    one_class = np.zeros((N, K))
+    one_class[:, 4] = 6.0  # predicts class 4 for every image
+    nets = {0: good, 1: nan, 2: good * 3, 3: inf, 4: one_class, 5: good / 2}
+    keys = {i: _write(results, i, z, labels) for i, z in nets.items()}
+    manifest = tmp_path / "infer.json"
+    manifest.write_text(json.dumps({"indices": list(nets), "datasets": {"cifar10": {str(i): k for i, k in keys.items()}},
+                                    "failures": []}))
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config["bins"] = [5, 15]
+    config["recalibration"]["odir"]["ms"] = config["recalibration"]["odir"]["dir"] = {"lambda": 1.0, "mu": 1.0}
+    config["recalibration"]["max_iterations"] = 200
+    summary = measure_chunk_job(stage.measurement_settings(config), {"measure_group": 8}, "zoo", "", "cifar10", 0,
+                                results, manifest, store.labels_path(results, "cifar10", space="zoo"),
+                                tmp_path / "measure.json", progress=False)
+    return results, summary
+
+
+def test_non_finite_logits_are_failures_naming_the_file_and_the_rest_is_measured(measured):
+    results, summary = measured
+    assert summary["failed"] == [1, 3]
+    reasons = {f["arch_index"]: f for f in summary["failures"] if f["stage"] == "measurement"}
+    assert "non-finite value nan at network 0, sample 3, class 2" in reasons[1]["reason"]
+    assert "non-finite value inf at network 0, sample 5, class 0" in reasons[3]["reason"]
+    assert reasons[1]["source"].endswith("space=zoo/dataset=cifar10/arch=000001.parquet")
+    assert sorted(int(i) for i in summary["shards"]) == [0, 2, 4, 5]
+    for i in (0, 2, 4, 5):
+        assert shards.shard_path(results, "zoo", "", "cifar10", i).is_file()
+    for i in (1, 3):
+        assert not shards.shard_path(results, "zoo", "", "cifar10", i).exists()
+
+
+def test_one_class_predictor_and_a_validation_split_without_a_class_give_numbers(measured):
+    results, _ = measured
+    long = pd.read_parquet(shards.shard_path(results, "zoo", "", "cifar10", 4))
+    values = long.set_index(["stage", "metric", "bins"])["value"]
+    # Predicting one class with confidence c everywhere: one bin, ECE = c - accuracy on the test part.
+    labels = store.read_labels(store.labels_path(results, "cifar10", space="zoo")).labels
+    _, test = split_indices(N, 0.2, 42)
+    confidence = np.exp(6.0) / (np.exp(6.0) + K - 1)
+    for b in (5, 15):
+        assert values.loc[("pre", "ece", b)] == pytest.approx(confidence - np.mean(labels[test] == 4), abs=1e-6)
+    ece = long[(long["metric"] == "ece") & (long["bins"] == 15)].set_index("stage")["value"]
+    assert set(ece.index) == {"pre", "post", "vs", "ms", "dir", "iso", "hist", "spline"}
+    assert np.isfinite(ece).all()
+    # Isotonic and histogram binning never saw class 9 in the validation split: they give it
+    # probability 0, so their NLL is +inf on test images of class 9 (a valid number, not a crash).
+    good = pd.read_parquet(shards.shard_path(results, "zoo", "", "cifar10", 0))
+    nll = good[good["metric"] == "nll"].set_index("stage")["value"]
+    assert nll["iso"] == np.inf and nll["hist"] == np.inf
+    assert np.isfinite(nll[["pre", "post", "vs", "ms", "dir"]]).all()
