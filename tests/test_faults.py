@@ -95,3 +95,41 @@ def test_one_class_predictor_and_a_validation_split_without_a_class_give_numbers
     nll = good[good["metric"] == "nll"].set_index("stage")["value"]
     assert nll["iso"] == np.inf and nll["hist"] == np.inf
     assert np.isfinite(nll[["pre", "post", "vs", "ms", "dir"]]).all()
+
+
+def test_shards_and_tables_record_their_provenance_and_a_mixed_table_says_so(measured, caplog):
+    import pyarrow.parquet as pq
+
+    from calibench import provenance
+    from calibench.tables import build_table, table_metadata
+
+    results, summary = measured
+    recorded = provenance.of_shard(pq.read_schema(shards.shard_path(results, "zoo", "", "cifar10", 0)).metadata)
+    import numpy
+    import torch
+
+    from calibench import __version__
+    assert recorded["calibench_version"] == __version__ and recorded["device"] == "cpu"
+    assert recorded["numpy"] == numpy.__version__ and recorded["torch"] == torch.__version__
+    assert recorded["logits_written_by"] == __version__
+    assert recorded["git_commit"] is None or len(recorded["git_commit"].removesuffix("-dirty")) == 40
+    doc = {"space": "zoo", "selected": [0, 1, 2, 3, 4, 5], "arch_strs": [f"m{i}" for i in range(6)],
+           "representatives": None}
+    (results / "population").mkdir()
+    (results / "population" / "zoo.json").write_text(json.dumps(doc))
+    manifest = results.parent / "measure.json"
+    out = results / "tables" / "zoo_cifar10.parquet"
+    build_table("zoo", "", "cifar10", results, out, [manifest])
+    groups = table_metadata(out)["provenance"]
+    assert groups == [{"provenance": recorded, "rows": 4}]
+    # One shard as an older calibench wrote it (no provenance): the table says how many rows of each.
+    path = shards.shard_path(results, "zoo", "", "cifar10", 5)
+    table = pq.read_table(path)
+    metadata = {k: v for k, v in table.schema.metadata.items() if k != provenance.PROVENANCE_KEY}
+    pq.write_table(table.replace_schema_metadata(metadata), path)
+    with caplog.at_level("WARNING"):
+        build_table("zoo", "", "cifar10", results, out, [manifest])
+    assert "rows measured with 2 different provenances: 3 rows" in caplog.text
+    text = provenance.summary(out)
+    assert "4 rows; 2 distinct provenances (MIXED)" in text and "1 rows measured with" in text
+    assert "written before shards recorded their provenance" in text

@@ -501,3 +501,13 @@ def test_snakemake_lint_passes():
     proc = subprocess.run(SNAKEMAKE + ["--lint"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "good condition" in proc.stdout + proc.stderr
+
+
+def test_provenance_command_on_a_finished_run(finished_run):
+    from calibench import __version__
+
+    proc = subprocess.run([sys.executable, "-m", "calibench.cli", "provenance", "results/tables/sss_90_cifar10.parquet"],
+                          cwd=finished_run, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "4 rows; 1 distinct provenance\n" in proc.stdout  # one calibench measured every row (4 SSS networks)
+    assert f"calibench_version: {__version__}" in proc.stdout and "device: cpu" in proc.stdout

@@ -124,6 +124,17 @@ def _analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _provenance(args: argparse.Namespace) -> int:
+    from .provenance import summary
+
+    for table in args.tables:
+        if not Path(table).is_file():
+            print(f"{table}: no such table", file=sys.stderr)
+            return 2
+        print(summary(table))
+    return 0
+
+
 def _query(args: argparse.Namespace) -> int:
     from .query import run_query
 
@@ -334,6 +345,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--results", default="results")
     q.add_argument("--output", "-o", default=None, help="write CSV or parquet (by extension) instead of printing")
     q.set_defaults(func=_query)
+
+    pv = sub.add_parser("provenance", help="what measured a result table's rows: software, device, keys")
+    pv.add_argument("tables", nargs="+")
+    pv.set_defaults(func=_provenance)
 
     t = sub.add_parser("top", help="the top networks by a column of the networks view")
     t.add_argument("--space", required=True, help="tss, sss or a population's name")

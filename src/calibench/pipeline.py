@@ -33,6 +33,7 @@ import pyarrow as pa
 import torch
 
 from . import logits as store
+from . import provenance as prov
 from . import shards
 from .atomic import atomic_write
 from .metrics.scores import auroc
@@ -134,6 +135,7 @@ class StoredNetwork:
     ood_logits: dict[str, torch.Tensor]
     logits_key: str
     logits_file: str
+    written_by: str | None = None  # the calibench version that wrote the logits
 
 
 def _stackable(network: StoredNetwork) -> tuple:
@@ -295,7 +297,7 @@ def _read_stored(results: Path, space: str, hp: str, dataset: str, index: int, e
     return [StoredNetwork(index, stored.meta["arch_str"], s.seed, s.params, s.flops, s.recorded_accuracy,
                           torch.from_numpy(s.sets[store.TEST_SET]),
                           {name[len("ood_"):]: torch.from_numpy(v) for name, v in s.sets.items() if name != store.TEST_SET},
-                          stored.key, relative)
+                          stored.key, relative, stored.meta.get("calibench_version"))
             for s in stored.seeds]
 
 
@@ -331,6 +333,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
         pending: list[StoredNetwork] = []
 
         def flush():
+            written = {n.index: n.written_by for n in pending}
             by_index: dict[int, list] = {}
             reliability: dict[int, dict] = {}
             for provenance, stages, failed, rel in _measure_isolating(pending, labels, settings, space, hp, dataset,
@@ -347,6 +350,10 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                 own = [f for f in stage_failures if f["arch_index"] == index]
                 table = shards.with_stage_failures(pa.concat_tables(tables), own)
                 table = shards.with_reliability(table, reliability[index])
+                metadata = dict(table.schema.metadata or {})
+                measured_with = prov.measurement("cpu", {"calibench_version": written.get(index)})
+                metadata[prov.PROVENANCE_KEY] = prov.dumps(measured_with)
+                table = table.replace_schema_metadata(metadata)
                 shards.write_atomic_parquet(table, shards.shard_path(results, space, hp, dataset, index))
                 measured.add(index)
             pending.clear()

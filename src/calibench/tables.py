@@ -18,7 +18,7 @@ import json
 import logging
 import math
 import os
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from . import shards
 from .atomic import atomic_write
+from .provenance import PROVENANCE_KEY, environment, of_shard
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +83,14 @@ def _column_name(stage, metric, bins) -> str:
 _SHARD_INDICES = [shards.SHARD_SCHEMA.names.index(c) for c in _COLUMNS]
 
 
-def _read_shard(path: Path) -> dict[str, pa.Array]:
+def _read_shard(path: Path, provenance: list | None = None) -> dict[str, pa.Array]:
     # The whole file in one read (shards are small), then ParquetFile.reader with column
     # indices (those of the shard schema, checked after the read): together about a third
-    # of ParquetFile(path).read(columns)'s per-file cost.
+    # of ParquetFile(path).read(columns)'s per-file cost. ``provenance``: the shard's recorded
+    # provenance (raw bytes, or None) is appended to it.
     with pq.ParquetFile(pa.BufferReader(Path(path).read_bytes()), read_dictionary=_STRINGS) as f:
+        if provenance is not None:
+            provenance.append((f.schema_arrow.metadata or {}).get(PROVENANCE_KEY))
         table = None
         if f.metadata.num_columns == len(shards.SHARD_SCHEMA):
             table = f.reader.read_all(column_indices=_SHARD_INDICES, use_threads=False)
@@ -458,13 +462,28 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
     files = [p for p in (shards.shard_path(results, space, hp, dataset, i) for i in sorted(expected)) if p.is_file()]
     digester = _Digester(expected, doc["selected"])
     merged = _Wide()
-    for d in _ordered_map(lambda p: digester.digest(_read_shard(p)), files, _read_threads()):
+    def read(path):
+        found: list = []
+        return digester.digest(_read_shard(path, found)), found[0]
+
+    by_provenance: Counter = Counter()  # raw provenance -> rows of the table from shards with it
+    for d, raw in _ordered_map(read, files, _read_threads()):
         merged.add(d)
+        if d is not None:
+            by_provenance[raw] += len(d.keys)
     if merged.rows:
         wide, meta = _assemble(merged)
     else:
         wide, meta = pd.DataFrame(), {"stages": [], "constants": {}}
     del merged
+    meta["provenance"] = [{"provenance": of_shard({PROVENANCE_KEY: raw} if raw else None), "rows": n}
+                          for raw, n in by_provenance.most_common()]
+    meta["built_by"] = {k: v for k, v in environment().items() if k in ("calibench_version", "git_commit")}
+    if len(by_provenance) > 1:
+        log.warning("%s: rows measured with %d different provenances: %s (calibench provenance %s)", out,
+                    len(by_provenance), "; ".join(f"{g['rows']} rows {g['provenance'].get('calibench_version')} "
+                                                  f"{g['provenance'].get('git_commit') or ''}".rstrip()
+                                                  for g in meta["provenance"]), out)
     measured = set(wide["arch_index"].tolist()) if not wide.empty else set()
     missing = sorted(set(doc["selected"]) - measured)
     if missing:
