@@ -494,7 +494,7 @@ def test_kill_9_of_the_whole_run_then_the_readme_command_completes_it(tmp_path, 
     for dataset in DATASETS:  # the same numbers as an uninterrupted run
         resumed = pd.read_parquet(results / "tables" / f"sss_90_{dataset}.parquet").drop(columns="config_hash")
         uninterrupted = pd.read_parquet(finished_run / "results" / "tables" / f"sss_90_{dataset}.parquet")
-        pd.testing.assert_frame_equal(uninterrupted[resumed.columns], resumed)
+        pd.testing.assert_frame_equal(uninterrupted[resumed.columns], resumed, check_exact=True)  # bit for bit
 
 
 def test_snakemake_lint_passes():
