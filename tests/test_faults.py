@@ -1,4 +1,5 @@
 """Faults survived (issue 13): bad numbers in the logits store never crash a measurement chunk;
+shards and tables record their provenance; every config the schema rejects is named by key.
 each has its documented outcome (a failure row naming the file, a NaN stage with its reason,
 or a valid number)."""
 
@@ -133,3 +134,73 @@ def test_shards_and_tables_record_their_provenance_and_a_mixed_table_says_so(mea
     text = provenance.summary(out)
     assert "4 rows; 2 distinct provenances (MIXED)" in text and "1 rows measured with" in text
     assert "written before shards recorded their provenance" in text
+
+
+# ---------------------------------------------------------------- bad config, property-based
+
+def _leaves(node, path=()):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _leaves(value, (*path, key))
+    else:
+        yield path, node
+
+
+DEFAULT = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+LEAVES = [(path, value) for path, value in _leaves(DEFAULT)]
+NUMERIC = [path for path, value in LEAVES if isinstance(value, (int, float)) and not isinstance(value, bool)
+           and path != ("loader_workers",)]
+
+
+def _mutated(path, value):
+    import copy
+
+    config = copy.deepcopy(DEFAULT)
+    node = config
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return config
+
+
+def _schema_error(config):
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    try:
+        validate(config, str(ROOT / "workflow/schemas/config.schema.yaml"))
+    except WorkflowError as exc:
+        return str(exc)
+    return None
+
+
+def test_every_config_the_schema_rejects_names_the_key():
+    from hypothesis import given, settings, strategies as st
+
+    values = st.one_of(st.text(max_size=5), st.integers(-10**6, 10**6), st.floats(allow_nan=True), st.none(),
+                       st.booleans(), st.lists(st.integers(-3, 3), max_size=3), st.just({"x": 1}))
+
+    @settings(max_examples=150, deadline=None, derandomize=True)
+    @given(leaf=st.sampled_from(LEAVES), value=values)
+    def check(leaf, value):
+        path, _ = leaf
+        error = _schema_error(_mutated(path, value))
+        if error is not None:  # rejected: the message points at the key
+            instance = "".join(f"[{k!r}]" for k in path)
+            assert f"On instance{instance}" in error or f"On instance{instance[:instance.rfind('[')]}" in error, \
+                (path, value, error[-500:])
+
+    check()
+
+
+def test_a_number_replaced_by_text_is_always_rejected():
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=100, deadline=None, derandomize=True)
+    @given(path=st.sampled_from(NUMERIC), text=st.text(min_size=1, max_size=8))
+    def check(path, text):
+        error = _schema_error(_mutated(path, text))
+        assert error is not None, (path, text)
+        assert "".join(f"[{k!r}]" for k in path) in error
+
+    check()
