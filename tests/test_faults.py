@@ -1,7 +1,7 @@
-"""Faults survived (issue 13): bad numbers in the logits store never crash a measurement chunk;
-shards and tables record their provenance; every config the schema rejects is named by key.
-each has its documented outcome (a failure row naming the file, a NaN stage with its reason,
-or a valid number)."""
+"""Faults survived (issue 13): bad numbers in the logits store never crash a measurement chunk
+(each has its documented outcome: a failure row naming the file, a NaN stage with its reason,
+or a valid number); shards and tables record their provenance; every config the schema
+rejects is named by key."""
 
 import json
 from pathlib import Path
