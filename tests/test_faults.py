@@ -57,14 +57,16 @@ def measured(tmp_path):
     config["bins"] = [5, 15]
     config["recalibration"]["odir"]["ms"] = config["recalibration"]["odir"]["dir"] = {"lambda": 1.0, "mu": 1.0}
     config["recalibration"]["max_iterations"] = 200
-    summary = measure_chunk_job(stage.measurement_settings(config), {"measure_group": 8}, "zoo", "", "cifar10", 0,
-                                results, manifest, store.labels_path(results, "cifar10", space="zoo"),
-                                tmp_path / "measure.json", progress=False)
-    return results, summary
+    def measure():
+        return measure_chunk_job(stage.measurement_settings(config), {"measure_group": 8}, "zoo", "", "cifar10", 0,
+                                 results, manifest, store.labels_path(results, "cifar10", space="zoo"),
+                                 tmp_path / "measure.json", progress=False)
+
+    return results, measure(), measure
 
 
 def test_non_finite_logits_are_failures_naming_the_file_and_the_rest_is_measured(measured):
-    results, summary = measured
+    results, summary, _ = measured
     assert summary["failed"] == [1, 3]
     reasons = {f["arch_index"]: f for f in summary["failures"] if f["stage"] == "measurement"}
     assert "non-finite value nan at network 0, sample 3, class 2" in reasons[1]["reason"]
@@ -78,7 +80,7 @@ def test_non_finite_logits_are_failures_naming_the_file_and_the_rest_is_measured
 
 
 def test_one_class_predictor_and_a_validation_split_without_a_class_give_numbers(measured):
-    results, _ = measured
+    results, _, _ = measured
     long = pd.read_parquet(shards.shard_path(results, "zoo", "", "cifar10", 4))
     values = long.set_index(["stage", "metric", "bins"])["value"]
     # Predicting one class with confidence c everywhere: one bin, ECE = c - accuracy on the test part.
@@ -104,7 +106,7 @@ def test_shards_and_tables_record_their_provenance_and_a_mixed_table_says_so(mea
     from calibench import provenance
     from calibench.tables import build_table, table_metadata
 
-    results, summary = measured
+    results, summary, _ = measured
     recorded = provenance.of_shard(pq.read_schema(shards.shard_path(results, "zoo", "", "cifar10", 0)).metadata)
     import numpy
     import torch
@@ -204,3 +206,15 @@ def test_a_number_replaced_by_text_is_always_rejected():
         assert "".join(f"[{k!r}]" for k in path) in error
 
     check()
+
+
+def test_a_truncated_shard_is_measured_again_alone_and_equals_the_original(measured):
+    results, _, measure_again = measured
+    path = shards.shard_path(results, "zoo", "", "cifar10", 2)
+    before = pd.read_parquet(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # a shard cut short (a full disk, a copy interrupted)
+    assert not shards.is_valid_shard(path, before["config_hash"].iloc[0])
+    summary = measure_again()
+    assert (summary["computed"], summary["skipped"]) == (1, 3)  # the damaged shard only; 1 and 3 fail again
+    pd.testing.assert_frame_equal(pd.read_parquet(path), before, check_exact=True)
