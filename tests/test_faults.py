@@ -218,3 +218,68 @@ def test_a_truncated_shard_is_measured_again_alone_and_equals_the_original(measu
     summary = measure_again()
     assert (summary["computed"], summary["skipped"]) == (1, 3)  # the damaged shard only; 1 and 3 fail again
     pd.testing.assert_frame_equal(pd.read_parquet(path), before, check_exact=True)
+
+
+# ---------------------------------------------------------------- disk full
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs (root only): a real full disk, not a mock."""
+    import os
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+def test_a_full_disk_names_the_file_leaves_no_partial_file_and_the_rerun_completes(small_disk, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from calibench.sources import write_labels, write_population
+
+    rng = np.random.default_rng(0)
+    zoo = tmp_path / "zoo"
+    (zoo / "cifar10").mkdir(parents=True)
+    y = rng.integers(0, K, 400)
+    names = [f"m{i}" for i in range(8)]
+    for name in names:
+        np.savez(zoo / "cifar10" / f"{name}.npz", logits=rng.normal(size=(400, K)).astype(np.float32), labels=y)
+    (zoo / "models.csv").write_text("model\n" + "\n".join(names) + "\n")
+    results = small_disk / "results"
+    settings = {"source": "logits", "path": str(zoo), "datasets": ["cifar10"], "chunk_size": 8}
+    write_population(settings, "zoo", results / "population" / "zoo.json")
+    write_labels(settings, "cifar10", store.labels_path(results, "cifar10", space="zoo"), space="zoo")
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    filler = small_disk / "filler"
+    filler.write_bytes(bytes(max(0, free - 3 * 20_000)))  # room for about two logits files
+    job = [sys.executable, "-m", "calibench.cli", "infer-chunk", "--settings",
+           json.dumps({**settings, "inference_version": stage.INFERENCE_VERSION}), "--target", "zoo", "--chunk", "0",
+           "--results", str(results), "--manifest", str(results / "chunks" / "zoo" / "chunk00000.json"), "--quiet"]
+    full = subprocess.run(job, capture_output=True, text=True, timeout=300)
+    assert full.returncode != 0
+    assert "No space left on device (writing " in full.stderr and "space=zoo/dataset=cifar10/arch=" in full.stderr
+    directory = results / "logits" / "space=zoo" / "dataset=cifar10"
+    left = sorted(p.name for p in directory.iterdir())
+    assert left and all(n.startswith("arch=") and n.endswith(".parquet") for n in left), left  # no temporary files
+    kept = {n: (directory / n).stat().st_mtime_ns for n in left}
+    for n in left:  # every file a reader can see is whole
+        assert store.read_network_logits(directory / n).seeds[0].sets["test"].shape == (400, K)
+    assert not (results / "chunks").exists() or not any((results / "chunks").rglob("*.json"))
+    filler.unlink()
+    again = subprocess.run(job, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads((results / "chunks" / "zoo" / "chunk00000.json").read_text())
+    assert (summary["skipped"], summary["computed"], summary["failures"]) == (len(kept), 8 - len(kept), [])
+    for n, mtime in kept.items():
+        assert (directory / n).stat().st_mtime_ns == mtime  # nothing computed twice

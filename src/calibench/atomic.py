@@ -20,6 +20,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], o
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # e.g. a full disk: say which file, leave nothing half-written
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None and exc.errno is not None:
+            raise OSError(exc.errno, f"{exc.strerror} (writing {path})", str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
