@@ -85,9 +85,16 @@ def kde_ece_from_top_label(conf: torch.Tensor, hit: torch.Tensor) -> torch.Tenso
     hits2 = torch.cat([hit, hit], dim=-1)
     correct_weights = hits2 / (2.0 * n_correct.clamp(min=1))[:, None]
 
-    kernels, half = _triweight_kernels(safe_bw, dx)
     binned = torch.cat([_linear_binning(points, correct_weights, dx), _linear_binning(points, all_weights, dx)])
-    dens = _densities(binned, torch.cat([kernels, kernels]), half)
+    # Each row's kernel (and so its FFT length) from its own bandwidth alone, so that a row's
+    # density does not depend on the other rows of the batch (bit-identical batched or alone).
+    steps = torch.floor(3.0 * safe_bw / dx).clamp(max=GRID_POINTS)
+    dens = torch.empty_like(binned)
+    for value in torch.unique(steps):
+        rows = torch.nonzero(steps == value).flatten()
+        kernels, half = _triweight_kernels(safe_bw[rows], dx)
+        both = torch.cat([rows, rows + m])
+        dens[both] = _densities(binned[both], torch.cat([kernels, kernels]), half)
     outside = (x <= 0.0) | (x >= 1.0)
     dens = torch.where(outside, torch.zeros_like(dens), 2.0 * dens)
     p_correct, p_all = dens[:m], dens[m:]
