@@ -283,3 +283,42 @@ def test_a_full_disk_names_the_file_leaves_no_partial_file_and_the_rerun_complet
     assert (summary["skipped"], summary["computed"], summary["failures"]) == (len(kept), 8 - len(kept), [])
     for n, mtime in kept.items():
         assert (directory / n).stat().st_mtime_ns == mtime  # nothing computed twice
+
+    # The same for the shards of the measurement job, then for the table.
+    def fill():
+        stat = os.statvfs(small_disk)
+        filler.write_bytes(bytes(max(0, stat.f_bavail * stat.f_frsize - 12_000)))
+
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config.update(bins=[5, 15], stages=["pre", "post"])
+    measure = [sys.executable, "-m", "calibench.cli", "measure-chunk", "--settings",
+               json.dumps(stage.measurement_settings(config)), "--target", "zoo", "--dataset", "cifar10", "--chunk", "0",
+               "--results", str(results), "--logits-manifest", str(results / "chunks" / "zoo" / "chunk00000.json"),
+               "--labels", str(store.labels_path(results, "cifar10", space="zoo")),
+               "--manifest", str(results / "chunks" / "measure" / "chunk00000.json"), "--quiet"]
+    fill()
+    full = subprocess.run(measure, capture_output=True, text=True, timeout=300)
+    assert full.returncode != 0 and "No space left on device (writing " in full.stderr
+    assert "shards/space=zoo/dataset=cifar10/arch=" in full.stderr
+    shard_dir = results / "shards" / "space=zoo" / "dataset=cifar10"
+    written = {p.name: p.stat().st_mtime_ns for p in shard_dir.iterdir()} if shard_dir.exists() else {}
+    assert all(n.startswith("arch=") for n in written) and len(written) < 8
+    filler.unlink()
+    again = subprocess.run(measure, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    summary = json.loads((results / "chunks" / "measure" / "chunk00000.json").read_text())
+    assert (summary["skipped"], summary["computed"]) == (len(written), 8 - len(written))
+    assert all((shard_dir / n).stat().st_mtime_ns == m for n, m in written.items())
+
+    table = [sys.executable, "-m", "calibench.cli", "build-table", "--target", "zoo", "--dataset", "cifar10",
+             "--results", str(results), "--out", str(results / "tables" / "zoo_cifar10.parquet"),
+             "--manifests", str(results / "chunks" / "measure" / "chunk00000.json")]
+    stat = os.statvfs(small_disk)
+    filler.write_bytes(bytes(max(0, stat.f_bavail * stat.f_frsize - 4_000)))
+    full = subprocess.run(table, capture_output=True, text=True, timeout=300)
+    assert full.returncode != 0 and "No space left on device (writing " in full.stderr and "zoo_cifar10.parquet" in full.stderr
+    assert not (results / "tables").exists() or not any((results / "tables").iterdir())  # no partial table
+    filler.unlink()
+    again = subprocess.run(table, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert len(pd.read_parquet(results / "tables" / "zoo_cifar10.parquet")) == 8
