@@ -124,7 +124,8 @@ def test_shards_and_tables_record_their_provenance_and_a_mixed_table_says_so(mea
     out = results / "tables" / "zoo_cifar10.parquet"
     build_table("zoo", "", "cifar10", results, out, [manifest])
     groups = table_metadata(out)["provenance"]
-    assert groups == [{"provenance": recorded, "rows": 4}]
+    assert recorded["config"] is None  # measured outside the workflow
+    assert groups == [{"provenance": provenance.split(recorded)[0], "rows": 4}]
     # One shard as an older calibench wrote it (no provenance): the table says how many rows of each.
     path = shards.shard_path(results, "zoo", "", "cifar10", 5)
     table = pq.read_table(path)
@@ -136,6 +137,85 @@ def test_shards_and_tables_record_their_provenance_and_a_mixed_table_says_so(mea
     text = provenance.summary(out)
     assert "4 rows; 2 distinct provenances (MIXED)" in text and "1 rows measured with" in text
     assert "written before shards recorded their provenance" in text
+
+
+def test_shards_and_tables_record_the_source_file_and_the_config(tmp_path, monkeypatch):
+    """Each row: size and mtime of the file its logits came from; each shard and table: the config
+    files (SHA-256) and effective config it ran under. An older shard without the source columns
+    stays valid (nothing recomputed) and reads as null."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    from calibench import provenance
+    from calibench.tables import build_table, table_metadata
+
+    rng = np.random.default_rng(1)
+    labels = rng.integers(0, K, N)
+    results = tmp_path / "results"
+    store.write_labels(store.labels_path(results, "cifar10", space="zoo"), labels, dataset="cifar10", key="k",
+                       source="test")
+    archives = {}
+    for i in range(3):
+        archives[i] = tmp_path / f"{i:06d}.pickle.pbz2"
+        archives[i].write_bytes(bytes(1000 + i))
+        os.utime(archives[i], (1_600_000_000 + i, 1_600_000_000 + i))
+    keys = {}
+    for i, source in archives.items():
+        fields = {"test": "sources", "index": i}
+        keys[i] = store.digest(fields)
+        store.write_network_logits(store.logits_path(results, "zoo", "", "cifar10", i), key=keys[i], fields=fields,
+                                   space="zoo", hp="", dataset="cifar10", index=i, arch_str=f"m{i}", labels=labels,
+                                   seeds=[store.SeedLogits(0, np.nan, np.nan, np.nan, str(source),
+                                                           {"test": rng.normal(0, 2, (N, K)).astype(np.float32)})])
+    for i in archives:  # the archive changes after its logits were written: the logits keep the old stat
+        archives[i].write_bytes(bytes(5))
+    manifest = tmp_path / "infer.json"
+    manifest.write_text(json.dumps({"indices": list(archives), "datasets": {"cifar10": {str(i): k for i, k in keys.items()}},
+                                    "failures": []}))
+    config_file = tmp_path / "my.yaml"
+    config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
+    config.update(bins=[5, 15], stages=["pre", "post"])
+    config_file.write_text(yaml.safe_dump(config))
+    record = provenance.config_record([config_file], config)
+    monkeypatch.setenv(provenance.CONFIG_ENV, json.dumps(record))
+    summary = measure_chunk_job(stage.measurement_settings(config), {"measure_group": 1}, "zoo", "", "cifar10", 0,
+                                results, manifest, store.labels_path(results, "cifar10", space="zoo"),
+                                tmp_path / "measure.json", progress=False)
+    assert summary["failed"] == []
+    import hashlib
+
+    assert record["files"] == [{"path": str(config_file), "sha256": hashlib.sha256(config_file.read_bytes()).hexdigest()}]
+    for i in archives:
+        path = shards.shard_path(results, "zoo", "", "cifar10", i)
+        long = pd.read_parquet(path)
+        assert (long["source_bytes"] == 1000 + i).all()
+        assert (long["source_mtime"] == f"2020-09-13T12:26:{40 + i:02d}+00:00").all()
+        assert provenance.of_shard(pq.read_schema(path).metadata)["config"] == record
+    # shard 2 as an older calibench wrote it: no source columns, no config
+    path = shards.shard_path(results, "zoo", "", "cifar10", 2)
+    old = pq.read_table(path).drop_columns(["source_bytes", "source_mtime"])
+    meta = provenance.of_shard(old.schema.metadata)
+    del meta["config"]
+    pq.write_table(old.replace_schema_metadata({**old.schema.metadata, provenance.PROVENANCE_KEY: provenance.dumps(meta)}),
+                   path)
+    assert shards.is_valid_shard(path, summary["shards"]["2"])
+    (results / "population").mkdir()
+    (results / "population" / "zoo.json").write_text(json.dumps({"space": "zoo", "selected": [0, 1, 2],
+                                                                  "arch_strs": ["m0", "m1", "m2"],
+                                                                  "representatives": None}))
+    out = results / "tables" / "zoo_cifar10.parquet"
+    wide = build_table("zoo", "", "cifar10", results, out, [tmp_path / "measure.json"]).set_index("arch_index")
+    assert wide.loc[0, "source_bytes"] == 1000 and wide.loc[1, "source_bytes"] == 1001
+    assert np.isnan(wide.loc[2, "source_bytes"]) and pd.isna(wide.loc[2, "source_mtime"])
+    meta = table_metadata(out)
+    assert len(meta["provenance"]) == 1 and meta["provenance"][0]["rows"] == 3  # same software: not mixed
+    assert meta["configs"] == [{"config": record, "rows": 2}, {"config": None, "rows": 1}]
+    assert meta["sources"] == {"rows": 2, "missing": 1, "first_mtime": "2020-09-13T12:26:40+00:00",
+                               "last_mtime": "2020-09-13T12:26:41+00:00"}
+    text = provenance.summary(out)
+    assert f"2 rows under config {record['effective_sha256'][:16]}: {config_file}" in text
+    assert "1 rows: config not recorded" in text and "2 rows recorded, 1 without" in text
 
 
 # ---------------------------------------------------------------- bad config, property-based

@@ -2,6 +2,7 @@
 
 import bz2
 import pickle
+from pathlib import Path
 
 import pytest
 
@@ -90,6 +91,26 @@ def test_meta_errors(tmp_path):
         pickle.dump({"archs": []}, f)
     with pytest.raises(ValueError, match="no 'meta_archs'"):
         P.read_meta(tmp_path)
+
+
+class _Runs:
+    """A pickle that would run a command when loaded by plain pickle.load."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_meta_file_that_would_run_code_is_refused_naming_file_and_global(tmp_path):
+    marker = tmp_path / "ran"
+    with bz2.open(tmp_path / "meta.pickle.pbz2", "wb") as f:
+        pickle.dump({"meta_archs": [_Runs(marker)], "total_archs": 1}, f)
+    with pytest.raises(ValueError, match=r"meta.pickle.pbz2: cannot read the archive meta .*refusing global "
+                                         r"pathlib\.Path\.touch"):
+        P.read_meta(tmp_path)
+    assert not marker.exists()
 
 
 def test_chunks():

@@ -511,3 +511,25 @@ def test_provenance_command_on_a_finished_run(finished_run):
     assert proc.returncode == 0, proc.stderr
     assert "4 rows; 1 distinct provenance\n" in proc.stdout  # one calibench measured every row (4 SSS networks)
     assert f"calibench_version: {__version__}" in proc.stdout and "device: cpu" in proc.stdout
+    import hashlib
+
+    from calibench import logits as store
+
+    sha = hashlib.sha256((finished_run / "tiny.yaml").read_bytes()).hexdigest()
+    assert "4 rows under config " in proc.stdout and f"tiny.yaml (sha256 {sha[:16]})" in proc.stdout
+    # each row: size and mtime of the archive file its logits came from
+    table = pd.read_parquet(finished_run / "results/tables/sss_90_cifar10.parquet")
+    for index, size, mtime in zip(table["arch_index"], table["source_bytes"], table["source_mtime"]):
+        source = store.read_network_logits(store.logits_path(finished_run / "results", "sss", "90", "cifar10",
+                                                             int(index))).meta["networks"][0]["source"]
+        stat = (finished_run / source).stat()
+        assert source.endswith(".pickle.pbz2") and size == stat.st_size
+        assert pd.Timestamp(mtime) == pd.Timestamp(int(stat.st_mtime), unit="s", tz="UTC")
+
+
+def test_a_comment_in_the_config_file_reruns_nothing(tmp_path, finished_run):
+    """The config file's hash reaches the shards' provenance outside the rules' params."""
+    workdir = _clone(finished_run, tmp_path / "comment")
+    with open(workdir / "tiny.yaml", "a") as f:
+        f.write("# a note to self\n")
+    assert _planned_jobs(workdir) == {}

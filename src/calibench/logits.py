@@ -233,6 +233,20 @@ class SeedLogits:
     sets: dict[str, np.ndarray]  # "test" -> (N, K); "ood_<name>" -> (Q, K)
 
 
+def source_stat(source: str) -> dict:
+    """Size and modification time (UTC, ISO 8601) of the file a network's logits came from
+    (its archive file, logits file or model file), read when the logits are written, so a
+    reader can tell later whether that file has changed; {} where ``source`` is no file."""
+    try:
+        st = os.stat(source)
+    except (OSError, ValueError, TypeError):
+        return {}
+    from datetime import datetime, timezone
+
+    return {"source_bytes": int(st.st_size),
+            "source_mtime": datetime.fromtimestamp(st.st_mtime, timezone.utc).isoformat(timespec="seconds")}
+
+
 def write_network_logits(path: str | Path, *, key: str, fields: Mapping, space: str, hp: str, dataset: str,
                          index: int, arch_str: str, labels: np.ndarray, seeds: Sequence[SeedLogits]) -> Path:
     """One architecture's logits on one dataset, every configured seed, as one parquet file."""
@@ -264,7 +278,8 @@ def write_network_logits(path: str | Path, *, key: str, fields: Mapping, space: 
         "n_test": int(seeds[0].sets[TEST_SET].shape[0]), "labels_sha256": labels_sha256(labels),
         "sets": list(seeds[0].sets), "calibench_version": __version__,
         "networks": [{"seed": int(s.seed), "params": float(s.params), "flops": float(s.flops),
-                      "recorded_accuracy": float(s.recorded_accuracy), "source": s.source} for s in seeds],
+                      "recorded_accuracy": float(s.recorded_accuracy), "source": s.source, **source_stat(s.source)}
+                     for s in seeds],
     }
     return _write(path, pa.table(columns), meta)
 

@@ -25,7 +25,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -136,6 +136,7 @@ class StoredNetwork:
     logits_key: str
     logits_file: str
     written_by: str | None = None  # the calibench version that wrote the logits
+    source: Mapping = field(default_factory=dict)  # source_bytes, source_mtime of the file they came from
 
 
 def _stackable(network: StoredNetwork) -> tuple:
@@ -169,7 +170,7 @@ def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: M
             "temperature": float(temperature[i]) if temperature is not None else float("nan"),
             "accuracy": float(out["accuracy_full"][i]), "recorded_accuracy": r.recorded_accuracy,
             "n_eval": int(labels.shape[0]), "config_hash": shard_keys[r.index], "logits_key": r.logits_key,
-            "logits_file": r.logits_file,
+            "logits_file": r.logits_file, **r.source,
         }
         per_stage = {stage: {k: v[i] for k, v in out[stage].items()} for stage in stages}
         failed = {stage: out["failures"][stage][i] for stage in stages if out["failures"][stage][i] is not None}
@@ -294,10 +295,11 @@ def _read_stored(results: Path, space: str, hp: str, dataset: str, index: int, e
     if stored.meta["labels_sha256"] != labels.meta["labels_sha256"]:
         raise store.StoreError(path, f"computed on another {dataset} evaluation set than {labels.meta['source']}")
     relative = str(path.relative_to(results))
+    stats = {n["seed"]: {k: n[k] for k in shards.OPTIONAL_COLUMNS if k in n} for n in stored.meta["networks"]}
     return [StoredNetwork(index, stored.meta["arch_str"], s.seed, s.params, s.flops, s.recorded_accuracy,
                           torch.from_numpy(s.sets[store.TEST_SET]),
                           {name[len("ood_"):]: torch.from_numpy(v) for name, v in s.sets.items() if name != store.TEST_SET},
-                          stored.key, relative, stored.meta.get("calibench_version"))
+                          stored.key, relative, stored.meta.get("calibench_version"), stats.get(s.seed, {}))
             for s in stored.seeds]
 
 

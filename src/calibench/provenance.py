@@ -12,12 +12,18 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import platform
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 PROVENANCE_KEY = b"calibench_provenance"
+CONFIG_ENV = "CALIBENCH_CONFIG_PROVENANCE"  # set by the Snakefile for its jobs: config_record() as JSON
+# What identifies the software and device of a shard (the table groups its rows by these); the
+# config record is kept apart: it changes with settings that change no number of old shards.
+SOFTWARE = ("calibench_version", "git_commit", "python", "numpy", "torch", "pyarrow", "platform", "device",
+            "logits_written_by")
 UNKNOWN = {"calibench_version": None, "note": "written before shards recorded their provenance"}
 
 
@@ -56,11 +62,44 @@ def environment() -> dict:
             "platform": platform.platform(terse=True)}
 
 
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def config_record(config_files: list, config: Mapping) -> dict:
+    """The configuration a run was started with: each config file (path, SHA-256 of its bytes)
+    and the SHA-256 of the effective config (files, ``--config`` overrides and schema defaults
+    merged), so a reader can tell which config produced a result."""
+    files = []
+    for path in config_files:
+        try:
+            files.append({"path": str(path), "sha256": _sha256(Path(path).read_bytes())})
+        except OSError:
+            files.append({"path": str(path), "sha256": None})
+    return {"files": files, "effective_sha256": _sha256(json.dumps(config, sort_keys=True, default=str).encode())}
+
+
+def current_config() -> dict | None:
+    """The config record the workflow handed this job (:data:`CONFIG_ENV`); None outside a workflow."""
+    raw = os.environ.get(CONFIG_ENV)
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None
+
+
 def measurement(device: str, logits_meta: Mapping | None = None) -> dict:
-    """A shard's provenance: this process's software, the measuring device, and the calibench
-    version that wrote the logits it measured."""
+    """A shard's provenance: this process's software, the measuring device, the calibench
+    version that wrote the logits it measured, and the config the run was started with."""
     return {**environment(), "device": str(device),
-            "logits_written_by": (logits_meta or {}).get("calibench_version")}
+            "logits_written_by": (logits_meta or {}).get("calibench_version"), "config": current_config()}
+
+
+def split(provenance: Mapping) -> tuple[dict, dict | None]:
+    """(software and device, config record) of a shard's provenance."""
+    return {k: v for k, v in provenance.items() if k != "config"}, provenance.get("config")
 
 
 def dumps(provenance: Mapping) -> bytes:
@@ -91,5 +130,17 @@ def summary(table: str | Path) -> str:
     for g in groups:
         lines.append(f"  {g['rows']} rows measured with:")
         lines += [f"    {k}: {v}" for k, v in sorted(g["provenance"].items())]
+    for c in meta.get("configs", []):
+        record = c["config"]
+        if record is None:
+            lines.append(f"  {c['rows']} rows: config not recorded (measured outside the workflow or before it was)")
+            continue
+        files = ", ".join(f"{f['path']} (sha256 {str(f['sha256'])[:16]})" for f in record.get("files", []))
+        lines.append(f"  {c['rows']} rows under config {record.get('effective_sha256', '')[:16]}: {files or 'no file'}")
+    sources = meta.get("sources")
+    if sources:
+        lines.append(f"  source files (size and mtime per row: source_bytes, source_mtime columns): {sources['rows']} "
+                     f"rows recorded, {sources['missing']} without, modified {sources['first_mtime']} to "
+                     f"{sources['last_mtime']}")
     lines.append("  per row: logits_key (the logits measured) and config_hash (the measurement settings) columns")
     return "\n".join(lines)

@@ -43,9 +43,15 @@ SHARD_SCHEMA = pa.schema(
         ("config_hash", pa.string()),  # the shard's key: measurement settings + logits_key
         ("logits_key", pa.string()),  # the stored logits it measured (calibench.logits)
         ("logits_file", pa.string()),  # relative to the results directory
+        ("source_bytes", pa.int64()),  # the file the logits came from (archive, ...): size when they were written
+        ("source_mtime", pa.string()),  # and its modification time, UTC ISO 8601
         ("calibench_version", pa.string()),
     ]
 )
+# Columns added after shards were first written: a shard without them is still valid (no
+# recomputation); tables read them as null.
+OPTIONAL_COLUMNS = ("source_bytes", "source_mtime")
+REQUIRED_COLUMNS = frozenset(SHARD_SCHEMA.names) - set(OPTIONAL_COLUMNS)
 FAILURE_SCHEMA = pa.schema(
     [("space", pa.string()), ("hp", pa.string()), ("dataset", pa.string()), ("arch_index", pa.int32()),
      ("seed", pa.int32()), ("stage", pa.string()), ("source", pa.string()), ("reason", pa.string())]
@@ -80,7 +86,8 @@ def shard_table(provenance: Mapping, stages: Mapping[str, Mapping[str, float]]) 
     """Rows for one network: ``stages`` maps stage -> {metric name: value} (one seed).
 
     ``provenance`` holds space, hp, dataset, arch_index, arch_str, seed, params, flops,
-    temperature, accuracy, recorded_accuracy, n_eval, config_hash, logits_key, logits_file.
+    temperature, accuracy, recorded_accuracy, n_eval, config_hash, logits_key, logits_file, and
+    optionally source_bytes and source_mtime.
     """
     rows = {name: [] for name in SHARD_SCHEMA.names}
     for stage, values in stages.items():
@@ -94,7 +101,8 @@ def shard_table(provenance: Mapping, stages: Mapping[str, Mapping[str, float]]) 
     for key in SHARD_SCHEMA.names:
         if key in ("stage", "metric", "bins", "value"):
             continue
-        value = __version__ if key == "calibench_version" else provenance[key]
+        value = __version__ if key == "calibench_version" else provenance.get(key) if key in OPTIONAL_COLUMNS \
+            else provenance[key]
         rows[key] = [value] * n
     return pa.Table.from_pydict(rows, schema=SHARD_SCHEMA)
 
@@ -157,7 +165,7 @@ def is_valid_shard(path: str | Path, expected_hash: str) -> bool:
         return False
     try:
         with pq.ParquetFile(path) as shard:  # one open for footer, schema and the hash column
-            if shard.metadata.num_rows == 0 or not set(SHARD_SCHEMA.names) <= set(shard.schema_arrow.names):
+            if shard.metadata.num_rows == 0 or not REQUIRED_COLUMNS <= set(shard.schema_arrow.names):
                 return False
             hashes = shard.read(columns=["config_hash"]).column(0).unique().to_pylist()
         return hashes == [expected_hash]
@@ -175,7 +183,14 @@ def read_shards(results: str | Path, space: str, hp: str, dataset: str, indices=
         files = [p for p in (shard_path(results, space, hp, dataset, i) for i in indices) if p.is_file()]
     if not files:
         return SHARD_SCHEMA.empty_table()
-    return pa.concat_tables([pq.read_table(f, schema=SHARD_SCHEMA) for f in files])
+    return pa.concat_tables([_with_all_columns(pq.read_table(f)) for f in files])
+
+
+def _with_all_columns(table: pa.Table) -> pa.Table:
+    """A shard read back in :data:`SHARD_SCHEMA` (null columns for an older shard's missing ones)."""
+    columns = [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+               for f in SHARD_SCHEMA]
+    return pa.Table.from_arrays(columns, schema=SHARD_SCHEMA)
 
 
 def failures_table(rows: list[dict]) -> pa.Table:

@@ -31,15 +31,16 @@ import pyarrow.parquet as pq
 
 from . import shards
 from .atomic import atomic_write
-from .provenance import PROVENANCE_KEY, environment, of_shard
+from .provenance import PROVENANCE_KEY, environment, of_shard, split
 
 log = logging.getLogger(__name__)
 
 KEYS = ["space", "hp", "dataset", "arch_index", "seed"]
 PROVENANCE = ["arch_str", "params", "flops", "temperature", "accuracy", "recorded_accuracy", "n_eval",
-              "config_hash", "logits_key", "calibench_version"]
+              "config_hash", "logits_key", "source_bytes", "source_mtime", "calibench_version"]
 FIRST = ["space", "hp", "dataset", "arch_index", "measured_by", "seed"]  # the wide table's leading columns
-_STRINGS = ["space", "hp", "dataset", "stage", "metric", "arch_str", "config_hash", "logits_key", "calibench_version"]
+_STRINGS = ["space", "hp", "dataset", "stage", "metric", "arch_str", "config_hash", "logits_key", "source_mtime",
+            "calibench_version"]
 _COLUMNS = ["space", "hp", "dataset", "arch_index", "seed", "stage", "metric", "bins", "value", *PROVENANCE[:-1],
             "calibench_version"]
 _TYPES = {f.name: f.type for f in shards.SHARD_SCHEMA}
@@ -88,7 +89,13 @@ def _read_shard(path: Path, provenance: list | None = None) -> dict[str, pa.Arra
     # indices (those of the shard schema, checked after the read): together about a third
     # of ParquetFile(path).read(columns)'s per-file cost. ``provenance``: the shard's recorded
     # provenance (raw bytes, or None) is appended to it.
-    with pq.ParquetFile(pa.BufferReader(Path(path).read_bytes()), read_dictionary=_STRINGS) as f:
+    data = Path(path).read_bytes()
+    try:
+        f = pq.ParquetFile(pa.BufferReader(data), read_dictionary=_STRINGS)
+    except KeyError:  # a shard written before a column was added (shards.OPTIONAL_COLUMNS)
+        names = pq.read_schema(pa.BufferReader(data)).names
+        f = pq.ParquetFile(pa.BufferReader(data), read_dictionary=[c for c in _STRINGS if c in names])
+    with f:
         if provenance is not None:
             provenance.append((f.schema_arrow.metadata or {}).get(PROVENANCE_KEY))
         table = None
@@ -476,14 +483,25 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
     else:
         wide, meta = pd.DataFrame(), {"stages": [], "constants": {}}
     del merged
-    meta["provenance"] = [{"provenance": of_shard({PROVENANCE_KEY: raw} if raw else None), "rows": n}
-                          for raw, n in by_provenance.most_common()]
+    software: Counter = Counter()
+    configs: Counter = Counter()
+    for raw, n in by_provenance.items():
+        soft, config = split(of_shard({PROVENANCE_KEY: raw} if raw else None))
+        software[json.dumps(soft, sort_keys=True)] += n
+        configs[json.dumps(config, sort_keys=True)] += n
+    meta["provenance"] = [{"provenance": json.loads(p), "rows": n} for p, n in software.most_common()]
+    meta["configs"] = [{"config": json.loads(c), "rows": n} for c, n in configs.most_common()]
+    if not wide.empty and "source_mtime" in wide:
+        mtimes = wide["source_mtime"].dropna()
+        meta["sources"] = {"rows": int(len(mtimes)), "missing": int(len(wide) - len(mtimes)),
+                           "first_mtime": mtimes.min() if len(mtimes) else None,
+                           "last_mtime": mtimes.max() if len(mtimes) else None}
     meta["built_by"] = {k: v for k, v in environment().items() if k in ("calibench_version", "git_commit")}
-    if len(by_provenance) > 1:
+    if len(software) > 1:
         log.warning("%s: rows measured with %d different provenances: %s (calibench provenance %s)", out,
-                    len(by_provenance), "; ".join(f"{g['rows']} rows {g['provenance'].get('calibench_version')} "
-                                                  f"{g['provenance'].get('git_commit') or ''}".rstrip()
-                                                  for g in meta["provenance"]), out)
+                    len(software), "; ".join(f"{g['rows']} rows {g['provenance'].get('calibench_version')} "
+                                             f"{g['provenance'].get('git_commit') or ''}".rstrip()
+                                             for g in meta["provenance"]), out)
     measured = set(wide["arch_index"].tolist()) if not wide.empty else set()
     missing = sorted(set(doc["selected"]) - measured)
     if missing:

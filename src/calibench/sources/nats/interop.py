@@ -498,7 +498,8 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
         "measured_by": np.zeros(n, np.int32), "seed": seed, "arch_str": arch_strs,
         "params": np.full(n, np.nan), "flops": np.full(n, np.nan), "temperature": np.full(n, np.nan),
         "accuracy": accuracy, "recorded_accuracy": np.full(n, np.nan), "n_eval": np.full(n, np.nan),
-        "config_hash": [None] * n, "logits_key": [None] * n, "calibench_version": [None] * n,
+        "config_hash": [None] * n, "logits_key": [None] * n, "source_bytes": np.full(n, np.nan),
+        "source_mtime": [None] * n, "calibench_version": [None] * n,
     }
     derived = {"measured_by": "the smallest index of the rows of the same TSS isomorphism class holding "
                               "identical values (SSS: the index itself)",
@@ -604,7 +605,7 @@ def _measured_by(space: str, frame: pd.DataFrame, value_columns: Sequence[str]) 
 def _write_parquet(frame: pd.DataFrame, f, meta: dict) -> None:
     """As calibench.tables writes a result table: the frame, its pandas metadata and ours."""
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    for name in ("space", "hp", "dataset", "arch_str", "config_hash", "logits_key", "calibench_version"):
+    for name in ("space", "hp", "dataset", "arch_str", "config_hash", "logits_key", "source_mtime", "calibench_version"):
         i = table.schema.get_field_index(name)
         table = table.set_column(i, name, table[name].cast(pa.large_string()))
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),

@@ -21,6 +21,14 @@ META_FILE = "meta.pickle.pbz2"
 SELECTION_MODES = ("all", "unique", "list", "range", "sample")
 
 
+class _MetaUnpickler(pickle.Unpickler):
+    """NATS-Bench's meta file holds only dicts, lists, sets, strings, numbers and None: no
+    class or function may be loaded from it (a foreign pickle could otherwise run code)."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refusing global {module}.{name}: a NATS-Bench meta file loads none")
+
+
 def read_meta(archive_dir: str | Path) -> list[str]:
     """Architecture strings in index order from ``{archive_dir}/meta.pickle.pbz2``."""
     path = Path(archive_dir) / META_FILE
@@ -28,7 +36,7 @@ def read_meta(archive_dir: str | Path) -> list[str]:
         raise FileNotFoundError(f"NATS-Bench archive meta not found: {path}")
     try:
         with bz2.open(path, "rb") as f:
-            meta = pickle.load(f)
+            meta = _MetaUnpickler(f).load()
     except Exception as exc:
         raise ValueError(f"{path}: cannot read the archive meta ({type(exc).__name__}: {exc})") from exc
     if not isinstance(meta, Mapping) or "meta_archs" not in meta:
