@@ -1,11 +1,16 @@
 import json
+import os
 import re
 import sys
 from pathlib import Path
 
+from calibench import provenance
 from calibench import settings as stage
 
 RESULTS = config["results"]
+# Every job records the config files and the effective config it ran under (shard provenance);
+# an environment variable, not a param, so a new comment in a config file reruns nothing.
+os.environ[provenance.CONFIG_ENV] = json.dumps(provenance.config_record(workflow.configfiles, config))
 PYTHON = sys.executable
 KEEP_LOGITS = bool(config["keep_logits"])
 # Each rule's params carry exactly the settings its outputs depend on (calibench.settings),
