@@ -68,6 +68,7 @@ def _slurm_conf(state: Path) -> str:
         f"SlurmdSpoolDir={state}/d", f"SlurmctldPidFile={state}/ctld.pid", f"SlurmdPidFile={state}/d.pid",
         f"SlurmctldLogFile={state}/ctld.log", f"SlurmdLogFile={state}/d.log",
         "AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none", "MinJobAge=600",
+        "KillWait=5",  # SIGTERM, then SIGKILL 5 s later (a job's grace period at its time limit)
         "GresTypes=gpu",
         f"NodeName=localhost NodeHostname={socket.gethostname()} CPUs={os.cpu_count()} RealMemory=8000 Gres=gpu:2 "
         "State=UNKNOWN",
@@ -278,3 +279,60 @@ def test_a_logits_population_runs_on_slurm_and_asks_for_no_gpu(slurm, tmp_path):
     assert all(gpus == "none" for _, gpus in ids.values())
     table = pd.read_parquet(cluster / "results/tables/zoo_cifar10.parquet")
     assert table["arch_str"].tolist() == ["m0", "m1", "m2"] and table["family"].tolist() == ["a", "a", "b"]
+
+
+def test_a_job_killed_by_its_time_limit_mid_chunk_is_completed_by_the_rerun(slurm, local_run, tmp_path):
+    """SLURM's own time limit ends a measurement job (SIGTERM, then SIGKILL after KillWait) while one
+    of its chunk's two shards is written: the job is TIMEOUT, the run fails, and the rerun measures
+    only the missing network, equal to the local run's."""
+    import signal
+
+    cluster = copy_workflow(tmp_path / "timeout", {**TINY, "chunk_size": 2})  # both SSS networks in one chunk
+    shutil.copytree(local_run / "resources", cluster / "resources")
+    target = "results/chunks/measure/sss_90_cifar10/chunk00000.json"
+    shard = {i: cluster / f"results/shards/space=sss/hp=90/dataset=cifar10/arch={i:06d}.parquet" for i in (0, 1)}
+    limited = [*SLURM_ARGS, "measure:runtime=1"]  # one minute: SLURM's smallest time limit
+    run = subprocess.Popen(SNAKEMAKE + [target] + limited + CONFIG, cwd=cluster, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+
+    def job_processes():
+        pids = []
+        for pid in _run(["pgrep", "-f", "calibench.cli measure-chunk"]).stdout.split():
+            try:
+                if Path(os.readlink(f"/proc/{pid}/cwd")) == cluster:
+                    pids.append(int(pid))
+            except OSError:  # ended meanwhile
+                pass
+        return pids
+
+    job, pids = None, []
+    deadline = time.time() + 600
+    while time.time() < deadline and run.poll() is None:
+        if not pids:  # the job's processes, once SLURM has started it
+            pids = job_processes()
+        elif shard[0].exists():  # mid-chunk: hold the job here until its time limit ends it
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            break
+        time.sleep(0.002)
+    assert pids and shard[0].exists(), f"no measurement job was seen mid-chunk:\n{run.communicate()[0][-3000:]}"
+    assert not shard[1].exists(), "the job measured both networks before it could be held: rerun the test"
+    for line in _run(["squeue", "-h", "-o", "%i %k"]).stdout.splitlines():
+        if "rule_measure" in line:
+            job = line.split()[0]
+    assert job is not None
+    output, _ = run.communicate(timeout=300)
+    assert run.returncode != 0 and "Error in rule measure" in output, output[-3000:]
+    state = _run(["scontrol", "show", "job", job]).stdout
+    assert "JobState=TIMEOUT" in state, state
+    assert not shard[1].exists() and not (cluster / target).exists()
+    kept = shard[0].stat().st_mtime_ns
+
+    proc = _run(SNAKEMAKE + [target] + SLURM_ARGS + CONFIG, cwd=cluster, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((cluster / target).read_text())
+    assert (summary["skipped"], summary["computed"], summary["failed"]) == (1, 1, [])
+    assert shard[0].stat().st_mtime_ns == kept  # nothing computed twice
+    reference = local_run / "results/shards/space=sss/hp=90/dataset=cifar10/arch=000001.parquet"
+    columns = ["stage", "metric", "bins", "value"]
+    pd.testing.assert_frame_equal(pd.read_parquet(reference)[columns], pd.read_parquet(shard[1])[columns])
