@@ -306,22 +306,27 @@ def test_a_job_killed_by_its_time_limit_mid_chunk_is_completed_by_the_rerun(slur
         return pids
 
     job, pids = None, []
-    deadline = time.time() + 600
-    while time.time() < deadline and run.poll() is None:
-        if not pids:  # the job's processes, once SLURM has started it
-            pids = job_processes()
-        elif shard[0].exists():  # mid-chunk: hold the job here until its time limit ends it
-            for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
-            break
-        time.sleep(0.002)
-    assert pids and shard[0].exists(), f"no measurement job was seen mid-chunk:\n{run.communicate()[0][-3000:]}"
-    assert not shard[1].exists(), "the job measured both networks before it could be held: rerun the test"
-    for line in _run(["squeue", "-h", "-o", "%i %k"]).stdout.splitlines():
-        if "rule_measure" in line:
-            job = line.split()[0]
-    assert job is not None
-    output, _ = run.communicate(timeout=300)
+    try:
+        deadline = time.time() + 600
+        while time.time() < deadline and run.poll() is None:
+            if not pids:  # the job's processes, once SLURM has started it
+                pids = job_processes()
+            elif shard[0].exists():  # mid-chunk: hold the job here until its time limit ends it
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                break
+            time.sleep(0.002)
+        assert pids and shard[0].exists(), f"no measurement job was seen mid-chunk:\n{run.communicate()[0][-3000:]}"
+        assert not shard[1].exists(), "the job measured both networks before it could be held: rerun the test"
+        for line in _run(["squeue", "-h", "-o", "%i %k"]).stdout.splitlines():
+            if "rule_measure" in line:
+                job = line.split()[0]
+        assert job is not None
+        output, _ = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            _run(["scancel", "--user", "root"])
     assert run.returncode != 0 and "Error in rule measure" in output, output[-3000:]
     state = _run(["scontrol", "show", "job", job]).stdout
     assert "JobState=TIMEOUT" in state, state

@@ -504,9 +504,19 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
                                              for g in meta["provenance"]), out)
     measured = set(wide["arch_index"].tolist()) if not wide.empty else set()
     missing = sorted(set(doc["selected"]) - measured)
+    explained = {f["arch_index"] for f in failed}
+    for index in missing:  # no shard and no failure: deleted or damaged since it was measured
+        if index in explained:
+            continue
+        path = shards.shard_path(results, space, hp, dataset, index)
+        why = "deleted" if not path.exists() else "unreadable or not the shard its chunk recorded"
+        failed.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": int(index), "seed": None,
+                       "stage": "table", "source": str(path),
+                       "reason": f"shard {why} since it was measured; the next run measures it again"})
     if missing:
         log.warning("%s hp=%s %s: %d of %d selected architectures have no shard (failed: %d)",
                     space, hp, dataset, len(missing), len(doc["selected"]), len({f['arch_index'] for f in failed}))
+    meta["coverage"] = {"selected": len(doc["selected"]), "measured": len(measured), "missing": missing}
     wide = _finish(wide, space, doc, measured)
     atomic_write(out, lambda f: _write_parquet(wide, f, meta))
     fail_out = failures_out or results / "failures" / (f"{space}_{hp}_{dataset}.parquet" if hp else f"{space}_{dataset}.parquet")
