@@ -5,6 +5,9 @@
     snakemake --configfile config/nats.yaml --profile profiles/slurm   # the real run on a cluster
 """
 
+from pathlib import Path
+
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -16,7 +19,16 @@ configfile: "config/config.yaml"
 report: "workflow/report/workflow.rst"
 
 
-validate(config, schema="workflow/schemas/config.schema.yaml")
+from calibench import configcheck
+
+try:  # a few lines naming the key, value and config file (Snakemake's own message dumps the schema)
+    # the default file first: the --configfile files go over it
+    _default = str(Path("config/config.yaml").resolve())
+    _files = [_default] + [str(Path(f).resolve()) for f in workflow.configfiles]
+    configcheck.check(config, list(dict.fromkeys(_files)))
+except configcheck.ConfigError as exc:
+    raise WorkflowError(str(exc)) from None
+validate(config, schema=configcheck.SCHEMA)  # fills in the schema's defaults
 
 
 include: "workflow/rules/common.smk"

@@ -38,6 +38,7 @@ import pyarrow.parquet as pq
 from scipy.stats import kendalltau
 
 from . import report, stats
+from .failures import html as failures_html
 from .settings import NATS_SPACES, target_name
 
 from .sources.nats import hp_compare
@@ -1195,6 +1196,7 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
                + nas_html(nas_result),
         "methods": methods_section(summary, wins, kendall, settings["bins"]),
         "populations": group_blocks,
+        "failures": failures_html(results, tables),
     }
     report_path = report.write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks)
     log.info("analysis written: %s, %d plots, %d findings", report_path, len(plots), len(found))

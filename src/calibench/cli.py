@@ -155,7 +155,6 @@ DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's `configfile:`; --config
 def _merged_config(configfile: str) -> dict:
     """The configuration Snakemake will see: the default file, then ``configfile`` over it
     (nested keys merged, as Snakemake does)."""
-    import yaml
 
     def merge(base: dict, over: dict) -> dict:
         out = dict(base)
@@ -163,8 +162,10 @@ def _merged_config(configfile: str) -> dict:
             out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
         return out
 
-    config = yaml.safe_load(Path(DEFAULT_CONFIG).read_text()) if Path(DEFAULT_CONFIG).is_file() else {}
-    return merge(config or {}, yaml.safe_load(Path(configfile).read_text()) or {})
+    from .configcheck import load_yaml
+
+    config = load_yaml(DEFAULT_CONFIG) if Path(DEFAULT_CONFIG).is_file() else {}
+    return merge(config, load_yaml(configfile))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -178,7 +179,17 @@ def _run(args: argparse.Namespace) -> int:
 
     from .settings import population_datasets, targets as all_targets
 
-    config = _merged_config(args.configfile)
+    from .configcheck import ConfigError, check
+
+    try:
+        config = _merged_config(args.configfile)
+        if Path(DEFAULT_CONFIG).is_file() and Path("workflow/schemas/config.schema.yaml").is_file():
+            # before Snakemake: the schema's defaults are not filled in, so required keys are
+            # those the files must give
+            check(config, [f for f in dict.fromkeys([DEFAULT_CONFIG, args.configfile]) if Path(f).is_file()])
+    except ConfigError as exc:
+        print(f"calibench: {exc}", file=sys.stderr)
+        return 2
     results = config["results"]
     named = all_targets(config)
     known = sorted({space for space, _ in named.values()})
@@ -199,10 +210,18 @@ def _run(args: argparse.Namespace) -> int:
     try:
         with run_guard(Path.cwd(), Path(results), cmd) as guard:
             print("+", " ".join(cmd), flush=True)
+            started = time.time()
             code = subprocess.call(cmd, pass_fds=guard.pass_fds)
     except RunInUse as exc:
         logging.getLogger("calibench").error("%s", exc)
         return 3
+    from . import failures
+
+    told = [failures.failed_jobs_summary(Path.cwd(), since=started - 1) if code != 0 else "",
+            failures.terminal_summary(results, [t for t in targets if t.endswith(".parquet")])]
+    for text in told:
+        if text:
+            print(text, file=sys.stderr, flush=True)
     if code == 0 and f"{results}/report.html" in targets:
         print(f"report: {Path(results, 'report.html').resolve()}")
     return code

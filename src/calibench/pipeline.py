@@ -35,6 +35,7 @@ import torch
 from . import logits as store
 from . import provenance as prov
 from . import shards
+from .repair import file_state
 from .atomic import atomic_write
 from .metrics.scores import auroc
 from .tables import population_path
@@ -95,7 +96,7 @@ def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, man
             if isinstance(out, Mapping):
                 failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index,
                                  "seed": out.get("seed"), "source": out["source"], "reason": out["reason"],
-                                 "stage": "inference"})
+                                 "stage": "inference", "source_state": file_state(out["source"])})
                 continue
             if dataset not in labels:
                 labels[dataset] = labels_of(dataset)
@@ -107,6 +108,8 @@ def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, man
     summary = {
         "space": space, "hp": hp, "chunk": chunk, "indices": indices, "datasets": {
             d: {str(i): keys[i, d] for i in indices if (i, d) not in failed} for d in datasets},
+        "files": {d: {str(i): file_state(store.logits_path(results, space, hp, d, i)) for i in indices
+                      if (i, d) not in failed} for d in datasets},
         "skipped": n_pairs - n_todo, "computed": computed, "archive_files_read": len(todo), "failures": failures,
         "seconds": round(time.perf_counter() - start, 3),
     }
@@ -365,9 +368,10 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                 networks = _read_stored(results, space, hp, dataset, index, logits_keys[index], labels_read)
             except (store.StoreError, OSError, KeyError, ValueError) as exc:
                 log.warning("architecture %d: %s", index, exc)
+                source = store.logits_path(results, space, hp, dataset, index)
                 failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index, "seed": None,
-                                 "source": str(store.logits_path(results, space, hp, dataset, index)),
-                                 "reason": str(exc), "stage": "measurement"})
+                                 "source": str(source), "reason": str(exc), "stage": "measurement",
+                                 "source_state": file_state(source)})
                 continue
             if pending and (len(pending) + len(networks) > group_size or _stackable(pending[0]) != _stackable(networks[0])):
                 flush()
@@ -388,6 +392,8 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     summary = {"space": space, "hp": hp, "dataset": dataset, "chunk": chunk, "indices": indices,
                "skipped": skipped, "computed": computed, "failed": failed, "failures": failures + stage_failures,
                "shards": {str(i): k for i, k in keys.items() if i not in failed},
+               "files": {str(i): file_state(shards.shard_path(results, space, hp, dataset, i))
+                         for i in keys if i not in failed},
                "logits_removed": removed, "seconds": round(time.perf_counter() - start, 3)}
     log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s", chunk, computed, skipped, len(failed),
              summary["seconds"], f"; {removed} logits files removed (keep_logits: false)" if removed else "")

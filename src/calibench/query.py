@@ -22,16 +22,75 @@ def connect(results: str | Path = "results", betas=(1, 2, 3)):
     hcs = ", ".join(HCS_SQL.format(b=b, n=f"{b:g}") for b in betas)
     con.execute(f"CREATE VIEW networks AS SELECT *, {hcs} FROM read_parquet([{files}], union_by_name = true)")
     if any(shards.rglob("*.parquet")):
-        con.execute(f"CREATE VIEW metrics AS SELECT * FROM read_parquet('{shards}/**/*.parquet', hive_partitioning = false)")
+        try:
+            con.execute(f"CREATE VIEW metrics AS SELECT * FROM read_parquet('{shards}/**/*.parquet', "
+                        "hive_partitioning = false, union_by_name = true)")
+        except duckdb.Error as exc:
+            if not _leave_out_damaged(con, results, exc):
+                raise
     return con
+
+
+def _leave_out_damaged(con, results: Path, exc: Exception) -> bool:
+    """After ``exc`` from the ``metrics`` view: redefine it without the damaged shards, naming
+    them on stderr; False if no shard is damaged (``exc`` has another cause)."""
+    import sys
+
+    bad = damaged_shards(results)
+    if not bad:
+        return False
+    print(f"calibench query: {len(bad)} damaged shard(s) left out of metrics ({type(exc).__name__}): "
+          + ", ".join(str(p) for p in bad[:5]) + (" ..." if len(bad) > 5 else "")
+          + "; `calibench run` measures them again", file=sys.stderr)
+    _without(con, results, bad)
+    return True
+
+
+def damaged_shards(results: str | Path) -> list[Path]:
+    """Shards that are not parquet files (no PAR1 magic at both ends): a damaged or foreign file."""
+    bad = []
+    for path in sorted((Path(results) / "shards").rglob("*.parquet")):
+        try:
+            with open(path, "rb") as f:
+                head = f.read(4)
+                f.seek(max(0, path.stat().st_size - 4))
+                tail = f.read(4)
+        except OSError:
+            bad.append(path)
+            continue
+        if head != b"PAR1" or tail != b"PAR1":
+            bad.append(path)
+    return bad
+
+
+def _without(con, results: Path, bad: list[Path]) -> None:
+    """The ``metrics`` view over every shard but ``bad``."""
+    good = [p for p in sorted((results / "shards").rglob("*.parquet")) if p not in set(bad)]
+    files = ", ".join(f"'{p}'" for p in good)
+    con.execute(f"CREATE OR REPLACE VIEW metrics AS SELECT * FROM read_parquet([{files}], hive_partitioning = false, "
+                "union_by_name = true)")
+
+
+def _sql(con, sql: str, results: Path):
+    """``con.sql(sql)`` materialised; if a damaged shard breaks the ``metrics`` view, the query
+    runs again without the damaged shards, naming them (the next run measures them again)."""
+    import duckdb
+
+    try:
+        rel = con.sql(sql)
+        return rel, rel.df()
+    except duckdb.Error as exc:
+        if not _leave_out_damaged(con, results, exc):
+            raise
+        rel = con.sql(sql)
+        return rel, rel.df()
 
 
 def run_query(sql: str, results: str | Path = "results", output: str | Path | None = None):
     """Run SQL; print the result, or write it as CSV/parquet when ``output`` is given."""
     con = connect(results)
-    rel = con.sql(sql)
+    rel, df = _sql(con, sql, Path(results))
     if output is None:
-        df = rel.df()
         import pandas as pd
 
         with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):

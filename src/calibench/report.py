@@ -24,6 +24,7 @@ __all__ = ["SECTIONS", "FINDING_COLUMNS", "CLAIMS", "CLAIM_COLUMNS", "findings",
 
 # (id, heading, what the section asks; paper figures)
 SECTIONS = [
+    ("failures", "What failed", None),
     ("q1", "Question 1: is calibration consistent across datasets?",
      "Kendall tau of each metric over the same architectures trained on two datasets (Fig. 2, App. K/L)."),
     ("q2", "Question 2: does calibration go with robustness?",

@@ -475,3 +475,53 @@ def run_guard(workdir: str | os.PathLike, results: str | os.PathLike, command: S
     finally:
         if fd is not None:
             os.close(fd)  # drops the flock
+
+
+# --- a live run, seen from a Snakefile -------------------------------------------------
+
+# Snakemake options that neither run jobs nor take the lock: a live run does not stop them.
+_NO_RUN_FLAGS = {"-n", "--dry-run", "--dryrun", "--unlock", "--lint", "-l", "--list", "--list-rules",
+                 "--list-target-rules", "--lt", "-S", "--summary", "-D", "--detailed-summary", "--dag",
+                 "--rulegraph", "--filegraph", "--report", "--list-changes", "--lc", "--cleanup-metadata",
+                 "--cm", "--version", "-h", "--help"}
+
+
+def live_run(workdir: str | os.PathLike, results: str | os.PathLike,
+             argv: Sequence[str] = ()) -> RunInUse | None:
+    """The run already using ``workdir``/``results``, if any, for a Snakemake about to start
+    (``argv``: its options; a dry run, ``--unlock`` and the like are never stopped): a
+    ``calibench run`` holding ``results`` that is not this process's ancestor, or another live
+    Snakemake process in ``workdir`` on this host. Snakemake itself would only say that the
+    directory "cannot be locked" and suggest ``--unlock``, which breaks a live run."""
+    if _NO_RUN_FLAGS & set(argv):
+        return None
+    workdir, results = Path(workdir).absolute(), Path(results).absolute()
+    lock_path = results / LOCK_NAME
+    if fcntl is not None and lock_path.is_file():
+        try:
+            fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            fd = None
+        if fd is not None:
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                except BlockingIOError:
+                    rec = _read_record(fd)
+                    if not (rec and rec.get("host") == socket.gethostname()
+                            and rec.get("pid") in _self_and_ancestors()):
+                        exc = _in_use_by_run(results, lock_path, rec)
+                        return RunInUse(f"{exc} Do not use --unlock: it would break the live run.",
+                                        results=results, holder=rec)
+                except OSError:
+                    pass
+            finally:
+                os.close(fd)
+    found = find_snakemake_processes(workdir) or []
+    for p in found:
+        if p.cwd_known and not (_NO_RUN_FLAGS & set(p.argv)) and "--mode" not in p.argv:
+            exc = _in_use_by_process(workdir, p)
+            return RunInUse(str(exc).replace("the lock files", "its lock files")
+                            + " Do not use --unlock: it would break the live run.", workdir=workdir, process=p)
+    return None

@@ -469,9 +469,16 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
     files = [p for p in (shards.shard_path(results, space, hp, dataset, i) for i in sorted(expected)) if p.is_file()]
     digester = _Digester(expected, doc["selected"])
     merged = _Wide()
+    unreadable: dict[int, str] = {}
+
     def read(path):
         found: list = []
-        return digester.digest(_read_shard(path, found)), found[0]
+        try:
+            return digester.digest(_read_shard(path, found)), found[0]
+        except Exception as exc:  # a damaged shard: the network is reported missing, the table goes on
+            unreadable[int(path.stem.split("=")[1])] = f"{type(exc).__name__}: {exc}"
+            log.warning("%s: unreadable shard, left out (%s: %s)", path, type(exc).__name__, exc)
+            return None, None
 
     by_provenance: Counter = Counter()  # raw provenance -> rows of the table from shards with it
     for d, raw in _ordered_map(read, files, _read_threads()):
@@ -509,7 +516,8 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
         if index in explained:
             continue
         path = shards.shard_path(results, space, hp, dataset, index)
-        why = "deleted" if not path.exists() else "unreadable or not the shard its chunk recorded"
+        why = ("deleted" if not path.exists() else f"unreadable ({unreadable[index]})" if index in unreadable
+               else "not the shard its chunk recorded")
         failed.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": int(index), "seed": None,
                        "stage": "table", "source": str(path),
                        "reason": f"shard {why} since it was measured; the next run measures it again"})

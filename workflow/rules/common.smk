@@ -21,6 +21,23 @@ RUNTIME = (
     f"--device {config['device']} --batch-size {config['batch_size']} "
     f"--loader-workers {config['loader_workers']} --measure-group {config['measure_group']}"
 )
+# Chunks whose files were deleted or changed since they ran, or whose failed inputs were
+# restored, run again (calibench.repair): their manifests and tables are set aside, so
+# Snakemake rebuilds them. Only the driving Snakemake checks, not its jobs.
+if not (workflow.remote_exec or workflow.subprocess_exec):
+    from calibench import repair, runlock
+
+    _live = runlock.live_run(Path.cwd(), RESULTS, sys.argv[1:])
+    if _live is not None:  # before anything is touched; Snakemake would suggest --unlock
+        raise WorkflowError(str(_live))
+
+    _changed = repair.changed_chunks(RESULTS, logits=KEEP_LOGITS)
+    for _manifest, _reasons in _changed:
+        print(f"calibench: {repair.describe(_manifest, _reasons)}", file=sys.stderr)
+    if _changed:
+        _moved = repair.set_aside(RESULTS, _changed)
+        print(f"calibench: set aside as *{repair.SET_ASIDE} (rebuilt by this run): "
+              + ", ".join(str(p) for p in _moved), file=sys.stderr)
 
 
 # A target is one table family: a NATS-Bench space and schedule (tss_200) or a population

@@ -1,0 +1,96 @@
+"""Config errors said in a few lines that name the file, the key and what is wrong (issue 15):
+a YAML syntax error with its file, line and column; a value the schema rejects (or a
+missing required key) with the config file that set it, instead of Snakemake's dump of
+schema and config. Used by ``calibench run`` before Snakemake starts, and by the Snakefile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+SCHEMA = "workflow/schemas/config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the file and key."""
+
+
+def load_yaml(path: str | Path) -> dict:
+    """A config file as a dict; ConfigError naming file, line and column on a syntax error."""
+    import yaml
+
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror or exc})") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        context = getattr(exc, "context", None)
+        raise ConfigError(f"{where}: YAML syntax error: {problem}" + (f" ({context})" if context else "")) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file must be a mapping of keys to values, not a {type(data).__name__}")
+    return data
+
+
+def _key(path: Sequence) -> str:
+    return ".".join(str(p) for p in path) or "(top level)"
+
+
+def _defined_in(key: Sequence, files: Sequence[str | Path]) -> str | None:
+    """The last of ``files`` that sets ``key`` (a path of keys and list indices)."""
+    found = None
+    for f in files:
+        try:
+            node = load_yaml(f)
+        except ConfigError:
+            continue
+        for part in key:
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            else:
+                break
+        else:
+            found = str(f)
+    return found
+
+
+def check(config: Mapping, files: Sequence[str | Path] = (), schema: str | Path = SCHEMA) -> None:
+    """ConfigError listing each schema violation (at most 5) with its key, value, reason and
+    the config file that set it."""
+    import jsonschema
+    import yaml
+
+    schema_doc = yaml.safe_load(Path(schema).read_text())
+    validator = jsonschema.validators.validator_for(schema_doc)(schema_doc)
+    errors = sorted(validator.iter_errors(config), key=lambda e: (list(e.absolute_path), e.message))
+    if not errors:
+        return
+    lines = []
+    for error in errors[:5]:
+        key = list(error.absolute_path)
+        if error.validator == "required":
+            missing = error.message.split("'")[1] if "'" in error.message else error.message
+            key = [*key, missing]
+            lines.append(f"  {_key(key)}: required key missing (add it to your config file)")
+            continue
+        if error.validator == "additionalProperties":
+            lines.append(f"  {_key(key)}: {error.message}" + (f" (in {src})" if (src := _defined_in(key, files)) else ""))
+            continue
+        source = _defined_in(key, files)
+        value = repr(error.instance)
+        value = value if len(value) <= 80 else value[:77] + "..."
+        lines.append(f"  {_key(key)} = {value}: {error.message if len(error.message) <= 200 else error.message[:197] + '...'}"
+                     + (f" (set in {source})" if source else " (a default or --config value)"))
+    more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
+    names = ", ".join(str(f) for f in files) or "the config"
+    raise ConfigError(f"invalid config ({names}), schema {schema}:\n" + "\n".join(lines) + more)

@@ -1,0 +1,207 @@
+"""What went wrong is told where the user looks, and what was repaired is picked up (issue 15):
+`calibench run` (the README's command) on a tiny mini benchmark with a broken archive file,
+damaged and deleted shards, a missing dataset file, bad config files and a concurrent run."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from calibench import failures, repair
+from fixtures import copy_workflow
+
+RUN = [sys.executable, "-m", "calibench.cli", "run", "--configfile", "tiny.yaml", "--cores", "2"]
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "--configfile", "tiny.yaml", "--cores", "2"]
+TINY = {
+    "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 1, "n_sss": 3, "n_test": 60, "n_train": 30,
+                  "seed": 3},
+    "spaces": ["sss"], "datasets": ["cifar10"], "bins": [5, 15], "stages": ["pre", "post"], "chunk_size": 2,
+    "measure_group": 1, "analysis": {"hcs_betas": [1], "top_k": [], "top_n": 3},
+}
+TABLE = "results/tables/sss_90_cifar10.parquet"
+SHARDS = "results/shards/space=sss/hp=90/dataset=cifar10"
+ARCHIVE = "resources/minibench/NATS-sss-v1_0-50262-full/000001.pickle.pbz2"
+
+
+def _run(workdir: Path, cmd=RUN, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=600, **kw)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("visible"), TINY)
+    proc = _run(workdir)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "calibench:" not in proc.stderr  # nothing failed, nothing to say
+    return workdir
+
+
+def _clone(finished: Path, dst: Path, results: bool = True) -> Path:
+    shutil.copytree(finished, dst, symlinks=True, ignore=None if results else shutil.ignore_patterns("results",
+                                                                                                        ".snakemake"))
+    return dst
+
+
+def test_a_broken_archive_is_told_on_the_terminal_and_in_the_report_then_retried_once_repaired(finished, tmp_path):
+    workdir = _clone(finished, tmp_path / "broken", results=False)
+    good = (workdir / ARCHIVE).read_bytes()
+    (workdir / ARCHIVE).write_bytes(good[: len(good) // 3])  # truncated
+    proc = _run(workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = proc.stderr[proc.stderr.index("calibench: 1 network result(s) missing"):]
+    assert "sss_90_cifar10: 2 of 3 selected networks measured" in said
+    assert f"sss_90_cifar10 arch 1 [inference] {ARCHIVE}: " in said and "end-of-stream marker" in said
+    report = (workdir / "results/report.html").read_text()
+    assert "What failed" in report and ARCHIVE in report and "2 of 3" not in report.split("What failed")[0]
+    assert "<b>1 of 3 selected networks are not in the tables</b>" in report
+
+    (workdir / ARCHIVE).write_bytes(good)  # repaired: the next run retries it
+    again = _run(workdir)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{ARCHIVE}: changed since it failed" in again.stderr and "this chunk runs again" in again.stderr
+    table = pd.read_parquet(workdir / TABLE)
+    assert sorted(table["arch_index"]) == [0, 1, 2]
+    assert pd.read_parquet(workdir / "results/failures/sss_90_cifar10.parquet").empty
+    assert "network result(s) missing" not in again.stderr  # nothing left to report
+    reference = pd.read_parquet(finished / TABLE)
+    assert table.loc[1, "source_mtime"] > reference.loc[1, "source_mtime"]  # the archive was written again
+    pd.testing.assert_frame_equal(table.drop(columns="source_mtime"), reference.drop(columns="source_mtime"))
+    assert "Every selected network was measured" in (workdir / "results/report.html").read_text()
+    assert "Nothing to be done" in _run(workdir).stdout + _run(workdir).stderr
+
+
+def test_a_damaged_and_a_deleted_shard_are_noticed_by_query_and_table_and_measured_again(finished, tmp_path):
+    workdir = _clone(finished, tmp_path / "damaged")
+    shards = workdir / SHARDS
+    original = {i: pd.read_parquet(shards / f"arch={i:06d}.parquet") for i in range(3)}
+    kept = (shards / "arch=000001.parquet").stat().st_mtime_ns
+    (shards / "arch=000000.parquet").write_bytes(os.urandom(3000))  # garbage
+    (shards / "arch=000002.parquet").unlink()
+
+    query = _run(workdir, [sys.executable, "-m", "calibench.cli", "query", "SELECT count(DISTINCT arch_index) AS n "
+                           "FROM metrics"])
+    assert query.returncode == 0, query.stderr
+    assert "1 damaged shard(s) left out of metrics" in query.stderr and "arch=000000.parquet" in query.stderr
+    assert query.stdout.split()[-1] == "1"
+
+    proc = _run(workdir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "arch=000000.parquet: changed since it was written" in proc.stderr
+    assert "arch=000002.parquet: deleted" in proc.stderr
+    for i in range(3):
+        got = pd.read_parquet(shards / f"arch={i:06d}.parquet")
+        pd.testing.assert_frame_equal(got, original[i])
+    assert (shards / "arch=000001.parquet").stat().st_mtime_ns == kept  # nothing computed twice
+    manifests = [json.loads(p.read_text()) for p in (workdir / "results/chunks/measure/sss_90_cifar10").glob("*.json")]
+    assert sorted((m["skipped"], m["computed"]) for m in manifests) == [(0, 1), (1, 1)]
+    pd.testing.assert_frame_equal(pd.read_parquet(workdir / TABLE), pd.read_parquet(finished / TABLE))
+    assert "Nothing to be done" in _run(workdir).stdout + _run(workdir).stderr
+
+
+def test_a_table_built_over_a_damaged_shard_reports_it_and_goes_on(finished, tmp_path):
+    from calibench.tables import build_table, table_metadata
+
+    workdir = _clone(finished, tmp_path / "table")
+    results = workdir / "results"
+    (results / SHARDS.split("results/")[1] / "arch=000002.parquet").write_bytes(b"PAR1 not a parquet file")
+    out, failed = tmp_path / "t.parquet", tmp_path / "f.parquet"
+    manifests = sorted((results / "chunks/measure/sss_90_cifar10").glob("*.json"))
+    wide = build_table("sss", "90", "cifar10", results, out, manifests, failures_out=failed)
+    assert sorted(wide["arch_index"]) == [0, 1]
+    rows = pd.read_parquet(failed)
+    assert list(rows["arch_index"]) == [2] and rows["stage"].iloc[0] == "table"
+    assert rows["reason"].iloc[0].startswith("shard unreadable (ArrowInvalid")
+    assert table_metadata(out)["coverage"] == {"selected": 3, "measured": 2, "missing": [2]}
+
+
+def test_a_failed_job_is_told_with_its_cause(finished, tmp_path):
+    workdir = _clone(finished, tmp_path / "nodata", results=False)
+    (workdir / "resources/minibench/datasets/cifar-10-batches-py/test_batch").unlink()
+    proc = _run(workdir)
+    assert proc.returncode != 0
+    said = proc.stderr[proc.stderr.index("calibench: "):]
+    assert "job(s) failed:" in said and "FileNotFoundError" in said
+    assert "resources/minibench/datasets/cifar-10-batches-py/test_batch" in said
+    assert "results/logs/" in said  # where the whole story is
+
+
+def test_config_errors_name_the_file_line_and_key_in_a_few_lines(finished, tmp_path):
+    workdir = _clone(finished, tmp_path / "config", results=False)
+    (workdir / "tiny.yaml").write_text("bins: [5, 15\nspaces: [sss]\n")  # a missing ]
+    proc = _run(workdir)
+    assert proc.returncode == 2
+    assert "tiny.yaml:2:7: YAML syntax error: expected ',' or ']'" in proc.stderr
+    (workdir / "tiny.yaml").write_text("bins: [5, -15]\nchunk_size: 0\n")
+    for proc in (_run(workdir), _run(workdir, SNAKEMAKE + ["-n"])):
+        assert proc.returncode != 0
+        text = proc.stdout + proc.stderr
+        assert "bins.1 = -15: -15 is less than the minimum of 1 (set in" in text and "tiny.yaml)" in text
+        assert "chunk_size = 0: 0 is less than the minimum of 1" in text
+        assert len(text.splitlines()) < 15, text  # not the schema and config dumped
+    lines = [ln for ln in (workdir / "config/config.yaml").read_text().splitlines() if not ln.startswith("bins:")]
+    (workdir / "config/config.yaml").write_text("\n".join(lines) + "\n")
+    (workdir / "tiny.yaml").write_text("spaces: [sss]\n")
+    proc = _run(workdir, SNAKEMAKE + ["-n"])
+    text = proc.stdout + proc.stderr
+    assert "bins: required key missing" in text and len(text.splitlines()) < 15, text
+    assert not (workdir / "results").exists()
+
+
+def test_a_second_run_while_one_is_live_is_told_not_to_unlock(finished, tmp_path):
+    workdir = _clone(finished, tmp_path / "busy", results=False)
+    live = subprocess.Popen(RUN, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (workdir / "results/logs").exists():
+            time.sleep(0.1)
+        assert live.poll() is None
+        plain = _run(workdir, SNAKEMAKE)
+        assert plain.returncode != 0
+        assert "is in use by another calibench run: pid" in plain.stderr
+        assert "Do not use --unlock" in plain.stderr and "cannot be locked" not in plain.stderr
+        assert "Nothing to be done" not in _run(workdir, SNAKEMAKE + ["-n"]).stdout  # a dry run is not stopped
+    finally:
+        live.wait(timeout=300)
+    assert live.returncode == 0
+
+
+# ---------------------------------------------------------------- units
+
+def test_changes_compares_recorded_files_and_failed_sources(tmp_path):
+    results = tmp_path / "results"
+    shard = results / "shards/space=zoo/dataset=c10/arch=000004.parquet"
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b"x" * 10)
+    archive = tmp_path / "a.pbz2"
+    manifest = tmp_path / "m.json"
+    doc = {"space": "zoo", "hp": "", "dataset": "c10", "shards": {"4": "k"}, "files": {"4": repair.file_state(shard)},
+           "failures": [{"stage": "measurement", "source": str(archive), "source_state": None, "reason": "gone"}]}
+    manifest.write_text(json.dumps(doc))
+    assert repair.changes(manifest, results) == []
+    archive.write_bytes(b"back")
+    assert repair.changes(manifest, results) == [f"{archive}: restored since it failed (gone)"]
+    archive.unlink()
+    shard.write_bytes(b"y" * 11)
+    assert repair.changes(manifest, results) == [f"{shard}: changed since it was written"]
+    shard.unlink()
+    assert repair.changes(manifest, results) == [f"{shard}: deleted"]
+
+
+def test_failed_job_logs_are_read_from_snakemakes_log(tmp_path):
+    log = tmp_path / "run.snakemake.log"
+    log.write_text("Error in rule infer:\n    jobid: 3\n    log: results/logs/infer/a.log (check log file(s) for error "
+                   "details)\nError in rule labels:\n    log: results/logs/labels/b.log (check log file(s) for error "
+                   "details)\n")
+    assert failures.failed_job_logs(log) == [Path("results/logs/infer/a.log"), Path("results/logs/labels/b.log")]
+    job = tmp_path / "a.log"
+    job.write_text("2026 INFO start\nTraceback (most recent call last):\n  File x\nFileNotFoundError: cifar10: "
+                   "file not found: d/test_batch\n")
+    assert failures.cause(job) == "FileNotFoundError: cifar10: file not found: d/test_batch"
+    assert failures.cause(tmp_path / "none.log") == "(no log written)"
