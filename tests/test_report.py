@@ -130,10 +130,11 @@ def test_nas_findings_and_table_follow_nas_table(run):
 def test_report_sections_hold_their_figures_and_findings(run):
     html = run["out"]["report"].read_text()
     ids = re.findall(r"<section id='(\w+)'>", html)
-    assert ids[:5] == ["q1", "q3", "q4", "q5", "q6"] and {"q7", "nas", "methods"} <= set(ids)
+    assert ids[:6] == ["failures", "q1", "q3", "q4", "q5", "q6"] and {"q7", "nas", "methods"} <= set(ids)
     nav = re.search(r"<nav>(.*?)</nav>", html, re.S).group(1)
     assert re.findall(r"href='#(\w+)'", nav) == ids
     sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", html, re.S))
+    assert "Every selected network was measured" in sections["failures"]
     plots = sorted((run["results"] / "plots").glob("*.png"))
     assert plots
     for plot in plots:
