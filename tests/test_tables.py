@@ -130,7 +130,13 @@ def check(space: str, results: Path, manifests: list[Path], tmp: Path) -> pd.Dat
     want.to_parquet(old, index=False)
     pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(old))
     assert pq.read_schema(out).remove_metadata() == pq.read_schema(old).remove_metadata()
-    assert pq.read_table(failures).num_rows == sum(len(json.loads(m.read_text())["failures"]) for m in manifests)
+    recorded = [f for m in manifests for f in json.loads(m.read_text())["failures"]]
+    selected = json.loads(tables.population_path(results, space).read_text())["selected"]
+    measured = set(got["measured_by"]) if not got.empty else set()
+    unexplained = set(selected) - measured - {f["arch_index"] for f in recorded}  # shard deleted or stale
+    rows = pq.read_table(failures).to_pandas()
+    assert len(rows) == len(recorded) + len(unexplained)
+    assert set(rows.loc[rows["stage"] == "table", "arch_index"]) == unexplained
     return got
 
 
