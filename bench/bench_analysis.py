@@ -307,6 +307,9 @@ def measured_values(space: str, dataset: str, pop: dict, names: dict, config: di
         "recorded_accuracy": np.round(np.clip(acc_full + rng.normal(0, 0.003, n), 0, 1) * 100, 2) / 100,
         "config_hash": [f"{a:08x}{b:08x}" for a, b in hexes[:, :2]],
         "logits_key": [f"{a:08x}{b:08x}" for a, b in hexes[:, 2:]],
+        # the archive file each network's logits came from: ~27 MB (TSS) / ~6 MB (SSS) of bz2
+        "source_bytes": rng.integers(20_000_000, 34_000_000, n) if space == "tss" else rng.integers(4_000_000, 8_000_000, n),
+        "source_mtime": [f"2021-0{1 + int(m)}-1{int(m)}T08:00:00+00:00" for m in rng.integers(0, 9, n)],
     }
     return provenance, columns
 
@@ -339,6 +342,8 @@ def build(space: str, hp: str, dataset: str, pop: dict, names: dict, config: dic
         "n_eval": pd.Series(np.full(rows, N_EVAL[dataset]), dtype="int32"),
         "config_hash": pa.array([provenance["config_hash"][j] for j in take], pa.string()).to_pandas(),
         "logits_key": pa.array([provenance["logits_key"][j] for j in take], pa.string()).to_pandas(),
+        "source_bytes": pd.Series(provenance["source_bytes"][take], dtype="int64"),
+        "source_mtime": pa.array([provenance["source_mtime"][j] for j in take], pa.string()).to_pandas(),
         "calibench_version": pa.array([__version__] * rows, pa.string()).to_pandas(),
     }
     assert list(head)[:len(FIRST)] == FIRST
@@ -416,6 +421,7 @@ def write_reliability_shards(wide, results: Path, beta: float, stages: list[str]
                       "flops": row["flops"], "temperature": row["temperature"], "accuracy": row["accuracy"],
                       "recorded_accuracy": row["recorded_accuracy"], "n_eval": int(row["n_eval"]),
                       "config_hash": row["config_hash"], "logits_key": row["logits_key"],
+                      "source_bytes": int(row["source_bytes"]), "source_mtime": row["source_mtime"],
                       "logits_file": f"logits/space={row['space']}/hp={row['hp']}/dataset={row['dataset']}/"
                                      f"arch={index:06d}.parquet"}
         table = shards.with_reliability(shards.shard_table(provenance, per_stage), {int(row["seed"]): rel})

@@ -53,7 +53,8 @@ def _rebuild(name: str, mine: pd.DataFrame, stages: list[str], results: Path, ar
             stage, _, metric = c.partition("_")
             values[stage][metric] = row[c]
         provenance = {k: row[k] for k in ("space", "hp", "dataset", "arch_str", "params", "flops", "temperature",
-                                          "accuracy", "recorded_accuracy", "config_hash", "logits_key")}
+                                          "accuracy", "recorded_accuracy", "config_hash", "logits_key",
+                                          "source_bytes", "source_mtime")}
         provenance.update(arch_index=int(row["measured_by"]), seed=int(row["seed"]), n_eval=int(row["n_eval"]),
                           logits_file="synthetic")
         shards.write_atomic_parquet(shards.shard_table(provenance, values),
