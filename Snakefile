@@ -21,11 +21,10 @@ report: "workflow/report/workflow.rst"
 
 from calibench import configcheck
 
+# the default file first: the --configfile files go over it
+CONFIG_FILES = list(dict.fromkeys(str(Path(f).resolve()) for f in ["config/config.yaml", *workflow.configfiles]))
 try:  # a few lines naming the key, value and config file (Snakemake's own message dumps the schema)
-    # the default file first: the --configfile files go over it
-    _default = str(Path("config/config.yaml").resolve())
-    _files = [_default] + [str(Path(f).resolve()) for f in workflow.configfiles]
-    configcheck.check(config, list(dict.fromkeys(_files)))
+    configcheck.check(config, CONFIG_FILES)
 except configcheck.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 validate(config, schema=configcheck.SCHEMA)  # fills in the schema's defaults

@@ -179,11 +179,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from .settings import population_datasets, targets as all_targets
 
-    from .configcheck import ConfigError, check
+    from .configcheck import SCHEMA, ConfigError, check
 
     try:
         config = _merged_config(args.configfile)
-        if Path(DEFAULT_CONFIG).is_file() and Path("workflow/schemas/config.schema.yaml").is_file():
+        if Path(DEFAULT_CONFIG).is_file() and Path(SCHEMA).is_file():
             # before Snakemake: the schema's defaults are not filled in, so required keys are
             # those the files must give
             check(config, [f for f in dict.fromkeys([DEFAULT_CONFIG, args.configfile]) if Path(f).is_file()])

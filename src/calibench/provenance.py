@@ -20,10 +20,6 @@ from pathlib import Path
 
 PROVENANCE_KEY = b"calibench_provenance"
 CONFIG_ENV = "CALIBENCH_CONFIG_PROVENANCE"  # set by the Snakefile for its jobs: config_record() as JSON
-# What identifies the software and device of a shard (the table groups its rows by these); the
-# config record is kept apart: it changes with settings that change no number of old shards.
-SOFTWARE = ("calibench_version", "git_commit", "python", "numpy", "torch", "pyarrow", "platform", "device",
-            "logits_written_by")
 UNKNOWN = {"calibench_version": None, "note": "written before shards recorded their provenance"}
 
 
@@ -98,7 +94,9 @@ def measurement(device: str, logits_meta: Mapping | None = None) -> dict:
 
 
 def split(provenance: Mapping) -> tuple[dict, dict | None]:
-    """(software and device, config record) of a shard's provenance."""
+    """(software and device, config record) of a shard's provenance: a table groups its rows by
+    the first; the config record is kept apart, as it changes with settings that change no
+    number of the shards already measured."""
     return {k: v for k, v in provenance.items() if k != "config"}, provenance.get("config")
 
 

@@ -65,7 +65,8 @@ def damaged_shards(results: str | Path) -> list[Path]:
 
 def _without(con, results: Path, bad: list[Path]) -> None:
     """The ``metrics`` view over every shard but ``bad``."""
-    good = [p for p in sorted((results / "shards").rglob("*.parquet")) if p not in set(bad)]
+    bad = set(bad)
+    good = [p for p in sorted((results / "shards").rglob("*.parquet")) if p not in bad]
     files = ", ".join(f"'{p}'" for p in good)
     con.execute(f"CREATE OR REPLACE VIEW metrics AS SELECT * FROM read_parquet([{files}], hive_partitioning = false, "
                 "union_by_name = true)")

@@ -16,12 +16,10 @@ Snakemake then rebuilds the tables, which runs those chunks again.
 from __future__ import annotations
 
 import json
-import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
 
-log = logging.getLogger(__name__)
 
 
 def file_state(path: str | os.PathLike) -> list[int] | None:

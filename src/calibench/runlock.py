@@ -521,7 +521,8 @@ def live_run(workdir: str | os.PathLike, results: str | os.PathLike,
     found = find_snakemake_processes(workdir) or []
     for p in found:
         if p.cwd_known and not (_NO_RUN_FLAGS & set(p.argv)) and "--mode" not in p.argv:
-            exc = _in_use_by_process(workdir, p)
-            return RunInUse(str(exc).replace("the lock files", "its lock files")
-                            + " Do not use --unlock: it would break the live run.", workdir=workdir, process=p)
+            return RunInUse(
+                f"{workdir} is in use by a running Snakemake process (pid {p.pid} on {socket.gethostname()}: "
+                f"{p.command}). Wait for it to finish, or stop it (kill {p.pid}), then run again. "
+                "Do not use --unlock: it would break the live run.", workdir=workdir, process=p)
     return None

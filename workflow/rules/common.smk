@@ -10,7 +10,7 @@ from calibench import settings as stage
 RESULTS = config["results"]
 # Every job records the config files and the effective config it ran under (shard provenance);
 # an environment variable, not a param, so a new comment in a config file reruns nothing.
-os.environ[provenance.CONFIG_ENV] = json.dumps(provenance.config_record(workflow.configfiles, config))
+os.environ[provenance.CONFIG_ENV] = json.dumps(provenance.config_record(CONFIG_FILES, config))
 PYTHON = sys.executable
 KEEP_LOGITS = bool(config["keep_logits"])
 # Each rule's params carry exactly the settings its outputs depend on (calibench.settings),
