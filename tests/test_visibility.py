@@ -205,3 +205,15 @@ def test_failed_job_logs_are_read_from_snakemakes_log(tmp_path):
                    "file not found: d/test_batch\n")
     assert failures.cause(job) == "FileNotFoundError: cifar10: file not found: d/test_batch"
     assert failures.cause(tmp_path / "none.log") == "(no log written)"
+
+
+def test_terminal_summary_of_nan_stages_only_names_them_without_a_repair_hint(tmp_path):
+    from calibench import shards
+
+    rows = [{"space": "tss", "hp": "200", "dataset": "cifar100", "arch_index": i, "seed": 777, "stage": "dir",
+             "source": f"logits/arch={i:06d}.parquet", "reason": "did not converge"} for i in (0, 3)]
+    shards.write_atomic_parquet(shards.failures_table(rows), tmp_path / "failures" / "tss_200_cifar100.parquet")
+    text = failures.terminal_summary(tmp_path, [])
+    assert text.splitlines()[0] == "calibench: 2 recalibration stage(s) NaN (results/failures/*.parquet):"
+    assert "tss_200_cifar100 arch 3 seed 777 [dir] logits/arch=000003.parquet: did not converge" in text
+    assert "Repair the file" not in text

@@ -65,8 +65,9 @@ def terminal_summary(results: str | Path, tables: Sequence[str | Path]) -> str:
     networks = found[found["stage"].isin(["inference", "measurement", "table"])]
     stages = found[~found["stage"].isin(["inference", "measurement", "table"])]
     pairs = networks.drop_duplicates(["table", "arch_index"])
-    lines = [f"calibench: {len(pairs)} network result(s) missing from {pairs['table'].nunique()} table(s), "
-             f"{len(stages)} recalibration stage(s) NaN (results/failures/*.parquet):"]
+    said = ([f"{len(pairs)} network result(s) missing from {pairs['table'].nunique()} table(s)"] if len(pairs) else []) \
+        + ([f"{len(stages)} recalibration stage(s) NaN"] if len(stages) else [])
+    lines = [f"calibench: {', '.join(said) or 'networks missing'} (results/failures/*.parquet):"]
     for c in short:
         lines.append(f"  {c['table']}: {c['measured']} of {c['selected']} selected networks measured")
     for _, row in pd.concat([networks, stages]).head(SHOWN).iterrows():
@@ -74,7 +75,8 @@ def terminal_summary(results: str | Path, tables: Sequence[str | Path]) -> str:
     if len(found) > SHOWN:
         lines.append(f"  ... and {len(found) - SHOWN} more: calibench query \"SELECT * FROM "
                      f"read_parquet('{Path(results) / 'failures' / '*.parquet'}')\"")
-    lines.append("  Repair the file named and run again: changed or restored inputs are retried.")
+    if len(pairs) or short:
+        lines.append("  Repair the file named and run again: changed or restored inputs are retried.")
     return "\n".join(lines)
 
 
