@@ -1,8 +1,8 @@
-"""The whole analysis (``calibench.analysis.run_analysis``) on full-size result tables: wall
+"""The whole analysis (``calibench.analysis.core.run_analysis``) on full-size result tables: wall
 time and peak memory.
 
 Synthesises the six wide tables of a real NATS-Bench run (config/nats.yaml) the way
-``calibench.tables.build_table`` writes them, under ``{dir}/results/tables/``:
+``calibench.results.tables.build_table`` writes them, under ``{dir}/results/tables/``:
 
 * TSS: all 15,625 architectures (strings ``|op~0|+|op~0|op~1|+|op~0|op~1|op~2|``
   enumerated over the 5 operations in product order, edge 1<-0 slowest), measured once
@@ -95,8 +95,8 @@ def probe_names(config: dict) -> dict[str, list[str]]:
     OoD AUROCs), in the job's order: ``measure_stages_batch`` on 2 tiny random networks."""
     import torch
 
-    from calibench.calibration import measure_stages_batch
-    from calibench.settings import recalibration_settings
+    from calibench.measure.stages import measure_stages_batch
+    from calibench.config.settings import recalibration_settings
 
     options = recalibration_settings(config)
     for stage in ("ms", "dir"):
@@ -220,7 +220,7 @@ def _fit_values(rng, stage: str, name: str, n: int, net: dict) -> np.ndarray:
 def stage_values(rng, stage: str, names: list[str], net: dict, e: np.ndarray, acc: np.ndarray) -> dict:
     """Every value of one stage for the measured networks: ``e`` its miscalibration, ``acc``
     its accuracy on the test part."""
-    from calibench.shards import split_metric_name
+    from calibench.results.shards import split_metric_name
 
     n, k, n_test = len(e), net["k"], net["n_test"]
     u = lambda lo, hi: rng.uniform(lo, hi, n)  # noqa: E731
@@ -265,7 +265,7 @@ def stage_values(rng, stage: str, names: list[str], net: dict, e: np.ndarray, ac
 
 def measured_values(space: str, dataset: str, pop: dict, names: dict, config: dict, rng) -> tuple[dict, dict]:
     """Provenance and ``{column: values}`` of the measured networks of one table."""
-    from calibench.data import NUM_CLASSES
+    from calibench.inference.data import NUM_CLASSES
 
     n = len(pop["measured"])
     k, n_eval = NUM_CLASSES[dataset], N_EVAL[dataset]
@@ -320,7 +320,7 @@ def build(space: str, hp: str, dataset: str, pop: dict, names: dict, config: dic
     import pyarrow as pa
 
     from calibench import __version__
-    from calibench.tables import FIRST
+    from calibench.results.tables import FIRST
 
     provenance, columns = measured_values(space, dataset, pop, names, config, rng)
     take = pop["row_of"]  # TSS: every member repeats its class representative's values
@@ -373,7 +373,7 @@ def write_table(wide, meta: dict, path: Path) -> None:
     import pyarrow.parquet as pq
 
     from calibench.atomic import atomic_write
-    from calibench.tables import METADATA_KEY
+    from calibench.results.tables import METADATA_KEY
 
     def write(f):
         table = pa.Table.from_pandas(wide, preserve_index=False)
@@ -387,8 +387,8 @@ def write_table(wide, meta: dict, path: Path) -> None:
 def write_reliability_shards(wide, results: Path, beta: float, stages: list[str], rng) -> int:
     """Shards (with reliability bins) of the best and worst measured network by HCS_beta, the
     two ``make_reliability_plots`` reads per table."""
-    from calibench import shards
-    from calibench.analysis import hcs
+    from calibench.results import shards
+    from calibench.analysis.core import hcs
     from calibench.metrics.reliability import RELIABILITY_BINS
 
     nets = wide[wide["arch_index"] == wide["measured_by"]]
@@ -474,7 +474,7 @@ def prepare(directory: Path, config: dict, scale: float) -> dict:
 def steps(analysis) -> list[tuple[object, str, str]]:
     """The calibench functions ``run_analysis`` calls, as (namespace, attribute, label): the
     names its code refers to that are functions of a calibench module, looked up in
-    ``calibench.analysis`` or in a calibench module it names (``report.write_report``)."""
+    ``calibench.analysis.core`` or in a calibench module it names (``report.write_report``)."""
     import inspect
 
     names = analysis.run_analysis.__code__.co_names
@@ -508,7 +508,8 @@ def child(spec_path: str) -> None:
     """Runs ``run_analysis`` once, each step it calls timed; writes the figures as JSON."""
     start = time.perf_counter()
     spec = json.loads(Path(spec_path).read_text())
-    from calibench import analysis, stats
+    from calibench.analysis import core as analysis
+    from calibench.analysis import stats
 
     imported = time.perf_counter()
     rss_imports = _rss_mb()
@@ -645,7 +646,7 @@ def main() -> None:
     for name, (rows, measured) in info["rows"].items():
         print(f"  {name}: {rows:,} rows, {measured:,} measured, {info['columns'][name]} columns")
 
-    from calibench.settings import analysis_settings
+    from calibench.config.settings import analysis_settings
 
     settings = analysis_settings(config)
     boot = dict(settings["analysis"].get("bootstrap") or {})
@@ -711,7 +712,8 @@ def compare_intervals(results: Path, kendall) -> None:
     shift of its centre in bootstrap widths."""
     import pandas as pd
 
-    from calibench import analysis, stats
+    from calibench.analysis import core as analysis
+    from calibench.analysis import stats
 
     boot = kendall[(kendall["interval"] == "bootstrap") & (kendall["population"] == "all")
                    & (kendall["figure"] == "pre_post")]

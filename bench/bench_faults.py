@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = [sys.executable, "-m", "calibench.cli", "run", "--cores", "2"]
+RUN = [sys.executable, "-m", "calibench.run.cli", "run", "--cores", "2"]
 # Files that differ between any two runs by nature: logs, timings, the report (it embeds timings),
 # Snakemake's own state.
 VOLATILE = ("logs", "benchmarks", "report.html", "report.png")
@@ -54,7 +54,7 @@ def _run_to_end(directory: Path) -> float:
 
 def _jobs(group: int) -> list[int]:
     """Pids of the calibench jobs (not the driver) in a process group."""
-    out = subprocess.run(["pgrep", "-g", str(group), "-f", "calibench.cli (infer|measure-chunk|odir-search|build-table|analysis)"],
+    out = subprocess.run(["pgrep", "-g", str(group), "-f", "calibench.run.cli (infer|measure-chunk|odir-search|build-table|analysis)"],
                          capture_output=True, text=True).stdout.split()
     return [int(p) for p in out]
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, NatsArchive, arch_file, prefetch
-from calibench.data import DATASETS
+from calibench.inference.data import DATASETS
 from calibench.sources.nats.minibench import REAL_MEAN_FILE_BYTES, SSS_DIR, TSS_DIR, MiniBenchSpec, build_minibench
 
 RUN_FILES = {"tss": 6466, "sss": 32768}  # unique TSS architectures, all SSS ones

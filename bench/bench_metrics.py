@@ -72,7 +72,8 @@ def main() -> None:
     parser.add_argument("--no-tune", action="store_true", help="leave glibc malloc at its defaults")
     args = parser.parse_args()
 
-    from calibench import calibration, metrics
+    from calibench import metrics
+    from calibench.measure import stages as calibration
     from calibench.runtime import keep_freed_memory
 
     tuned = False if args.no_tune else keep_freed_memory()

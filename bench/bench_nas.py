@@ -1,4 +1,4 @@
-"""Architecture search at full size: wall time of the whole Table-1 protocol (calibench.sources.nats.nas).
+"""Architecture search at full size: wall time of the whole Table-1 protocol (calibench.analysis.nats.nas).
 
 Builds synthetic result tables holding every architecture (TSS: 15,625 cell strings; SSS:
 32,768 channel strings) with accuracy and ECE that depend smoothly on the architecture
@@ -22,7 +22,7 @@ import time
 import numpy as np
 import pandas as pd
 
-from calibench.sources.nats import nas
+from calibench.analysis.nats import nas
 from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS
 
 

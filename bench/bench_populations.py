@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from calibench import logits as store
-from calibench.settings import INFERENCE_VERSION
+from calibench.store import logits as store
+from calibench.config.settings import INFERENCE_VERSION
 from calibench.sources import infer_chunk, write_labels, write_population
 
 

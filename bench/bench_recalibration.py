@@ -106,7 +106,7 @@ def ours_fits(z_val: torch.Tensor, y_val: torch.Tensor, z_test: torch.Tensor, re
 
 
 def measure_all(logits, labels, rec, stages=STAGES):
-    from calibench.calibration import measure_stages_batch
+    from calibench.measure.stages import measure_stages_batch
 
     return measure_stages_batch(logits, labels, stages=stages, recalibration=rec)
 
@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="ms and dir over lambda = mu in 1e-3..1e3")
     args = parser.parse_args()
 
-    from calibench.calibration import split_indices
+    from calibench.measure.stages import split_indices
     from calibench.runtime import keep_freed_memory
 
     keep_freed_memory()
@@ -190,7 +190,7 @@ def main() -> None:
 
 def sweep() -> None:
     """Fit time, iterations and held-out NLL of ms and dir at lambda = mu on the spec's grid."""
-    from calibench.calibration import split_indices
+    from calibench.measure.stages import split_indices
     from calibench.recalibration import fit_stage
 
     print("\nsweep: lambda = mu; fit on 20 %, NLL on the other 80 % (pre-calibration NLL in brackets)")

@@ -1,4 +1,4 @@
-"""Cost of the check every run makes before Snakemake builds its DAG (calibench.repair): every
+"""Cost of the check every run makes before Snakemake builds its DAG (calibench.run.repair): every
 chunk manifest compared with the files its job wrote, at full size.
 
 Writes synthetic results for the full population: 117,702 small shard files under
@@ -20,8 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from calibench import logits as store
-from calibench import repair, shards
+from calibench.store import logits as store
+from calibench.run import repair
+from calibench.results import shards
 
 # (space, hp, networks per dataset): TSS's 6,466 unique cells and SSS's 32,768, on 3 datasets
 POPULATION = [("tss", "200", 6466), ("sss", "90", 32768)]

@@ -1,4 +1,4 @@
-"""Bootstrap intervals for Kendall tau-b (calibench.stats) at population size.
+"""Bootstrap intervals for Kendall tau-b (calibench.analysis.stats) at population size.
 
 Synthetic metric columns for a full SSS population (default 32,768 networks) that look
 like the tables': an accuracy on 10,000 test images (ties: values k / 10000), ECE-like
@@ -35,7 +35,7 @@ import scipy
 import torch
 from scipy.stats import kendalltau
 
-from calibench import stats
+from calibench.analysis import stats
 
 
 def population(n: int, metrics: int, seed: int = 0) -> pd.DataFrame:

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from calibench import logits as store
-from calibench.pipeline import StoredNetwork, _measure_group, shard_key
+from calibench.store import logits as store
+from calibench.measure.jobs import StoredNetwork, _measure_group, shard_key
 from calibench.runtime import keep_freed_memory
 
 SETS = {"cifar10": (10, {"test": 10_000, "ood_gaussian_noise": 10_000, "ood_svhn": 26_032}),

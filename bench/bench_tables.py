@@ -52,10 +52,10 @@ SPACE, HP, CHUNK = "sss", "90", 200
 # ---------------------------------------------------------------- the former build (before figure)
 
 def old_build_table(space, hp, dataset, results, out, manifests, failures_out=None):
-    """``calibench.tables.build_table`` as it was before the rewrite (pandas pivot)."""
+    """``calibench.results.tables.build_table`` as it was before the rewrite (pandas pivot)."""
     import pandas as pd
 
-    from calibench import shards
+    from calibench.results import shards
     from calibench.atomic import atomic_write
 
     def wide_table(long):
@@ -125,7 +125,7 @@ def _value(rng: np.random.Generator, name: str) -> float:
 
 
 def _write_chunk(job) -> int:
-    from calibench import shards
+    from calibench.results import shards
 
     results, dataset, names, indices, arch_strs = job
     written = 0
@@ -153,7 +153,7 @@ def _write_chunk(job) -> int:
 
 def prepare(directory: Path, networks: int, stages: int, dataset: str, fit: bool, workers: int) -> dict:
     """Shards, population and manifests under ``directory/results`` (kept if already there)."""
-    from calibench import shards
+    from calibench.results import shards
 
     results = directory / "results"
     config = {"networks": networks, "stages": stages, "dataset": dataset, "fit": fit}
@@ -211,7 +211,7 @@ t0 = time.perf_counter()
 if {old!r}:
     from bench_tables import old_build_table as build_table
 else:
-    from calibench.tables import build_table
+    from calibench.results.tables import build_table
 t1 = time.perf_counter()
 wide = build_table({space!r}, {hp!r}, {dataset!r}, {results!r}, {out!r}, {manifests!r})
 t2 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The post-hoc method analysis (calibench.analysis): question 4 for every method, the
+"""The post-hoc method analysis (calibench.analysis.core): question 4 for every method, the
 per-method distribution table, the win shares and margins, the plots and the report,
 on small synthetic wide tables with failed fits (NaN) and infinite NLLs."""
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from calibench import analysis as an
+from calibench.analysis import core as an
 from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS
 
 BINS = [5, 15, 50]
@@ -29,7 +29,7 @@ def settings(demo=False, top_k=(10,)):
 
 def wide_table(rng: np.random.Generator, space: str, dataset: str, n: int, stages, copies: int = 0,
                full: bool = True) -> pd.DataFrame:
-    """A wide result table as calibench.tables builds it: ``n`` measured networks (and, for
+    """A wide result table as calibench.results.tables builds it: ``n`` measured networks (and, for
     TSS, ``copies`` isomorph rows repeating networks 0, 1, ...), every metric of every stage
     (``full``; else only those the method analysis reads, for faster plots), fitted-parameter
     columns, failed fits (a stage all NaN for a network), infinite NLLs of iso/hist,
@@ -304,10 +304,10 @@ def test_question_4_for_every_method_matches_scipy(df):
 
 def test_every_kendall_tau_gets_the_interval_its_scope_names(df):
     """analysis.bootstrap: with scope findings the taus the report states (question 4 and
-    Fig. 2 of pre/post ECE at 15 bins) get calibench.stats' bootstrap of their pair, on the same resamples for every
+    Fig. 2 of pre/post ECE at 15 bins) get calibench.analysis.stats' bootstrap of their pair, on the same resamples for every
     pair of a matrix, and every other tau its jackknife interval; scope all bootstraps
     every tau; resamples 0 jackknifes every tau."""
-    from calibench import stats
+    from calibench.analysis import stats
 
     part = df[(df["space"] == "sss") & (df["dataset"] == "cifar10")]
     nets = part[part["arch_index"] == part["measured_by"]]

@@ -1,4 +1,4 @@
-"""Question 7's architecture figures (calibench.sources.nats.architecture_figures): cell kernel parameters
+"""Question 7's architecture figures (calibench.analysis.nats.architecture_figures): cell kernel parameters
 of TSS strings, ECE by kernel parameters (Fig. 8 left), the SSS uniform-width progression
 (Fig. 9) and their plots, on small hand-made wide tables with ties, NaN, isomorph copies
 and rows of the other search space."""
@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibench.sources.nats import architecture_figures as af
+from calibench.analysis.nats import architecture_figures as af
 from calibench.sources.nats.archstr import SSS_GENOTYPE, TSS_OPS
 
 ALL_3X3 = "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|nor_conv_3x3~0|nor_conv_3x3~1|nor_conv_3x3~2|"

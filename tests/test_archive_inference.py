@@ -8,7 +8,7 @@ import shutil
 import pytest
 import torch
 
-from calibench import inference
+from calibench.inference import engine as inference
 from calibench.sources.nats import stream
 from calibench.sources.nats.archive import ArchiveError, NatsArchive, prefetch
 from calibench.sources.nats.minibench import SSS_DIR, TSS_DIR

@@ -19,7 +19,7 @@ import torch
 
 from calibench.sources.nats.archive import (HPS, READ_LOG_ENV, ArchiveError, NatsArchive, arch_file, materialise, prefetch,
                                read_arch_file, unpickle_arch_file)
-from calibench.data import DATASETS
+from calibench.inference.data import DATASETS
 from calibench.sources.nats.minibench import (REAL_DATASETS, SSS_DIR, TSS_DIR, MiniBenchSpec, build_minibench,
                                  sample_real_size_archs)
 from calibench.sources.nats.networks import build_network

@@ -1,5 +1,5 @@
 """bench/bench_analysis.py's synthetic result tables have the real tables' layout: rebuilt
-from shards by calibench.tables.build_table, a few of their networks give the same frame
+from shards by calibench.results.tables.build_table, a few of their networks give the same frame
 (columns, order, dtypes, TSS expansion, values) and the same schema metadata keys; the
 reliability shards it writes are readable. (The analysis itself is not run here: see the
 script.)"""
@@ -37,7 +37,8 @@ def prepared(bench, tmp_path_factory):
 
 def _rebuild(name: str, mine: pd.DataFrame, stages: list[str], results: Path, arch_strs, reps) -> pd.DataFrame:
     """``build_table`` on shards holding the values of a few of ``mine``'s measured networks."""
-    from calibench import shards, tables
+    from calibench.results import shards
+    from calibench.results import tables
 
     space, hp, dataset = str(mine["space"][0]), str(mine["hp"][0]), str(mine["dataset"][0])
     nets = mine[mine["arch_index"] == mine["measured_by"]].head(5)
@@ -68,7 +69,7 @@ def _rebuild(name: str, mine: pd.DataFrame, stages: list[str], results: Path, ar
 
 
 def test_synthetic_tables_match_what_build_table_writes(bench, prepared, tmp_path):
-    from calibench import tables
+    from calibench.results import tables
     from calibench.sources.nats.population import representatives
 
     config, directory, info = prepared
@@ -95,7 +96,7 @@ def test_synthetic_tables_match_what_build_table_writes(bench, prepared, tmp_pat
 
 
 def test_reliability_shards_and_reuse(bench, prepared):
-    from calibench import reliability
+    from calibench.analysis import reliability
 
     config, directory, info = prepared
     assert info["reliability_shards"] >= 2 * len(info["tables"])

@@ -7,7 +7,7 @@ from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax
 
 import reference as R
-from calibench import calibration as C
+from calibench.measure import stages as C
 from conftest import sample_problem
 
 

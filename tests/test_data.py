@@ -1,4 +1,4 @@
-"""Evaluation data (calibench.data): real on-disk formats, normalisation, CIFAR-10-C
+"""Evaluation data (calibench.inference.data): real on-disk formats, normalisation, CIFAR-10-C
 Gaussian noise and the official splits (nats-bench-facts.md, "Evaluation data";
 metrics-spec.md, "OoD AUROC")."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from calibench import data as D
+from calibench.inference import data as D
 from calibench.atomic import atomic_write
 
 SPLITS = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nats-splits"

@@ -49,7 +49,7 @@ def test_batched_measurement_equals_alone_bit_for_bit_where_the_readme_says():
     import numpy as np
     import torch
 
-    from calibench.calibration import measure_stages_batch
+    from calibench.measure.stages import measure_stages_batch
 
     rng = np.random.default_rng(0)
     n, k = 400, 10

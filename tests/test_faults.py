@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibench import logits as store
-from calibench import settings as stage
-from calibench import shards
-from calibench.calibration import split_indices
-from calibench.pipeline import measure_chunk_job
+from calibench.store import logits as store
+from calibench.config import settings as stage
+from calibench.results import shards
+from calibench.measure.stages import split_indices
+from calibench.measure.jobs import measure_chunk_job
 
 ROOT = Path(__file__).resolve().parents[1]
 N, K = 500, 10
@@ -103,8 +103,8 @@ def test_one_class_predictor_and_a_validation_split_without_a_class_give_numbers
 def test_shards_and_tables_record_their_provenance_and_a_mixed_table_says_so(measured, caplog):
     import pyarrow.parquet as pq
 
-    from calibench import provenance
-    from calibench.tables import build_table, table_metadata
+    from calibench.results import provenance
+    from calibench.results.tables import build_table, table_metadata
 
     results, summary, _ = measured
     recorded = provenance.of_shard(pq.read_schema(shards.shard_path(results, "zoo", "", "cifar10", 0)).metadata)
@@ -147,8 +147,8 @@ def test_shards_and_tables_record_the_source_file_and_the_config(tmp_path, monke
 
     import pyarrow.parquet as pq
 
-    from calibench import provenance
-    from calibench.tables import build_table, table_metadata
+    from calibench.results import provenance
+    from calibench.results.tables import build_table, table_metadata
 
     rng = np.random.default_rng(1)
     labels = rng.integers(0, K, N)
@@ -343,7 +343,7 @@ def test_a_full_disk_names_the_file_leaves_no_partial_file_and_the_rerun_complet
     free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
     filler = small_disk / "filler"
     filler.write_bytes(bytes(max(0, free - 3 * 20_000)))  # room for about two logits files
-    job = [sys.executable, "-m", "calibench.cli", "infer-chunk", "--settings",
+    job = [sys.executable, "-m", "calibench.run.cli", "infer-chunk", "--settings",
            json.dumps({**settings, "inference_version": stage.INFERENCE_VERSION}), "--target", "zoo", "--chunk", "0",
            "--results", str(results), "--manifest", str(results / "chunks" / "zoo" / "chunk00000.json"), "--quiet"]
     full = subprocess.run(job, capture_output=True, text=True, timeout=300)
@@ -371,7 +371,7 @@ def test_a_full_disk_names_the_file_leaves_no_partial_file_and_the_rerun_complet
 
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     config.update(bins=[5, 15], stages=["pre", "post"])
-    measure = [sys.executable, "-m", "calibench.cli", "measure-chunk", "--settings",
+    measure = [sys.executable, "-m", "calibench.run.cli", "measure-chunk", "--settings",
                json.dumps(stage.measurement_settings(config)), "--target", "zoo", "--dataset", "cifar10", "--chunk", "0",
                "--results", str(results), "--logits-manifest", str(results / "chunks" / "zoo" / "chunk00000.json"),
                "--labels", str(store.labels_path(results, "cifar10", space="zoo")),
@@ -390,7 +390,7 @@ def test_a_full_disk_names_the_file_leaves_no_partial_file_and_the_rerun_complet
     assert (summary["skipped"], summary["computed"]) == (len(written), 8 - len(written))
     assert all((shard_dir / n).stat().st_mtime_ns == m for n, m in written.items())
 
-    table = [sys.executable, "-m", "calibench.cli", "build-table", "--target", "zoo", "--dataset", "cifar10",
+    table = [sys.executable, "-m", "calibench.run.cli", "build-table", "--target", "zoo", "--dataset", "cifar10",
              "--results", str(results), "--out", str(results / "tables" / "zoo_cifar10.parquet"),
              "--manifests", str(results / "chunks" / "measure" / "chunk00000.json")]
     stat = os.statvfs(small_disk)

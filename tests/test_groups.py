@@ -1,4 +1,4 @@
-"""calibench.groups: a population's models compared by a metadata column (Tao et al., ICLR 2024,
+"""calibench.analysis.groups: a population's models compared by a metadata column (Tao et al., ICLR 2024,
 App. A-C), checked against scipy and numpy on a synthetic wide table."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau, kruskal
 
-from calibench import groups
+from calibench.analysis import groups
 
 BINS = [5, 15]
 DATASETS = ["c10", "c100"]
@@ -87,7 +87,7 @@ def test_group_kendall_metric_matrix_of_a_group_equals_scipy(table, matrices):
 
 
 def test_group_kendall_skips_small_groups_and_logs(table, caplog):
-    with caplog.at_level(logging.INFO, logger="calibench.groups"):
+    with caplog.at_level(logging.INFO, logger="calibench.analysis.groups"):
         m = groups.group_kendall(table, "family", SETTINGS)
     assert set(m["group"]) == {"cold", "mid", "hot"}
     assert "pair" in caplog.text and "solo" in caplog.text

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from calibench import calibration as C
+from calibench.measure import stages as C
 from calibench import metrics as M
 
 GOOD_P = np.array([[0.7, 0.3], [0.4, 0.6], [0.5, 0.5]])

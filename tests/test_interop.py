@@ -1,4 +1,4 @@
-"""The tao2024 exchange format (calibench.sources.nats.interop): our result tables -> the published
+"""The tao2024 exchange format (calibench.results.interop): our result tables -> the published
 layout -> result tables again equal the originals on every shared column; a file written
 here in the published layout imports and the analysis and queries run on it; malformed
 files fail naming the file and the column or line."""
@@ -15,9 +15,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibench import analysis as an
-from calibench import shards, tables
-from calibench.sources.nats import interop
+from calibench.analysis import core as an
+from calibench.results import shards
+from calibench.results import tables
+from calibench.results import interop
 from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS
 from calibench.sources.nats.population import representatives
 
@@ -63,7 +64,7 @@ def stage_values(rng, index: int, stages, ood: bool) -> dict[str, dict[str, floa
 
 def build(results: Path, space: str, hp: str, dataset: str, n: int, seed: int = 777,
           stages=("pre", "post", "vs")) -> Path:
-    """A result table made as the workflow makes it (shards -> calibench.tables.build_table):
+    """A result table made as the workflow makes it (shards -> calibench.results.tables.build_table):
     TSS measures the class representatives among the first ``n`` cells and expands them."""
     arch_strs = tss_strings(n) if space == "tss" else sss_strings(n)
     reps = representatives(space, arch_strs)
@@ -113,7 +114,7 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
     made = [build(results, "tss", "200", "cifar10", 40),  # isomorph copies, OoD columns
             build(results, "sss", "90", "ImageNet16-120", 9),
             build(results, "sss", "12", "cifar100", 7, seed=111)]  # not the published schedule or seed
-    caplog.set_level(logging.INFO, logger="calibench.sources.nats.interop")
+    caplog.set_level(logging.INFO, logger="calibench.results.interop")
     files = interop.export_tao2024(results / "tables", tmp_path / "tao")
     assert sorted(f.name for f in files) == ["ImageNet_sss.csv", "cifar100_sss_hp12.csv", "cifar10_tss.csv"]
     assert "vs_ece_15" in caplog.text and "pre_ace_15" in caplog.text  # no place in the layout: logged
@@ -164,7 +165,7 @@ def test_export_of_several_seeds_keeps_the_first_and_omitted_columns_are_logged(
     table = pd.read_parquet(path)
     other = table.assign(seed=888, accuracy=0.0)
     two = pd.concat([table, other]).drop(columns=[c for c in table.columns if "_mce_" in c])
-    caplog.set_level(logging.INFO, logger="calibench.sources.nats.interop")
+    caplog.set_level(logging.INFO, logger="calibench.results.interop")
     frame = interop.export_frame(two, source="t")
     assert len(frame) == 4 and (frame["acc"] > 0).all()
     assert "4 rows of seeds other" in caplog.text
@@ -216,7 +217,7 @@ def test_a_published_layout_file_imports_and_the_analysis_runs(tmp_path, caplog)
     (src / "README.md").write_text("not a table")
     (src / "notes.csv").write_text("a,b\n1,2\n")
     results = tmp_path / "results"
-    caplog.set_level(logging.WARNING, logger="calibench.sources.nats.interop")
+    caplog.set_level(logging.WARNING, logger="calibench.results.interop")
     paths = interop.import_tao2024(src, results)
     assert sorted(p.name for p in paths) == ["sss_90_ImageNet16-120.parquet", "tss_200_cifar10.parquet"]
     assert "notes.csv" in caplog.text and "in percent" in caplog.text and "robust_acc_fgsm" in caplog.text
@@ -252,7 +253,7 @@ def test_a_published_layout_file_imports_and_the_analysis_runs(tmp_path, caplog)
     assert set(summary["stage"]) == {"pre", "post"}
     assert not an.edge_op_frequency(hcs, 5, 1).empty and not an.size_brackets(df).empty
 
-    from calibench import query
+    from calibench.results import query
 
     con = query.connect(results)
     top = con.sql("SELECT space, arch_index, hcs_1 FROM networks WHERE arch_index = measured_by "

@@ -6,8 +6,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from calibench import logits as store
-from calibench.settings import INFERENCE_VERSION, inference_settings
+from calibench.store import logits as store
+from calibench.sources.nats import jobs as nats_jobs
+from calibench.config.settings import INFERENCE_VERSION, inference_settings
 
 META = "a" * 64  # the archive's meta SHA-256, as the population records it
 
@@ -31,8 +32,8 @@ def _seed(rng, seed, n, k, ood=()):
 
 def _write(tmp_path, rng, seeds, labels, dataset="cifar10", index=12):
     settings = inference_settings(_config(tmp_path), "tss")
-    key = store.logits_key(settings, "tss", "200", dataset, index, "|a~0|", META)
-    fields = store.key_fields(settings, "tss", "200", dataset, index, "|a~0|", META)
+    key = nats_jobs.logits_key(settings, "tss", "200", dataset, index, "|a~0|", META)
+    fields = nats_jobs.key_fields(settings, "tss", "200", dataset, index, "|a~0|", META)
     path = store.logits_path(tmp_path, "tss", "200", dataset, index)
     store.write_network_logits(path, key=key, fields=fields, space="tss", hp="200", dataset=dataset, index=index,
                                arch_str="|a~0|", labels=labels, seeds=seeds)
@@ -99,7 +100,7 @@ def test_the_key_follows_exactly_what_changes_logits(tmp_path):
     base = inference_settings(_config(tmp_path), "tss")
 
     def key(settings=base, hp="200", dataset="cifar10", index=5, meta=META):
-        return store.logits_key(settings, "tss", hp, dataset, index, "|a~0|", meta)
+        return nats_jobs.logits_key(settings, "tss", hp, dataset, index, "|a~0|", meta)
 
     k = key()
     assert k == key(dict(base))  # stable
@@ -125,7 +126,7 @@ def test_the_key_follows_exactly_what_changes_logits(tmp_path):
     c100 = key(dataset="cifar100")
     assert key(changed["ood severity"], dataset="cifar100") == c100
     assert key({**base, "datasets": ["cifar100"]}, dataset="cifar100") == c100
-    assert store.key_fields(base, "tss", "200", "cifar10", 5, "|a~0|", META)["inference_version"] == INFERENCE_VERSION
+    assert nats_jobs.key_fields(base, "tss", "200", "cifar10", 5, "|a~0|", META)["inference_version"] == INFERENCE_VERSION
 
 
 def test_truncated_or_foreign_files_are_not_valid(tmp_path, rng):

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from calibench import data as data_io
-from calibench.cli import main as cli_main
+from calibench.inference import data as data_io
+from calibench.run.cli import main as cli_main
 from calibench.sources.nats.minibench import SSS_DIR, TSS_DIR, MiniBenchSpec, build_minibench
 from fixtures import SSS_SIMPLE, TSS_SIMPLE, require_shared
 

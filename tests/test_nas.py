@@ -1,4 +1,4 @@
-"""Architecture search over a result table (calibench.sources.nats.nas; Tao et al. 2024 App. F, Table 1)."""
+"""Architecture search over a result table (calibench.analysis.nats.nas; Tao et al. 2024 App. F, Table 1)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibench.sources.nats import nas
-from calibench.analysis import hcs
+from calibench.analysis.nats import nas
+from calibench.analysis.core import hcs
 from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS, parse_sss, tss_edge_ops
 
 

@@ -21,9 +21,9 @@ import torch
 import yaml
 from scipy.stats import kendalltau
 
-from calibench import logits as store
-from calibench import settings as stage
-from calibench.calibration import split_indices
+from calibench.store import logits as store
+from calibench.config import settings as stage
+from calibench.measure.stages import split_indices
 from calibench.metrics.functional import ece
 from calibench.sources import SourceError
 from calibench.sources import logits_dir, torch_models
@@ -251,7 +251,7 @@ def test_groups_by_metadata_and_the_report(run):
 
 def test_duckdb_views_carry_the_metadata(run):
     workdir, _ = run
-    from calibench.query import connect
+    from calibench.results.query import connect
 
     con = connect(workdir / "results")
     rows = dict(con.execute("SELECT family, count(*) FROM networks WHERE space = 'zoo' AND dataset = 'cifar10' "
@@ -297,7 +297,7 @@ def _tinyzoo(workdir: Path):
 def test_torch_logits_equal_running_the_models_directly(run):
     workdir, _ = run
     tinyzoo = _tinyzoo(workdir)
-    from calibench.inference import load_eval_data
+    from calibench.inference.engine import load_eval_data
 
     data = load_eval_data("cifar10", workdir / "resources/minibench/datasets", ood=())
     models = {**tinyzoo.build(), **dict(tinyzoo.more())}
@@ -320,7 +320,7 @@ def test_torch_logits_equal_running_the_models_directly(run):
 def test_a_transform_replaces_the_standard_normalisation_for_the_test_and_ood_sets(run):
     workdir, _ = run
     tinyzoo = _tinyzoo(workdir)
-    from calibench.data import gaussian_noise, load_eval_set
+    from calibench.inference.data import gaussian_noise, load_eval_set
 
     raw = load_eval_set("cifar10", workdir / "resources/minibench/datasets")
     model = dict(tinyzoo.more())["tiny2"].eval()
@@ -416,7 +416,7 @@ def test_a_callable_that_cannot_be_imported_names_the_key_and_the_callable(tmp_p
 def test_the_population_job_stops_on_an_unimportable_callable_naming_it(tmp_path):
     settings = {"source": "torch", "models": [{"callable": "no_such_module_y:build", "module_sha256": None}],
                 "python_path": [], "chunk_size": 2}
-    proc = subprocess.run([sys.executable, "-m", "calibench.cli", "population", "--settings", json.dumps(settings),
+    proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "population", "--settings", json.dumps(settings),
                            "--space", "mine", "--out", str(tmp_path / "mine.json")], capture_output=True, text=True)
     assert proc.returncode != 0
     assert "cannot import 'no_such_module_y' for 'no_such_module_y:build'" in proc.stderr
@@ -461,12 +461,12 @@ def test_rerun_one_population_and_dataset_touches_nothing_else(run, tmp_path):
     tables = workdir / "results/tables"
     before = {p.name: p.stat().st_mtime_ns for p in tables.glob("*.parquet")}
     (tables / "tiny_own.parquet").unlink()
-    proc = subprocess.run([sys.executable, "-m", "calibench.cli", "run", "--configfile", "tiny.yaml", "--space", "tiny",
+    proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml", "--space", "tiny",
                            "--dataset", "own"], cwd=workdir, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     after = {p.name: p.stat().st_mtime_ns for p in tables.glob("*.parquet")}
     assert set(after) == set(before)
     assert {n for n in after if after[n] != before[n]} == {"tiny_own.parquet"}
-    bad = subprocess.run([sys.executable, "-m", "calibench.cli", "run", "--configfile", "tiny.yaml", "--space", "nope"],
+    bad = subprocess.run([sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml", "--space", "nope"],
                          cwd=workdir, capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0 and "--space nope: not in this config (spaces and populations: raw, tiny, zoo)" in bad.stderr

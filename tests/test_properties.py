@@ -132,7 +132,7 @@ def test_cuda_equals_cpu():
 def test_every_recalibration_stage_on_cuda_equals_cpu():
     """The same code on the GPU: every stage's fit, its parameters and the whole metric suite
     (issue 10; recalibration-spec.md)."""
-    from calibench.calibration import measure_stages_batch
+    from calibench.measure.stages import measure_stages_batch
     from calibench.recalibration import STAGES
 
     rng = np.random.default_rng(10)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from calibench import calibration as C
+from calibench.measure import stages as C
 from calibench.metrics import ece
 from calibench.metrics.reliability import reliability, reliability_batch
 from conftest import sample_problem
@@ -85,7 +85,7 @@ def test_empty_bins_and_bad_bin_count():
 
 def test_the_shard_key_names_the_reliability_bins():
     from calibench.metrics.reliability import RELIABILITY_BINS
-    from calibench.settings import measurement_settings
+    from calibench.config.settings import measurement_settings
 
     config = {"bins": [15], "tace_threshold": 0.01, "temperature": {"method": "nll"}, "stages": ["pre"]}
     assert measurement_settings(config)["reliability_bins"] == RELIABILITY_BINS

@@ -1,4 +1,4 @@
-"""calibench.render on a tiny hand-written page with one matplotlib PNG (no workflow run).
+"""calibench.report.screenshot on a tiny hand-written page with one matplotlib PNG (no workflow run).
 
 The browser tests skip, saying why, where no headless Chromium is installed
 (apt-get install chromium-headless-shell, or set CALIBENCH_BROWSER).
@@ -13,7 +13,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from calibench import render  # noqa: E402
+from calibench.report import screenshot as render  # noqa: E402
 
 
 def _page(tmp_path, body: str):

@@ -1,4 +1,4 @@
-"""calibench.report: every finding equals a direct computation on the tables, and the report
+"""calibench.report.page: every finding equals a direct computation on the tables, and the report
 has one section per question with its findings and figures."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from calibench import analysis as an
-from calibench import report, stats
+from calibench.analysis import core as an
+from calibench.report import page as report
+from calibench.analysis import stats
 from test_analysis_methods import BINS, population, settings, _write
 
 
@@ -114,7 +115,7 @@ def test_question_1_3_4_findings_are_the_kendall_table_rows(run):
 
 
 def test_nas_findings_and_table_follow_nas_table(run):
-    from calibench.sources.nats import nas
+    from calibench.analysis.nats import nas
 
     result = pd.read_csv(run["out"]["nas"], dtype={"hp": str})
     assert set(result["algorithm"]) == set(nas.ALGORITHMS) and (result["repeats"] == 4).all()
@@ -159,7 +160,7 @@ def test_plot_section_and_empty_report(tmp_path):
 
 
 def test_question_7_tables_plots_and_findings(run):
-    from calibench.sources.nats import architecture_figures as af
+    from calibench.analysis.nats import architecture_figures as af
 
     analysis = run["results"] / "analysis"
     width = pd.read_parquet(analysis / "sss_width_progression.parquet")
@@ -189,7 +190,7 @@ def test_question_7_tables_plots_and_findings(run):
 def test_two_schedules_are_compared_in_question_6(tmp_path):
     """hp: {tss: ["12", "200"]}: the analysis writes hp_comparison.parquet (hp_compare's
     table), draws Fig. 6c in question 6 and states its findings there."""
-    from calibench.sources.nats import hp_compare
+    from calibench.analysis.nats import schedules as hp_compare
 
     rng = np.random.default_rng(4)
     tables = population(rng, ["pre", "post"], spaces=("tss",), datasets=("cifar10",), n=25, full=False)

@@ -1,4 +1,4 @@
-"""Question 2 (Fig. 3, App. N): the external robustness table (calibench.sources.nats.robustness).
+"""Question 2 (Fig. 3, App. N): the external robustness table (calibench.analysis.nats.robustness).
 
 A fixture in the layout of the Jung et al. 2023 export (clean_acc, fgsm_Linf_acc0_1,
 pgd_Linf_acc8_0, brightness, zoom_blur, a non-numeric column) written by the test as CSV
@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from calibench.sources.nats import robustness as rb
-from calibench import stats
+from calibench.analysis.nats import robustness as rb
+from calibench.analysis import stats
 from calibench.sources.nats.archstr import TSS_OPS
 
 N_TABLE = 150          # table indices 0..149
@@ -110,7 +110,7 @@ def files(tmp_path: Path):
 
 
 def test_load_by_index_shuffled(files, caplog):
-    with caplog.at_level(logging.WARNING, logger="calibench.sources.nats.robustness"):
+    with caplog.at_level(logging.WARNING, logger="calibench.analysis.nats.robustness"):
         rob = rb.load_robustness(files["index"], "arch_index")
     assert list(rob.columns) == ["arch_index", "clean_acc", "fgsm_Linf_acc0_1", "pgd_Linf_acc8_0", "brightness",
                                  "zoom_blur"]
@@ -163,7 +163,7 @@ def _measured_first_seed(df: pd.DataFrame) -> pd.DataFrame:
 def test_join_by_hand(files, caplog):
     table = result_table()
     rob = rb.load_robustness(files["index"], "arch_index")
-    with caplog.at_level(logging.INFO, logger="calibench.sources.nats.robustness"):
+    with caplog.at_level(logging.INFO, logger="calibench.analysis.nats.robustness"):
         joined = rb.join_robustness(table, rob, "arch_index")
     tss = table[table["space"] == "tss"]
     expected_rows = tss[~tss["arch_index"].isin(MISSING)]

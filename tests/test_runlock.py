@@ -1,4 +1,4 @@
-"""calibench.runlock with real Snakemake runs: killed runs, live runs, guarded and unguarded.
+"""calibench.run.runlock with real Snakemake runs: killed runs, live runs, guarded and unguarded.
 
 Every run here is a real `python -m snakemake` on a throwaway Snakefile whose rule sleeps,
 started in its own session so that `os.killpg(pid, SIGKILL)` kills the driver and its job
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from calibench import runlock
-from calibench.runlock import RunInUse, is_snakemake_command, run_guard, snakemake_lock_files
+from calibench.run import runlock
+from calibench.run.runlock import RunInUse, is_snakemake_command, run_guard, snakemake_lock_files
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs /proc (Linux)")
 
@@ -34,7 +34,7 @@ rule slow:
 # What `calibench run` does: the guard around a snakemake subprocess.
 HELPER = """\
 import logging, subprocess, sys
-from calibench.runlock import run_guard
+from calibench.run.runlock import run_guard
 logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 workdir, results, *cmd = sys.argv[1:]
 with run_guard(workdir, results, cmd) as guard:
@@ -121,7 +121,7 @@ def snapshot(*paths: Path) -> dict:
 
 def runlock_warnings(caplog) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "calibench.runlock" and r.levelno == logging.WARNING]
+            if r.name == "calibench.run.runlock" and r.levelno == logging.WARNING]
 
 
 def assert_flock_free(results: Path) -> None:
@@ -150,7 +150,7 @@ def test_killed_guarded_run_leaves_a_real_stale_lock_that_the_guard_releases(tmp
     assert snapshot(*locks) == before
 
     # With the guard: released (with snakemake --unlock), one warning, and the run completes.
-    caplog.set_level(logging.WARNING, logger="calibench.runlock")
+    caplog.set_level(logging.WARNING, logger="calibench.run.runlock")
     t0 = time.monotonic()
     with run_guard(workdir, results, QUICK) as guard:
         entered = time.monotonic() - t0
@@ -216,7 +216,7 @@ def test_live_unguarded_snakemake_is_not_unlocked(tmp_path, workdir, spawn, capl
     locks = wait_for_locks(workdir, p)
     before = snapshot(*locks)
     results = tmp_path / "results"
-    caplog.set_level(logging.WARNING, logger="calibench.runlock")
+    caplog.set_level(logging.WARNING, logger="calibench.run.runlock")
 
     with pytest.raises(RunInUse) as ei:
         with run_guard(workdir, results, QUICK):
@@ -237,7 +237,7 @@ def test_locks_of_a_dead_process_are_released(workdir, spawn, caplog):
     with pytest.raises(ProcessLookupError):
         os.kill(p.pid, 0)
     assert snakemake_lock_files(workdir) == locks
-    caplog.set_level(logging.WARNING, logger="calibench.runlock")
+    caplog.set_level(logging.WARNING, logger="calibench.run.runlock")
 
     t0 = time.monotonic()
     with run_guard(workdir, workdir / "results", QUICK, unlock="files") as guard:
@@ -259,7 +259,7 @@ def test_without_proc_locks_are_left_for_snakemake_to_report(workdir, monkeypatc
     (lockdir / "0.output.lock").write_text("out/slow.txt\n")
     before = snapshot(lockdir)
     monkeypatch.setattr(runlock, "_PROC", workdir / "no-proc")  # as on macOS
-    caplog.set_level(logging.WARNING, logger="calibench.runlock")
+    caplog.set_level(logging.WARNING, logger="calibench.run.runlock")
     with run_guard(workdir, workdir / "results", QUICK) as guard:
         assert not guard.released_stale
     assert snapshot(lockdir) == before

@@ -1,4 +1,4 @@
-"""calibench.stats: Kendall tau-b in O(n log n) and its seeded bootstrap intervals, checked
+"""calibench.analysis.stats: Kendall tau-b in O(n log n) and its seeded bootstrap intervals, checked
 against scipy.stats.kendalltau (one call per resample, on the resampled arrays) and
 against analysis.kendall_matrix / kendall_cross."""
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 from scipy.stats import kendalltau
 
-from calibench import analysis as an
-from calibench import stats as st
+from calibench.analysis import core as an
+from calibench.analysis import stats as st
 
 
 def scipy_tau(x, y) -> float:

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from calibench import shards, tables
+from calibench.results import shards
+from calibench.results import tables
 
 HP, DATASET = "200", "cifar10"
 STAGES = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")

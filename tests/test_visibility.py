@@ -13,10 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calibench import failures, repair
+from calibench.results import failures
+from calibench.run import repair
 from fixtures import copy_workflow
 
-RUN = [sys.executable, "-m", "calibench.cli", "run", "--configfile", "tiny.yaml", "--cores", "2"]
+RUN = [sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml", "--cores", "2"]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--configfile", "tiny.yaml", "--cores", "2"]
 TINY = {
     "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 1, "n_sss": 3, "n_test": 60, "n_train": 30,
@@ -84,7 +85,7 @@ def test_a_damaged_and_a_deleted_shard_are_noticed_by_query_and_table_and_measur
     (shards / "arch=000000.parquet").write_bytes(os.urandom(3000))  # garbage
     (shards / "arch=000002.parquet").unlink()
 
-    query = _run(workdir, [sys.executable, "-m", "calibench.cli", "query", "SELECT count(DISTINCT arch_index) AS n "
+    query = _run(workdir, [sys.executable, "-m", "calibench.run.cli", "query", "SELECT count(DISTINCT arch_index) AS n "
                            "FROM metrics"])
     assert query.returncode == 0, query.stderr
     assert "1 damaged shard(s) left out of metrics" in query.stderr and "arch=000000.parquet" in query.stderr
@@ -105,7 +106,7 @@ def test_a_damaged_and_a_deleted_shard_are_noticed_by_query_and_table_and_measur
 
 
 def test_a_table_built_over_a_damaged_shard_reports_it_and_goes_on(finished, tmp_path):
-    from calibench.tables import build_table, table_metadata
+    from calibench.results.tables import build_table, table_metadata
 
     workdir = _clone(finished, tmp_path / "table")
     results = workdir / "results"
@@ -208,7 +209,7 @@ def test_failed_job_logs_are_read_from_snakemakes_log(tmp_path):
 
 
 def test_terminal_summary_of_nan_stages_only_names_them_without_a_repair_hint(tmp_path):
-    from calibench import shards
+    from calibench.results import shards
 
     rows = [{"space": "tss", "hp": "200", "dataset": "cifar100", "arch_index": i, "seed": 777, "stage": "dir",
              "source": f"logits/arch={i:06d}.parquet", "reason": "did not converge"} for i in (0, 3)]

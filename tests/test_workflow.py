@@ -18,16 +18,16 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from calibench import logits as store
+from calibench.store import logits as store
 from calibench import metrics
-from calibench.analysis import hcs
+from calibench.analysis.core import hcs
 from calibench.recalibration import STAGES
-from calibench.shards import read_reliability
+from calibench.results.shards import read_reliability
 from fixtures import copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
-CALIBENCH_RUN = [sys.executable, "-m", "calibench.cli", "run"]  # the README's command (`calibench run`)
+CALIBENCH_RUN = [sys.executable, "-m", "calibench.run.cli", "run"]  # the README's command (`calibench run`)
 DATASETS = ["cifar10", "cifar100", "ImageNet16-120"]
 TINY = {
     "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 3, "n_sss": 4, "n_test": 60, "n_train": 30,
@@ -122,7 +122,7 @@ def test_the_logits_store_holds_every_network_and_labels_once(finished_run):
                 assert stored.meta["labels_sha256"] == labels.meta["labels_sha256"]
     assert sorted(p.name for p in (results / "logits" / "labels").iterdir()) == [
         f"dataset={d}.parquet" for d in sorted(DATASETS)]
-    proc = subprocess.run([sys.executable, "-m", "calibench.cli", "logits", "--results", str(results)],
+    proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "logits", "--results", str(results)],
                           capture_output=True, text=True, check=True)
     assert f"total: {N_STORED} files" in proc.stdout and "ImageNet16-120" in proc.stdout
 
@@ -242,7 +242,7 @@ def test_report_renders_in_a_headless_browser(finished_run, tmp_path):
     """The standalone report in headless Chromium: every figure file exists and decodes in
     the browser, the full-page screenshot is not blank and nothing sticks out past a
     1400 px window (skips, saying why, where no headless browser is installed)."""
-    from calibench.render import BrowserNotFound, check_rendered, find_browser
+    from calibench.report.screenshot import BrowserNotFound, check_rendered, find_browser
 
     try:
         find_browser()
@@ -279,8 +279,8 @@ def test_every_job_records_its_time_and_peak_memory(finished_run):
 
 def test_export_import_and_nas_commands(finished_run, tmp_path):
     """The finished run's tables out in the published layout, back in, and NAS on them."""
-    from calibench.cli import main
-    from calibench.query import run_query
+    from calibench.run.cli import main
+    from calibench.results.query import run_query
 
     out, imported = tmp_path / "tao", tmp_path / "imported"
     assert main(["export", "--format", "tao2024", "--out", str(out), "--results", str(finished_run / "results")]) == 0
@@ -302,7 +302,7 @@ def test_export_import_and_nas_commands(finished_run, tmp_path):
 
 
 def test_query_views(finished_run):
-    from calibench.query import run_query
+    from calibench.results.query import run_query
 
     df = run_query("SELECT space, dataset, count(*) AS n, max(hcs_1) AS best FROM networks GROUP BY ALL ORDER BY ALL",
                    results=finished_run / "results")
@@ -506,14 +506,14 @@ def test_snakemake_lint_passes():
 def test_provenance_command_on_a_finished_run(finished_run):
     from calibench import __version__
 
-    proc = subprocess.run([sys.executable, "-m", "calibench.cli", "provenance", "results/tables/sss_90_cifar10.parquet"],
+    proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "provenance", "results/tables/sss_90_cifar10.parquet"],
                           cwd=finished_run, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "4 rows; 1 distinct provenance\n" in proc.stdout  # one calibench measured every row (4 SSS networks)
     assert f"calibench_version: {__version__}" in proc.stdout and "device: cpu" in proc.stdout
     import hashlib
 
-    from calibench import logits as store
+    from calibench.store import logits as store
 
     sha = hashlib.sha256((finished_run / "tiny.yaml").read_bytes()).hexdigest()
     assert "4 rows under config " in proc.stdout and f"tiny.yaml (sha256 {sha[:16]})" in proc.stdout

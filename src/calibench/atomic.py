@@ -1,8 +1,10 @@
-"""Atomic file writes: readers and resumed runs never see half a file."""
+"""Atomic file writes (readers and resumed runs never see half a file), and the file states
+that chunk manifests record (size and mtime; :mod:`calibench.run.repair` compares them)."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import tempfile
 from collections.abc import Callable
@@ -29,3 +31,17 @@ def atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], o
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json_atomic(obj, path: str | os.PathLike) -> Path:
+    payload = json.dumps(obj, indent=1).encode()
+    return atomic_write(path, lambda f: f.write(payload))
+
+
+def file_state(path: str | os.PathLike) -> list[int] | None:
+    """[size, mtime_ns] of a file, None if there is none."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError, TypeError):
+        return None
+    return [int(st.st_size), int(st.st_mtime_ns)]

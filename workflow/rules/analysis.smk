@@ -23,5 +23,5 @@ rule analysis:
         results=results_of(0),
         python=PYTHON,
     shell:
-        "{params.python} -m calibench.cli analyze --settings {params.settings:q} --results {params.results} "
+        "{params.python} -m calibench analyze --settings {params.settings:q} --results {params.results} "
         "--tables {input.tables} > {log} 2>&1"

@@ -13,7 +13,7 @@ RESULTS = config["results"]
 os.environ[provenance.CONFIG_ENV] = json.dumps(provenance.config_record(CONFIG_FILES, config))
 PYTHON = sys.executable
 KEEP_LOGITS = bool(config["keep_logits"])
-# Each rule's params carry exactly the settings its outputs depend on (calibench.settings),
+# Each rule's params carry exactly the settings its outputs depend on (calibench.config.settings),
 # so the profiles' `params` rerun trigger reruns exactly the jobs a config change affects.
 # Runtime options (device, batch size, loaders, grouping) change no number: they reach the
 # jobs as plain flags, outside params.
@@ -22,7 +22,7 @@ RUNTIME = (
     f"--loader-workers {config['loader_workers']} --measure-group {config['measure_group']}"
 )
 # Chunks whose files were deleted or changed since they ran, or whose failed inputs were
-# restored, run again (calibench.repair): their manifests and tables are set aside, so
+# restored, run again (calibench.run.repair): their manifests and tables are set aside, so
 # Snakemake rebuilds them. Only the driving Snakemake checks, not its jobs.
 if not (workflow.remote_exec or workflow.subprocess_exec):
     from calibench import repair, runlock

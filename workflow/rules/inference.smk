@@ -11,7 +11,7 @@ rule labels:
         python=PYTHON,
         settings=stage_json(stage.labels_settings(config)),
     shell:
-        "{params.python} -m calibench.cli labels --settings {params.settings:q} --dataset {wildcards.dataset} "
+        "{params.python} -m calibench labels --settings {params.settings:q} --dataset {wildcards.dataset} "
         "--out {output} > {log} 2>&1"
 
 
@@ -29,7 +29,7 @@ rule population_labels:
         python=PYTHON,
         settings=lambda wildcards: stage_json(stage.labels_settings(config, wildcards.space)),
     shell:
-        "{params.python} -m calibench.cli labels --settings {params.settings:q} --space {wildcards.space} "
+        "{params.python} -m calibench labels --settings {params.settings:q} --space {wildcards.space} "
         "--dataset {wildcards.dataset} --out {output} > {log} 2>&1"
 
 
@@ -58,6 +58,6 @@ rule infer:
         results=results_of(3),
         python=PYTHON,
     shell:
-        "{params.python} -m calibench.cli infer-chunk --settings {params.settings:q} --target {wildcards.target} "
+        "{params.python} -m calibench infer-chunk --settings {params.settings:q} --target {wildcards.target} "
         "--chunk {wildcards.chunk} --results {params.results} --manifest {output} "
         f"{RUNTIME} > {{log}} 2>&1"

@@ -21,7 +21,7 @@ rule measure:
         odir=lambda wildcards, input: f"--odir {input.odir}" if "odir" in input.keys() else "",
         python=PYTHON,
     shell:
-        "{params.python} -m calibench.cli measure-chunk --settings {params.settings:q} --target {wildcards.target} "
+        "{params.python} -m calibench measure-chunk --settings {params.settings:q} --target {wildcards.target} "
         "--dataset {wildcards.dataset} --chunk {wildcards.chunk} --results {params.results} "
         "--logits-manifest {input.logits} --labels {input.labels} --manifest {output} {params.odir} "
         f"--keep-logits {KEEP_LOGITS} {RUNTIME} > {{log}} 2>&1"

@@ -19,4 +19,4 @@ if MINI["build"]:
             f"--n-train {MINI['n_train']} --seed {MINI['seed']}" + (" --real-size" if MINI.get("real_size") else "")
             + (" --tss-hp12-weights" if MINI.get("tss_hp12_weights") else ""),
         shell:
-            "{params.python} -m calibench.cli make-minibench {params.out} {params.spec} --quiet > {log} 2>&1"
+            "{params.python} -m calibench make-minibench {params.out} {params.spec} --quiet > {log} 2>&1"

@@ -13,5 +13,5 @@ checkpoint population:
         python=PYTHON,
         settings=lambda wildcards: stage_json(stage.population_settings(config, wildcards.space)),
     shell:
-        "{params.python} -m calibench.cli population --settings {params.settings:q} --space {wildcards.space} "
+        "{params.python} -m calibench population --settings {params.settings:q} --space {wildcards.space} "
         "--out {output} > {log} 2>&1"

@@ -19,6 +19,6 @@ rule odir_search:
         results=results_of(1),
         python=PYTHON,
     shell:
-        "{params.python} -m calibench.cli odir-search --settings {params.settings:q} --target {wildcards.target} "
+        "{params.python} -m calibench odir-search --settings {params.settings:q} --target {wildcards.target} "
         "--dataset {wildcards.dataset} --results {params.results} --out {output} "
         "--logits-manifests {input.logits} --labels {input.labels} > {log} 2>&1"

@@ -17,6 +17,6 @@ rule table:
         results=results_of(1),
         python=PYTHON,
     shell:
-        "{params.python} -m calibench.cli build-table --target {wildcards.target} "
+        "{params.python} -m calibench build-table --target {wildcards.target} "
         "--dataset {wildcards.dataset} --results {params.results} --out {output.table} "
         "--failures {output.failures} --manifests {input.manifests} > {log} 2>&1"

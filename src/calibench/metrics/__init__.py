@@ -5,7 +5,7 @@ whole suite in one pass (:func:`measure`) and its batched form over many network
 on CPU or CUDA (:func:`measure_batch`).
 """
 
-from .functional import (
+from calibench.metrics.functional import (
     accuracy,
     ace,
     brier,
@@ -23,7 +23,7 @@ from .functional import (
     ood_auroc,
     tace,
 )
-from .suite import (
+from calibench.metrics.suite import (
     BINNED_METRICS,
     DEFAULT_BINS,
     DEFAULT_TACE_THRESHOLD,

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import torch
 
-from . import binned
-from ._arrays import check_bins, check_logits, check_probabilities, check_scores_1d
-from .kde import kde_ece_from_top_label
-from .ks import ks_from_sorted
-from .mmce import mmce_from_sorted
-from .scores import auroc, brier_from_probabilities, nll_from_logits
-from .suite import DEFAULT_TACE_THRESHOLD, classwise_rows, top_label
+from calibench.metrics import binned
+from calibench.metrics._arrays import check_bins, check_logits, check_probabilities, check_scores_1d
+from calibench.metrics.kde import kde_ece_from_top_label
+from calibench.metrics.ks import ks_from_sorted
+from calibench.metrics.mmce import mmce_from_sorted
+from calibench.metrics.scores import auroc, brier_from_probabilities, nll_from_logits
+from calibench.metrics.suite import DEFAULT_TACE_THRESHOLD, classwise_rows, top_label
 
 
 def _single_bin_count(n_bins) -> tuple[int, ...]:

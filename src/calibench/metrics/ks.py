@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .binned import SortedRows
+from calibench.metrics.binned import SortedRows
 
 
 def ks_from_sorted(rows: SortedRows) -> torch.Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .binned import SortedRows
+from calibench.metrics.binned import SortedRows
 
 KERNEL_WIDTH = 0.4  # Laplacian kernel exp(-|x - y| / 0.4), the value netcal reports
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import binned
-from ._arrays import check_logits, check_probabilities
-from .suite import top_label
+from calibench.metrics import binned
+from calibench.metrics._arrays import check_logits, check_probabilities
+from calibench.metrics.suite import top_label
 
 RELIABILITY_BINS = 15
 

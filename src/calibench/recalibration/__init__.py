@@ -6,8 +6,8 @@ returns a :class:`Fitted` whose ``probs(logits)`` gives full probability vectors
 ``info`` holds the per-network fitted parameters (:mod:`.base`).
 """
 
-from .base import Fitted
-from .temperature import fit_temperature, fit_temperature_batch, fit_temperature_scaling
+from calibench.recalibration.base import Fitted
+from calibench.recalibration.temperature import fit_temperature, fit_temperature_batch, fit_temperature_scaling
 
 __all__ = ["STAGES", "ODIR_STAGES", "fit_stage", "Fitted", "fit_temperature", "fit_temperature_batch", "fit_temperature_scaling"]
 
@@ -28,11 +28,11 @@ def fit_stage(stage: str, logits_val, labels_val, options=None) -> Fitted:
     if stage == "post":
         return fit_temperature_scaling(logits_val, labels_val, options.get("temperature", {}).get("method", "nll"))
     if stage == "vs":
-        from .scaling import fit_vector_scaling
+        from calibench.recalibration.scaling import fit_vector_scaling
 
         return fit_vector_scaling(logits_val, labels_val, **iterations)
     if stage in ODIR_STAGES:
-        from .scaling import fit_dirichlet, fit_matrix_scaling
+        from calibench.recalibration.scaling import fit_dirichlet, fit_matrix_scaling
 
         odir = options.get(stage) or {}
         if odir.get("lambda") is None or odir.get("mu") is None:
@@ -40,15 +40,15 @@ def fit_stage(stage: str, logits_val, labels_val, options=None) -> Fitted:
         fit = fit_matrix_scaling if stage == "ms" else fit_dirichlet
         return fit(logits_val, labels_val, float(odir["lambda"]), float(odir["mu"]), **iterations)
     if stage == "iso":
-        from .nonparametric import fit_isotonic
+        from calibench.recalibration.nonparametric import fit_isotonic
 
         return fit_isotonic(logits_val, labels_val)
     if stage == "hist":
-        from .nonparametric import fit_histogram_binning
+        from calibench.recalibration.nonparametric import fit_histogram_binning
 
         return fit_histogram_binning(logits_val, labels_val, n_bins=int(options.get("hist_bins", 15)))
     if stage == "spline":
-        from .spline import fit_spline
+        from calibench.recalibration.spline import fit_spline
 
         return fit_spline(logits_val, labels_val, n_knots=int(options.get("spline_knots", 6)))
     raise ValueError(f"stage: {stage!r} is not a recalibration method; expected one of {STAGES[1:]}")

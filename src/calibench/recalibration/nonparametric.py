@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from scipy.optimize import isotonic_regression
 
-from ..metrics._arrays import check_logits
-from .base import Fitted, as_info, non_finite_failures
+from calibench.metrics._arrays import check_logits
+from calibench.recalibration.base import Fitted, as_info, non_finite_failures
 
 HIST_BINS = 15
 # scikit-learn's _make_unique pools sorted scores whose distance to the first score of

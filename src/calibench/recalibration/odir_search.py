@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .scaling import (DEFAULT_TOLERANCE, _check_batch, _fit_odir, _label_rows)
+from calibench.recalibration.scaling import (DEFAULT_TOLERANCE, _check_batch, _fit_odir, _label_rows)
 
 DEFAULT_GRID = (1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3)
 DEFAULT_FOLDS = 5

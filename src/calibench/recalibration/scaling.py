@@ -59,8 +59,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..metrics._arrays import check_labels, to_tensor
-from .base import Fitted, as_info
+from calibench.metrics._arrays import check_labels, to_tensor
+from calibench.recalibration.base import Fitted, as_info
 
 DEFAULT_MAX_ITERATIONS = 1000
 DEFAULT_TOLERANCE = 1e-6

@@ -32,9 +32,9 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from ..metrics._arrays import check_logits
-from .base import Fitted, as_info, non_finite_failures
-from .nonparametric import interp_rows, segment_slopes
+from calibench.metrics._arrays import check_logits
+from calibench.recalibration.base import Fitted, as_info, non_finite_failures
+from calibench.recalibration.nonparametric import interp_rows, segment_slopes
 
 SPLINE_KNOTS = 6
 

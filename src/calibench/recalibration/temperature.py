@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..metrics import binned
-from ..metrics._arrays import check_logits
-from ..metrics.suite import default_chunk_elements
-from .base import Fitted, as_info
+from calibench.metrics import binned
+from calibench.metrics._arrays import check_logits
+from calibench.metrics.suite import default_chunk_elements
+from calibench.recalibration.base import Fitted, as_info
 
 T_MIN, T_MAX = 0.05, 20.0
 BETA_TOLERANCE = 1e-8

@@ -46,3 +46,11 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                 manifest: str | Path, progress: bool = True) -> dict:
     """One chunk's logits on every dataset of the population into the store, then its manifest."""
     return source_module(settings).infer_chunk(settings, runtime, space, hp, chunk, results, manifest, progress)
+
+
+def make_minibench(out: str | Path, sizes: Mapping, progress: bool = True) -> Path:
+    """The embedded mini benchmark (:mod:`calibench.sources.nats.minibench`): NATS-Bench's
+    on-disk formats, synthetic data. ``sizes``: fields of its ``MiniBenchSpec``."""
+    from calibench.sources.nats.minibench import MiniBenchSpec, build_minibench
+
+    return build_minibench(out, MiniBenchSpec(**sizes), progress=progress)

@@ -12,7 +12,7 @@ Two layouts (README, "Your own population"):
   written, for one model, with ``numpy.savez(f"{path}/cifar10/{name}.npz", logits=z, labels=y)``.
   Every model of a dataset is evaluated on the same test set: the labels most models carry
   are the dataset's, and a model whose labels differ is a failure naming its file.
-* **store**: a calibench logits store (``results/logits/``, :mod:`calibench.logits`) or a
+* **store**: a calibench logits store (``results/logits/``, :mod:`calibench.store.logits`) or a
   results directory holding one; ``space`` / ``hp`` options pick one tree when it holds
   several. Its files' keys enter ours, so a changed store file is imported again.
 
@@ -35,18 +35,18 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import logits as store
-from ..shards import SHARD_SCHEMA
-from ..settings import INFERENCE_VERSION
-from . import SourceError
+from calibench.store import logits as store
+from calibench.layout import ROW_COLUMNS, STAGES, TABLE_EXTRA_COLUMNS, population_path
+from calibench.config.settings import INFERENCE_VERSION
+from calibench.sources import SourceError
 
 log = logging.getLogger(__name__)
 
 MODELS_CSV = "models.csv"
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 # Metadata columns that would shadow a result column (params and flops feed the provenance).
-RESERVED = (set(SHARD_SCHEMA.names) | {"measured_by", "arch_index"}) - {"params", "flops"}
-STAGE_PREFIXES = ("pre_", "post_", "vs_", "ms_", "dir_", "iso_", "hist_", "spline_", "hcs_")
+RESERVED = (set(ROW_COLUMNS) | set(TABLE_EXTRA_COLUMNS)) - {"params", "flops"}
+STAGE_PREFIXES = tuple(f"{s}_" for s in (*STAGES, "hcs"))
 
 
 # ---------------------------------------------------------------- the directory
@@ -142,8 +142,8 @@ def _store_members(tree: Path, datasets) -> tuple[list[str], dict[str, list], li
 
 def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     """Every model of the directory (models.csv order) and its chunks."""
-    from ..pipeline import write_json_atomic
-    from .nats.population import chunks
+    from calibench.atomic import write_json_atomic
+    from calibench.sources.nats.population import chunks
 
     kind, root = layout(settings["path"])
     if kind == "npz":
@@ -251,8 +251,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                 manifest: str | Path, progress: bool = True) -> dict:
     """Import one chunk's logits into the store (no inference); each model's file content is
     its key, so an unchanged file is never read twice."""
-    from ..pipeline import store_chunk_logits
-    from ..tables import population_path
+    from calibench.inference.jobs import store_chunk_logits
 
     results = Path(results)
     doc = json.loads(population_path(results, space).read_text())

@@ -36,8 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import logits as store
-from . import SourceError
+from calibench.store import logits as store
+from calibench.sources import SourceError, keys
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +134,8 @@ def _count_parameters(model) -> float:
 
 def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     """The models the callables give (instantiated once to learn their names and sizes)."""
-    from ..pipeline import write_json_atomic
-    from .nats.population import chunks
+    from calibench.atomic import write_json_atomic
+    from calibench.sources.nats.population import chunks
 
     pairs, _, origin = load_models(settings)
     names = [n for n, _ in pairs]
@@ -184,7 +184,7 @@ def own_data(spec: str, key: str, python_path: Sequence[str] = ()) -> tuple[np.n
 
 
 def _dataset_classes(settings: Mapping, dataset: str, labels: np.ndarray) -> int:
-    from ..data import NUM_CLASSES
+    from calibench.inference.data import NUM_CLASSES
 
     return NUM_CLASSES[dataset] if dataset in NUM_CLASSES else int(labels.max()) + 1
 
@@ -192,7 +192,7 @@ def _dataset_classes(settings: Mapping, dataset: str, labels: np.ndarray) -> int
 def _eval_fields(settings: Mapping, dataset: str) -> dict:
     if dataset in settings.get("data", {}):
         return {"own": settings["data"][dataset]}
-    return store.eval_set_fields(dataset, settings["datasets_root"])
+    return keys.eval_set_fields(dataset, settings["datasets_root"])
 
 
 def write_labels(settings: Mapping, space: str, dataset: str, out: str | Path) -> Path:
@@ -203,7 +203,7 @@ def write_labels(settings: Mapping, space: str, dataset: str, out: str | Path) -
                              settings.get("python_path") or [])
         source = json.dumps(settings["data"][dataset])
     else:
-        from ..data import load_eval_set
+        from calibench.inference.data import load_eval_set
 
         eval_set = load_eval_set(dataset, settings["datasets_root"])
         labels, source = eval_set.labels, str(eval_set.source)
@@ -215,7 +215,7 @@ def _eval_data(settings: Mapping, space: str, dataset: str, device, transform: C
     """The evaluation set (and CIFAR-10's OoD sets) on the device, through ``transform`` if given."""
     import torch
 
-    from ..inference import EvalData, load_eval_data
+    from calibench.inference.engine import EvalData, load_eval_data
 
     ood = settings["ood"]
     if dataset not in settings.get("data", {}):
@@ -223,7 +223,7 @@ def _eval_data(settings: Mapping, space: str, dataset: str, device, transform: C
             return load_eval_data(dataset, settings["datasets_root"], device=device, ood=tuple(ood["sets"]),
                                   svhn_path=ood.get("svhn"), noise_severity=ood["noise_severity"])
         raw = load_eval_data(dataset, settings["datasets_root"], device="cpu", ood=())  # labels and source
-        from ..data import gaussian_noise, load_eval_set, load_svhn_test
+        from calibench.inference.data import gaussian_noise, load_eval_set, load_svhn_test
 
         images = load_eval_set(dataset, settings["datasets_root"]).images
         sets = {}
@@ -248,8 +248,8 @@ def _eval_data(settings: Mapping, space: str, dataset: str, device, transform: C
 def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk: int, results: str | Path,
                 manifest: str | Path, progress: bool = True) -> dict:
     """Logits of one chunk's models on every dataset of the population into the store."""
-    from ..pipeline import store_chunk_logits
-    from ..tables import population_path
+    from calibench.inference.jobs import store_chunk_logits
+    from calibench.layout import population_path
 
     results = Path(results)
     doc = json.loads(population_path(results, space).read_text())
@@ -260,13 +260,13 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     fields = {(i, d): {"source": "torch", "model": names[i], "callable": next(m for m in settings["models"]
                                                                               if m["callable"] == origin[i]),
                        "transform": settings.get("transform"), "eval_set": _eval_fields(settings, d),
-                       "ood": store.ood_fields(d, settings["ood"]) if d not in settings.get("data", {}) else None,
+                       "ood": keys.ood_fields(d, settings["ood"]) if d not in settings.get("data", {}) else None,
                        "version": settings.get("version"), "inference_version": settings["inference_version"]}
               for i in indices for d in datasets}
     labels: dict[str, np.ndarray] = {}
 
     def produce(todo):
-        from ..inference import module_logits, resolve_device
+        from calibench.inference.engine import module_logits, resolve_device
 
         device = resolve_device(runtime.get("device", "auto"))
         pairs, transforms, _ = load_models(settings)

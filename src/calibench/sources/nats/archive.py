@@ -50,8 +50,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ...data import check_dataset
-from .population import check_space
+from calibench.inference.data import check_dataset
+from calibench.sources import SourceError
+from calibench.sources.nats.population import check_space
 
 HPS = {"tss": ("12", "200"), "sss": ("12", "90")}  # hp values whose -full archives keep weights
 DEFAULT_HP = {"tss": "200", "sss": "90"}
@@ -69,7 +70,7 @@ class ArchiveError(Exception):
         return type(self), (self.index, self.path, self.reason)
 
 
-class NoWeightsError(ArchiveError):
+class NoWeightsError(ArchiveError, SourceError):
     """The archive holds a record of the requested (hp, dataset, seed) but no weights for it: a
     ``-simple`` archive, or a training schedule whose weights the archive does not keep (the
     mini benchmark keeps TSS hp 12 weights only with ``minibench.tss_hp12_weights``). A

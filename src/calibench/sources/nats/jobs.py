@@ -10,17 +10,40 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
-from ... import logits as store
-from ...pipeline import store_chunk_logits, write_json_atomic
-from ...tables import population_path
-from . import population as pop
+from calibench.config.settings import INFERENCE_VERSION
+from calibench.sources import keys
+from calibench.store import logits as store
+from calibench.atomic import write_json_atomic
+from calibench.inference.jobs import store_chunk_logits
+from calibench.layout import population_path
+from calibench.sources.nats import population as pop
 
 log = logging.getLogger(__name__)
 
 
+def key_fields(settings: Mapping, space: str, hp: str, dataset: str, index: int, arch_str: str,
+               meta_sha256: str) -> dict:
+    """Exactly what changes one network's logits on one dataset (issue 9): the archive (its
+    release name and the SHA-256 of its meta file, recorded in the population) and the
+    architecture, hp, seed selection, the evaluation set's content and normalisation, OoD
+    settings and the inference code's version. Paths, device, batch size and loaders do
+    not enter. ``settings``: :func:`calibench.config.settings.inference_settings`."""
+    return {
+        "archive": {"name": Path(settings["archive"]).name, "meta_sha256": meta_sha256}, "space": space,
+        "hp": str(hp), "arch_index": int(index), "arch_str": arch_str, "seeds": settings.get("seeds", "first"),
+        "eval_set": keys.eval_set_fields(dataset, settings["datasets_root"]), "ood": keys.ood_fields(dataset, settings["ood"]),
+        "inference_version": INFERENCE_VERSION,
+    }
+
+
+def logits_key(settings: Mapping, space: str, hp: str, dataset: str, index: int, arch_str: str,
+               meta_sha256: str) -> str:
+    return store.digest(key_fields(settings, space, hp, dataset, index, arch_str, meta_sha256))
+
+
 def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     """Selected indices, chunks, every arch string and class representative of one space
-    (``settings``: :func:`calibench.settings.population_settings`)."""
+    (``settings``: :func:`calibench.config.settings.population_settings`)."""
     arch_strs = pop.read_meta(settings["archive"])
     meta_sha256 = store.file_sha256(Path(settings["archive"]) / "meta.pickle.pbz2")
     representatives = pop.representatives(space, arch_strs)
@@ -28,7 +51,7 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     doc = {
         "space": space,
         "archive": str(settings["archive"]),
-        "meta_sha256": meta_sha256,  # the archive's identity in every logits key (calibench.logits)
+        "meta_sha256": meta_sha256,  # the archive's identity in every logits key (calibench.store.logits)
         "arch_strs": arch_strs,
         "representatives": representatives,
         "selected": selected,
@@ -41,10 +64,10 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
 
 def write_labels(settings: Mapping, dataset: str, out: str | Path) -> Path:
     """The labels of one evaluation set, once per dataset (``settings``: datasets_root)."""
-    from ...data import load_eval_set
+    from calibench.inference.data import load_eval_set
 
     eval_set = load_eval_set(dataset, settings["datasets_root"])
-    key = store.digest(store.eval_set_fields(dataset, settings["datasets_root"]))
+    key = store.digest(keys.eval_set_fields(dataset, settings["datasets_root"]))
     path = store.write_labels(out, eval_set.labels, dataset=dataset, key=key, source=str(eval_set.source))
     log.info("%s: %d labels from %s", path, len(eval_set.labels), eval_set.source)
     return path
@@ -59,7 +82,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                 manifest: str | Path, progress: bool = True) -> dict:
     """Logits of one chunk on every configured dataset into the store, then the manifest.
 
-    ``settings``: :func:`calibench.settings.inference_settings`; ``runtime``: device,
+    ``settings``: :func:`calibench.config.settings.inference_settings`; ``runtime``: device,
     batch_size, loader_workers.
     """
     results = Path(results)
@@ -67,14 +90,14 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     indices = doc["chunks"][chunk]
     arch_strs = doc["arch_strs"]
     datasets = list(settings["datasets"])
-    fields = {(i, d): store.key_fields(settings, space, hp, d, i, arch_strs[i], doc["meta_sha256"])
+    fields = {(i, d): key_fields(settings, space, hp, d, i, arch_strs[i], doc["meta_sha256"])
               for i in indices for d in datasets}
     eval_sets = {}
 
     def produce(todo):
-        from ...inference import load_eval_data, loader_workers, resolve_device
-        from .archive import NatsArchive
-        from .stream import chunk_logits
+        from calibench.inference.engine import load_eval_data, loader_workers, resolve_device
+        from calibench.sources.nats.archive import NatsArchive
+        from calibench.sources.nats.stream import chunk_logits
 
         device = resolve_device(runtime.get("device", "auto"))
         ood = settings["ood"]

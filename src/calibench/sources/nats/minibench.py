@@ -65,12 +65,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ... import data as data_io
-from ...data import IMAGE_SIZE, NUM_CLASSES
-from ...atomic import atomic_write
-from .archive import arch_file
-from .archstr import SSS_CHANNEL_CHOICES, SSS_GENOTYPE, TSS_OPS, format_tss
-from .networks import build_network, count_parameters, inference_network, multiply_adds
+from calibench.inference import data as data_io
+from calibench.inference.data import IMAGE_SIZE, NUM_CLASSES
+from calibench.atomic import atomic_write
+from calibench.sources.nats.archive import arch_file
+from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, SSS_GENOTYPE, TSS_OPS, format_tss
+from calibench.sources.nats.networks import build_network, count_parameters, inference_network, multiply_adds
 
 TSS_DIR = "NATS-tss-v1_0-3ffb9-full"
 SSS_DIR = "NATS-sss-v1_0-50262-full"
@@ -78,7 +78,7 @@ DATASET_DIR = "datasets"
 # hp -> (epochs, seeds), as in the real archives. Weights are stored for the default
 # schedules only (TSS 200, SSS 90; also TSS 12 with ``tss_hp12_weights``): compressing
 # weights is most of the build time, and the other schedules' records keep
-# ``net_state_dict = None`` like the real SSS hp 01 (calibench.settings.MINIBENCH_WEIGHTED_HPS).
+# ``net_state_dict = None`` like the real SSS hp 01 (calibench.config.settings.MINIBENCH_WEIGHTED_HPS).
 SCHEDULES = {
     "tss": {"12": (12, (111,)), "200": (200, (777,))},
     "sss": {"01": (1, (777,)), "12": (12, (777,)), "90": (90, (777,))},

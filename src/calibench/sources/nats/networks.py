@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from .archstr import SSS_GENOTYPE, Cell, parse_sss, parse_tss
+from calibench.sources.nats.archstr import SSS_GENOTYPE, Cell, parse_sss, parse_tss
 
 __all__ = ["build_network", "inference_network", "count_parameters", "multiply_adds"]
 

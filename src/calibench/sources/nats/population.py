@@ -14,7 +14,7 @@ import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from .archstr import parse_sss, parse_tss
+from calibench.sources.nats.archstr import parse_sss, parse_tss
 
 SPACES = ("tss", "sss")
 META_FILE = "meta.pickle.pbz2"

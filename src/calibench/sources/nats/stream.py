@@ -4,9 +4,9 @@ For a chunk of architectures of one (space, hp): weights come from the archive
 (prefetched in the background, each file read once for every dataset), each network
 is built, loaded with ``strict=True``, converted to its inference form and run over
 each dataset's evaluation set (held once on the device) and, for CIFAR-10, the OoD
-sets (:func:`calibench.inference.module_logits`). One broken architecture (missing or
+sets (:func:`calibench.inference.engine.module_logits`). One broken architecture (missing or
 corrupt file, state-dict mismatch, non-finite logits) becomes a
-:class:`~calibench.inference.Failure` naming its index, file and reason; the rest go on.
+:class:`~calibench.inference.engine.Failure` naming its index, file and reason; the rest go on.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ...inference import EvalData, Failure, module_logits
-from .archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
-from .networks import build_network, inference_network
+from calibench.inference.engine import EvalData, Failure, module_logits
+from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
+from calibench.sources.nats.networks import build_network, inference_network
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,288 @@
+"""Which configuration values each stage's outputs depend on (architecture.md: "every
+stage's outputs carry a key made from exactly the settings that change them").
+
+The workflow hands each rule exactly its stage's settings as ``params``, so Snakemake's
+``params`` rerun trigger reruns exactly the jobs a config change affects; the jobs hash
+the same settings into the keys stored with their outputs. Runtime settings (device,
+batch size, loaders, grouping) change no number and are passed outside ``params``.
+Pure Python: the Snakefile imports this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import re
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+# Bump when inference changes the logits it produces (network forms, data pipeline):
+# every stored logits file's key changes with it (calibench.store.logits), and so do the
+# inference jobs' params, so old logits are recomputed.
+INFERENCE_VERSION = 1
+
+# Post-hoc stages that need the ODIR lambda, mu (recalibration-spec.md), and the search grid.
+ODIR_STAGES = ("ms", "dir")
+DEFAULT_ODIR_GRID = (1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3)
+
+
+# The training schedules (hp) whose weights the embedded mini benchmark stores
+# (calibench.sources.nats.minibench.WEIGHTLESS is the complement; tests/test_hp_compare.py checks the two
+# agree): TSS hp 12 only with ``minibench.tss_hp12_weights``, every schedule of a real-size
+# mini benchmark. Kept here so the Snakefile can check a config without importing torch.
+MINIBENCH_WEIGHTED_HPS = {"tss": ("200",), "sss": ("90",)}
+
+
+def hps(config: Mapping, space: str) -> list[str]:
+    """The training schedules configured for ``space``: ``hp.<space>`` is one string or a
+    list of them (one result table per (space, hp, dataset)); in the given order."""
+    try:
+        value = config["hp"][space]
+    except KeyError:
+        raise ValueError(f"hp: no training schedule given for space {space!r} (e.g. hp: {{{space}: ...}})") from None
+    values = [value] if isinstance(value, (str, int)) else list(value)
+    if not values:
+        raise ValueError(f"hp.{space}: an empty list; give one schedule or several")
+    return [str(v) for v in values]
+
+
+def check_hps(config: Mapping) -> None:
+    """What the schema cannot see: a schedule the mini benchmark the run builds holds no
+    weights for. Raises ``ValueError`` naming the hp and the setting; silent otherwise
+    (archives given by path are checked when read: ``calibench.sources.nats.archive``)."""
+    mini = config.get("minibench") or {}
+    if not mini.get("build") or mini.get("real_size"):
+        return
+    for space in config["spaces"]:
+        weighted = set(MINIBENCH_WEIGHTED_HPS[space])
+        if space == "tss" and mini.get("tss_hp12_weights"):
+            weighted.add("12")
+        for hp in hps(config, space):
+            if hp not in weighted:
+                hint = ("set minibench.tss_hp12_weights: true (a stand-in schedule, not NATS-Bench results) or "
+                        "drop it" if (space, hp) == ("tss", "12") else "drop it")
+                raise ValueError(
+                    f"hp.{space}: the mini benchmark (minibench.build: true) stores no weights for {space} hp {hp} "
+                    f"(it has weights for hp {', '.join(sorted(weighted, key=int))}); {hint}")
+
+
+# ---------------------------------------------------------------- populations
+
+NATS_SPACES = ("tss", "sss")
+# A population's name and a user dataset's name: no underscore, so that a target name
+# ``{population}_{dataset}`` (and NATS-Bench's ``{space}_{hp}_{dataset}``) splits one way only.
+NAME_PATTERN = r"[A-Za-z][A-Za-z0-9-]*"
+
+
+def populations(config: Mapping) -> dict[str, dict]:
+    """The populations beyond NATS-Bench (config ``populations``), by name: each a dict with
+    ``source`` (``logits`` or ``torch``) and that source's options. Raises ``ValueError``
+    naming the key for what the schema cannot see."""
+    found = {str(name): dict(spec or {}) for name, spec in (config.get("populations") or {}).items()}
+    for name, spec in found.items():
+        if not re.fullmatch(NAME_PATTERN, name) or name in NATS_SPACES:
+            raise ValueError(f"populations.{name}: a population's name is a letter then letters, digits or '-' "
+                             f"(no '_'), and not {' or '.join(NATS_SPACES)}")
+        if spec.get("source") not in ("logits", "torch"):
+            raise ValueError(f"populations.{name}.source: 'logits' or 'torch', got {spec.get('source')!r}")
+        for dataset in population_datasets(config, name):
+            if not re.fullmatch(NAME_PATTERN, dataset):
+                raise ValueError(f"populations.{name}: dataset name {dataset!r}: a letter then letters, digits or '-'")
+    return found
+
+
+def population_datasets(config: Mapping, space: str) -> list[str]:
+    """The datasets of a NATS space (config ``datasets``) or of a population: its ``datasets``
+    (and, for a torch source, the names of its own ``data``); a logits directory without a
+    ``datasets`` list: the subdirectories holding ``.npz`` files, or the store's datasets."""
+    if space in NATS_SPACES:
+        return list(config["datasets"])
+    spec = (config.get("populations") or {})[space] or {}
+    if spec.get("datasets") is not None or spec.get("source") == "torch":
+        return [str(d) for d in (spec.get("datasets") or [])] + [str(d) for d in (spec.get("data") or {})]
+    root = Path(spec["path"])
+    if not root.is_dir():
+        raise ValueError(f"populations.{space}.path: {root} is not a directory")
+    if not (root / "models.csv").is_file():  # a logits store, or a results directory holding one
+        tree = f"space={spec['space']}" if spec.get("space") else "space=*"
+        hp = f"hp={spec['hp']}" if spec.get("hp") else "hp=*"
+        store = [p for base in (root, root / "logits")
+                 for p in [*base.glob(f"{tree}/{hp}/dataset=*"), *base.glob(f"{tree}/dataset=*")]]
+        if store:
+            return sorted({p.name.split("=", 1)[1] for p in store})
+    return sorted(d.name for d in root.iterdir() if d.is_dir() and any(d.glob("*.npz")))
+
+
+def target_name(space: str, hp: str) -> str:
+    """The name of a population's result tables, chunks and logs: ``tss_200`` for a NATS space
+    and schedule, the population's own name for the others (``hp`` empty)."""
+    return f"{space}_{hp}" if hp else space
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """:func:`target_name` undone: ``tss_200`` -> (tss, 200); ``zoo`` -> (zoo, "")."""
+    found = re.fullmatch(r"(tss|sss)_([0-9]+)", target)
+    return (found[1], found[2]) if found else (target, "")
+
+
+def targets(config: Mapping) -> dict[str, tuple[str, str]]:
+    """Every configured target: its name -> (space or population, hp; "" outside NATS-Bench)."""
+    out = {target_name(space, hp): (space, hp) for space in config.get("spaces", []) for hp in hps(config, space)}
+    out.update({name: (name, "") for name in populations(config)})
+    return out
+
+
+def _callable_fingerprint(spec: str, python_path) -> dict:
+    """A ``package.module:function`` and the SHA-256 of its module's file, found without importing it."""
+    module = str(spec).split(":", 1)[0]
+    added = [str(Path(p).resolve()) for p in python_path or [] if str(Path(p).resolve()) not in sys.path]
+    sys.path[:0] = added
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    finally:
+        for p in added:
+            sys.path.remove(p)
+    origin = getattr(found, "origin", None)
+    if not origin or not Path(origin).is_file():
+        return {"callable": str(spec), "module_sha256": None}
+    return {"callable": str(spec), "module_sha256": hashlib.sha256(Path(origin).read_bytes()).hexdigest()}
+
+
+def _own_data_fingerprint(spec: str, python_path) -> dict:
+    if ":" in str(spec):
+        return _callable_fingerprint(spec, python_path)
+    path = Path(spec)
+    return {"file": str(spec), "sha256": hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None}
+
+
+def _torch_specs(spec: Mapping) -> list[str]:
+    models = spec.get("models")
+    return [models] if isinstance(models, str) else list(models or [])
+
+
+def population_settings(config: Mapping, space: str) -> dict:
+    """The architectures of one space (or the members of one population) and their chunks."""
+    if space in NATS_SPACES:
+        return {"archive": config["archives"][space], "population": config["population"][space],
+                "chunk_size": config["chunk_size"]}
+    spec = populations(config)[space]
+    chunk_size = int(spec.get("chunk_size", config["chunk_size"]))
+    if spec["source"] == "logits":
+        return {"source": "logits", "path": str(spec["path"]), "datasets": population_datasets(config, space),
+                "chunk_size": chunk_size}
+    return {"source": "torch", "models": [_callable_fingerprint(s, spec.get("python_path"))
+                                          for s in _torch_specs(spec)],
+            "python_path": [str(p) for p in spec.get("python_path") or []], "chunk_size": chunk_size}
+
+
+def inference_settings(config: Mapping, space: str) -> dict:
+    """What an inference job's logits depend on: the space's archive, seeds, datasets and
+    evaluation data, and the inference code's version. A logits population: its directory
+    (each file's content enters each logits key); a torch population: its callables (and
+    their modules' content), transform, evaluation data and the user's ``version``."""
+    if space in NATS_SPACES:
+        return {"archive": config["archives"][space], "seeds": config["seeds"], "datasets": list(config["datasets"]),
+                "datasets_root": config["datasets_root"], "ood": dict(config["ood"]),
+                "inference_version": INFERENCE_VERSION}
+    spec = populations(config)[space]
+    if spec["source"] == "logits":
+        return {"source": "logits", "path": str(spec["path"]), "datasets": population_datasets(config, space),
+                "inference_version": INFERENCE_VERSION}
+    python_path = spec.get("python_path")
+    return {"source": "torch", "models": [_callable_fingerprint(s, python_path) for s in _torch_specs(spec)],
+            "transform": _callable_fingerprint(spec["transform"], python_path) if spec.get("transform") else None,
+            "python_path": [str(p) for p in python_path or []], "datasets": [str(d) for d in spec.get("datasets") or []],
+            "data": {str(k): _own_data_fingerprint(v, python_path) for k, v in (spec.get("data") or {}).items()},
+            "datasets_root": config["datasets_root"], "ood": dict(config["ood"]), "version": spec.get("version"),
+            "inference_version": INFERENCE_VERSION}
+
+
+def labels_settings(config: Mapping, space: str | None = None) -> dict:
+    """What one dataset's labels depend on: the evaluation data (NATS-Bench: the datasets
+    root; a population: its source's settings)."""
+    if space is None or space in NATS_SPACES:
+        return {"datasets_root": config["datasets_root"]}
+    return inference_settings(config, space)
+
+
+def recalibration_settings(config: Mapping) -> dict:
+    """The options of the configured post-hoc methods that change their numbers
+    (recalibration-spec.md); a method that does not run contributes nothing. ``ms`` / ``dir``
+    lambda and mu are ``None`` where the search chooses them (:func:`odir_search_settings`)."""
+    stages = list(config["stages"])
+    rec = config.get("recalibration", {})
+    out: dict = {}
+    if any(s in stages for s in ("vs", "ms", "dir")):
+        out["max_iterations"] = int(rec.get("max_iterations", 1000))
+        out["tolerance"] = float(rec.get("tolerance", 1e-6))
+    odir = rec.get("odir", {})
+    for s in ODIR_STAGES:
+        if s in stages:
+            given = odir.get(s) or {}
+            out[s] = {"lambda": given.get("lambda"), "mu": given.get("mu")}
+    if "hist" in stages:
+        out["hist_bins"] = int(rec.get("hist_bins", 15))
+    if "spline" in stages:
+        out["spline_knots"] = int(rec.get("spline_knots", 6))
+    return out
+
+
+def measurement_settings(config: Mapping) -> dict:
+    """What a shard's numbers depend on besides its logits (and the searched ODIR lambda, mu):
+    bin counts, TACE threshold, the split and temperature fit, the stages and their methods'
+    options, and the reliability-diagram bins its metadata holds (fixed; in the key so that
+    shards written before they existed are measured again)."""
+    return {"bins": list(config["bins"]), "tace_threshold": config["tace_threshold"],
+            "temperature": dict(config["temperature"]), "stages": list(config["stages"]),
+            "recalibration": recalibration_settings(config), "reliability_bins": 15}
+
+
+def odir_searched_stages(config: Mapping) -> list[str]:
+    """The ODIR stages (ms, dir) that run and whose lambda or mu the config leaves to the search."""
+    rec = recalibration_settings(config)
+    return [s for s in ODIR_STAGES if s in rec and (rec[s]["lambda"] is None or rec[s]["mu"] is None)]
+
+
+def odir_search_settings(config: Mapping) -> dict:
+    """What the lambda, mu search of one (space, hp, dataset) depends on besides the logits:
+    the searched stages, the sample, folds and grid, the split (validation parts) and the
+    fit's iteration limits (recalibration-spec.md, "Choosing lambda and mu")."""
+    search = dict(config.get("recalibration", {}).get("odir", {}).get("search", {}))
+    rec = recalibration_settings(config)
+    return {"stages": odir_searched_stages(config),
+            "networks": int(search.get("networks", 64)), "folds": int(search.get("folds", 5)),
+            "seed": int(search.get("seed", 0)),
+            "grid": [float(g) for g in search.get("grid", DEFAULT_ODIR_GRID)],
+            "split": {"val_fraction": config["temperature"]["val_fraction"], "seed": config["temperature"]["seed"]},
+            "max_iterations": rec.get("max_iterations", 1000), "tolerance": rec.get("tolerance", 1e-6)}
+
+
+def search_sample(selected: list[int], networks: int, seed: int) -> list[int]:
+    """The seeded sample of a population's networks the lambda, mu search fits (sorted)."""
+    import numpy as np
+
+    selected = sorted(int(i) for i in selected)
+    if len(selected) <= networks:
+        return selected
+    chosen = np.random.RandomState(seed).choice(len(selected), size=networks, replace=False)
+    return sorted(selected[i] for i in chosen)
+
+
+def analysis_settings(config: Mapping) -> dict:
+    """What the analysis and the report depend on besides the tables."""
+    out = {"analysis": dict(config["analysis"]), "bins": list(config["bins"]),
+           "demo": bool(config["minibench"]["build"] and config.get("spaces")),
+           "robustness": dict(config.get("robustness") or {})}
+    groups = {name: list(spec.get("group_by") or []) for name, spec in populations(config).items()}
+    if any(groups.values()):  # metadata columns to compare a population's models by
+        out["groups"] = {name: columns for name, columns in groups.items() if columns}
+    return out
+
+
+def as_json(settings: Mapping) -> str:
+    """Stable text for ``params`` (sorted keys): equal settings give equal strings."""
+    return json.dumps(settings, sort_keys=True)

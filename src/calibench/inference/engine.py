@@ -1,0 +1,164 @@
+"""The inference engine, for every population source: the device, the evaluation sets
+held once on it, and one model's checked logits (:func:`module_logits`).
+
+A source (:mod:`calibench.sources`) supplies the models: NATS-Bench networks from their
+archives (:mod:`calibench.sources.nats.stream`), a user's torch models
+(:mod:`calibench.sources.torch_models`). A model that fails (wrong output shape,
+non-finite logits, an exception) becomes a :class:`Failure` naming it and the reason;
+the rest go on. The logits go to the logits store (:mod:`calibench.store.logits`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from calibench.inference import data as data_io
+
+log = logging.getLogger(__name__)
+
+OOD_GAUSSIAN = "gaussian_noise"
+OOD_SVHN = "svhn"
+
+
+GPU_ALLOCATION_VARIABLES = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
+
+
+def allocated_gpus() -> str | None:
+    """The GPUs the batch system gave this job, if it says (SLURM), else None."""
+    for name in GPU_ALLOCATION_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if not value or (name == "SLURM_GPUS_ON_NODE" and value == "0"):  # a count; the others list GPU ids
+            continue
+        return f"{name}={value}"
+    return None
+
+
+class DeviceError(RuntimeError):
+    """The configured device cannot be used on this machine (a configuration problem, not a bug)."""
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto``: CUDA when available, else CPU, unless the job was given GPUs that CUDA cannot
+    see (then an error rather than a 100x slower CPU run). An explicit ``cuda`` without a GPU
+    is an error; ``cpu`` is the config's way to run on the CPU anyway."""
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        allocation = allocated_gpus()
+        if allocation:
+            raise DeviceError(
+                f"this job was allocated GPUs ({allocation}, CUDA_VISIBLE_DEVICES="
+                f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}) but torch sees no CUDA device "
+                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda}); install a CUDA build of torch, "
+                "or set device: cpu in the config to run on the CPU on purpose"
+            )
+        return torch.device("cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceError(
+            f"device {device!r} requested but no CUDA device is visible "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
+            "set device: cpu in the config to run on the CPU instead"
+        )
+    return dev
+
+
+def loader_workers(setting: int | str, device: torch.device) -> int:
+    """Archive loaders running ahead of compute (config ``loader_workers``; see
+    :func:`calibench.sources.nats.archive.prefetch`). ``auto``: on CUDA every CPU of the job but one, at
+    most 8, since one loader reads a real TSS archive in about 2 s, far slower than a GPU
+    evaluates it; on the CPU one, so that loading does not take cores from inference."""
+    if setting != "auto":
+        return int(setting)
+    if device.type != "cuda":
+        return 1
+    cpus = int(os.environ.get("SLURM_CPUS_PER_TASK", "0")) or len(os.sched_getaffinity(0))
+    return max(1, min(8, cpus - 1))
+
+
+@dataclass
+class EvalData:
+    """An evaluation set, normalised and resident on the device, with its OoD sets."""
+
+    dataset: str
+    images: torch.Tensor  # (N, 3, H, W) float32, normalised, channels-last
+    labels: torch.Tensor  # (N,) int64, on the device
+    source: str
+    ood: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> normalised images
+
+    @property
+    def n(self) -> int:
+        return self.images.shape[0]
+
+
+def _to_device(images_uint8: np.ndarray, dataset: str, device: torch.device) -> torch.Tensor:
+    x = data_io.normalize(images_uint8, dataset, device=device)
+    return x.contiguous(memory_format=torch.channels_last)
+
+
+def load_eval_data(
+    dataset: str,
+    root: str | Path,
+    device: torch.device | str = "cpu",
+    ood: Sequence[str] = (OOD_GAUSSIAN,),
+    svhn_path: str | Path | None = None,
+    noise_severity: int = 5,
+    noise_seed: int = 0,
+) -> EvalData:
+    """Read the test set once; OoD sets (CIFAR-10 only): Gaussian-noise CIFAR-10-C and SVHN."""
+    device = torch.device(device)
+    eval_set = data_io.load_eval_set(dataset, root)
+    out = EvalData(
+        dataset=dataset,
+        images=_to_device(eval_set.images, dataset, device),
+        labels=torch.from_numpy(eval_set.labels).to(device),
+        source=str(eval_set.source),
+    )
+    if dataset == "cifar10":
+        if OOD_GAUSSIAN in ood:
+            noisy = data_io.gaussian_noise(eval_set.images, severity=noise_severity, seed=noise_seed)
+            out.ood[OOD_GAUSSIAN] = _to_device(noisy, dataset, device)
+        if OOD_SVHN in ood and svhn_path is not None:
+            out.ood[OOD_SVHN] = _to_device(data_io.load_svhn_test(svhn_path).images, dataset, device)
+    return out
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A network (or one seed of it) that produced no logits on ``dataset``, and why."""
+
+    index: int
+    source: str
+    reason: str
+    seed: int | None = None
+    dataset: str | None = None
+
+
+@torch.inference_mode()
+def _run(net: torch.nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
+    return torch.cat([net(batch).float() for batch in images.split(batch_size)]).cpu()
+
+
+def module_logits(net: torch.nn.Module, eval_data: EvalData, num_classes: int, batch_size: int = 1000
+                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One model's float32 logits on the evaluation set and its OoD sets, on the CPU; ValueError
+    naming the problem if the output is not ``(N, num_classes)`` or not finite. ``net`` is on
+    the evaluation data's device, in eval mode."""
+    logits = _run(net, eval_data.images, batch_size)
+    if logits.ndim == 2 and logits.shape[0] == eval_data.n and logits.shape[1] != num_classes:
+        raise ValueError(f"the output has {logits.shape[1]} classes, {eval_data.dataset} has {num_classes} "
+                         f"(logits of shape {tuple(logits.shape)})")
+    if logits.shape != (eval_data.n, num_classes):
+        raise ValueError(f"logits of shape {tuple(logits.shape)}, expected {(eval_data.n, num_classes)}")
+    bad = ~torch.isfinite(logits)
+    if bool(bad.any()):
+        raise ValueError(f"non-finite logits for {int(bad.any(dim=1).sum())} of {eval_data.n} images")
+    ood = {name: _run(net, images, batch_size) for name, images in eval_data.ood.items()}
+    return logits, ood

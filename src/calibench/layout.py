@@ -1,0 +1,164 @@
+"""Where everything lives under a results directory, and the stage names: defined here once.
+
+The Snakefile, the jobs, the queries, the repair check, the interop commands and the CLI all
+build their paths with these functions (architecture.md, "every results path, once"). Each
+takes the results directory first; passing Snakemake wildcards as strings (``"{target}"``,
+``"{chunk}"``) gives the rules' patterns, so rules and code cannot disagree.
+
+```
+{results}/
+  population/{space}.json                                   members and chunks of a population
+  logits/space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet   the logits store
+  logits/labels/dataset={dataset}.parquet                   NATS-Bench's labels (shared by its spaces)
+  logits/labels/space={space}/dataset={dataset}.parquet     a population's own labels
+  chunks/infer/{target}/chunk{chunk:05d}.json               inference manifests
+  chunks/measure/{target}_{dataset}/chunk{chunk:05d}.json   measurement manifests
+  recalibration/odir_{target}_{dataset}.json                the ms/dir lambda, mu search
+  shards/space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet   one per network
+  tables/{target}_{dataset}.parquet                         the wide result tables
+  failures/{target}_{dataset}.parquet                       what failed, per table
+  analysis/{part}/...  plots/{part}/...                     the analysis parts
+  report.html                                               the report
+  logs/, benchmarks/                                        one per job
+```
+
+No imports beyond the standard library: the Snakefile reads this at every parse.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# The post-hoc stages (recalibration-spec.md, "Common rules"): ``pre`` is the network's own
+# softmax, ``post`` temperature scaling. They prefix the columns of shards and tables.
+STAGES = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")
+# The stages whose off-diagonal and intercept regularisation (lambda, mu) is searched.
+ODIR_STAGES = ("ms", "dir")
+# The columns of every shard row (calibench.results.shards gives their types); a table adds
+# ``measured_by`` and widens (stage, metric, bins) into ``{stage}_{metric}[_{bins}]`` columns.
+ROW_COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "stage", "metric", "bins", "value",
+               "params", "flops", "temperature", "accuracy", "recorded_accuracy", "n_eval", "config_hash",
+               "logits_key", "logits_file", "source_bytes", "source_mtime", "calibench_version")
+TABLE_EXTRA_COLUMNS = ("measured_by",)
+# The spaces of NATS-Bench; other names are populations from config ``populations``.
+NATS_SPACES = ("tss", "sss")
+
+
+def _chunk(chunk: int | str) -> str:
+    return f"chunk{chunk}" if isinstance(chunk, str) else f"chunk{int(chunk):05d}"
+
+
+def target_name(space: str, hp: str) -> str:
+    """A table family: ``tss_200`` (a NATS-Bench space and schedule) or a population's name."""
+    return f"{space}_{hp}" if hp else space
+
+
+def partition(space: str, hp: str) -> Path:
+    """``space=tss/hp=200`` (a NATS-Bench space and schedule), ``space=zoo`` (a population)."""
+    return Path(f"space={space}") / f"hp={hp}" if hp else Path(f"space={space}")
+
+
+def member_file(index: int | str) -> str:
+    return f"arch={index}.parquet" if isinstance(index, str) else f"arch={int(index):06d}.parquet"
+
+
+# ---------------------------------------------------------------- upstream: populations, logits
+
+def population_path(results: str | Path, space: str) -> Path:
+    return Path(results) / "population" / f"{space}.json"
+
+
+def logits_dir(results: str | Path) -> Path:
+    return Path(results) / "logits"
+
+
+def logits_path(results: str | Path, space: str, hp: str, dataset: str, index: int | str) -> Path:
+    return logits_dir(results) / partition(space, hp) / f"dataset={dataset}" / member_file(index)
+
+
+def labels_path(results: str | Path, dataset: str, space: str | None = None) -> Path:
+    """NATS-Bench's labels are shared by its spaces (``space`` None); a population has its own."""
+    base = logits_dir(results) / "labels"
+    return (base / f"space={space}" if space else base) / f"dataset={dataset}.parquet"
+
+
+def chunks_dir(results: str | Path) -> Path:
+    return Path(results) / "chunks"
+
+
+def infer_manifest(results: str | Path, target: str, chunk: int | str) -> Path:
+    return chunks_dir(results) / "infer" / target / f"{_chunk(chunk)}.json"
+
+
+# ---------------------------------------------------------------- measurement: odir, shards
+
+def measure_manifest_dir(results: str | Path, target: str, dataset: str) -> Path:
+    return chunks_dir(results) / "measure" / f"{target}_{dataset}"
+
+
+def measure_manifest(results: str | Path, target: str, dataset: str, chunk: int | str) -> Path:
+    return measure_manifest_dir(results, target, dataset) / f"{_chunk(chunk)}.json"
+
+
+def odir_path(results: str | Path, target: str, dataset: str) -> Path:
+    return Path(results) / "recalibration" / f"odir_{target}_{dataset}.json"
+
+
+def shards_dir(results: str | Path) -> Path:
+    return Path(results) / "shards"
+
+
+def shard_dir(results: str | Path, space: str, hp: str, dataset: str) -> Path:
+    return shards_dir(results) / partition(space, hp) / f"dataset={dataset}"
+
+
+def shard_path(results: str | Path, space: str, hp: str, dataset: str, index: int | str) -> Path:
+    return shard_dir(results, space, hp, dataset) / member_file(index)
+
+
+# ---------------------------------------------------------------- results: tables, failures
+
+def tables_dir(results: str | Path) -> Path:
+    return Path(results) / "tables"
+
+
+def table_path(results: str | Path, target: str, dataset: str) -> Path:
+    return tables_dir(results) / f"{target}_{dataset}.parquet"
+
+
+def result_tables(results: str | Path) -> list[Path]:
+    """Every result table under ``results``, sorted."""
+    return sorted(tables_dir(results).glob("*.parquet"))
+
+
+def failures_dir(results: str | Path) -> Path:
+    return Path(results) / "failures"
+
+
+def failures_path(results: str | Path, target: str, dataset: str) -> Path:
+    return failures_dir(results) / f"{target}_{dataset}.parquet"
+
+
+# ---------------------------------------------------------------- analysis, report
+
+def analysis_dir(results: str | Path) -> Path:
+    return Path(results) / "analysis"
+
+
+def plots_dir(results: str | Path) -> Path:
+    return Path(results) / "plots"
+
+
+def report_path(results: str | Path) -> Path:
+    return Path(results) / "report.html"
+
+
+# ---------------------------------------------------------------- every job
+
+def log_path(results: str | Path, name: str) -> Path:
+    """``logs/{name}.log``; ``name`` may hold folders (``measure/tss_200_cifar10_chunk00000``)."""
+    return Path(results) / "logs" / f"{name}.log"
+
+
+def benchmark_path(results: str | Path, name: str) -> Path:
+    return Path(results) / "benchmarks" / f"{name}.tsv"

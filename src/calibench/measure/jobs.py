@@ -1,0 +1,318 @@
+"""The measurement jobs, each a function the Snakemake rules call through the CLI.
+
+* :func:`odir_search_job`: the ms/dir lambda, mu of one (space, hp, dataset) from the store.
+* :func:`measure_chunk_job`: one chunk of one (space, hp, dataset): stored logits ->
+  every post-hoc stage -> metrics -> one shard per network; valid shards are skipped.
+  Never opens an archive or runs a model.
+
+A population's members (:func:`calibench.sources.write_population`) and labels
+(:func:`calibench.sources.write_labels`) come from its source. Tables are built from the
+shards by :mod:`calibench.results.tables`.
+
+Every output carries a key made from exactly what changes it (:mod:`calibench.config.settings`):
+a logits file its logits key, a shard the measurement settings plus its logits' key. A
+killed job resumes where it stopped: rerunning it skips every output whose key matches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from calibench.store import logits as store
+from calibench.results import provenance as prov
+from calibench.results import shards
+from calibench.atomic import atomic_write, file_state, write_json_atomic
+from calibench.inference.jobs import log_slurm, progress_bar
+from calibench.metrics.scores import auroc
+from calibench.results.tables import population_path
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------- measurement
+
+@dataclass(frozen=True)
+class StoredNetwork:
+    """One (architecture, seed) read back from the store, ready to measure."""
+
+    index: int
+    arch_str: str
+    seed: int
+    params: float
+    flops: float
+    recorded_accuracy: float
+    logits: torch.Tensor  # (N, K) float32 (float64 where a logits population gave it)
+    ood_logits: dict[str, torch.Tensor]
+    logits_key: str
+    logits_file: str
+    written_by: str | None = None  # the calibench version that wrote the logits
+    source: Mapping = field(default_factory=dict)  # source_bytes, source_mtime of the file they came from
+
+
+def _stackable(network: StoredNetwork) -> tuple:
+    """What networks measured in one batch share: dtype and shape of their logits and OoD sets
+    (always so for a NATS space; a logits population's models may differ)."""
+    return (network.logits.dtype, tuple(network.logits.shape),
+            tuple((name, tuple(v.shape)) for name, v in sorted(network.ood_logits.items())))
+
+
+def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: Mapping, space: str, hp: str,
+                   dataset: str, shard_keys: Mapping[int, str]):
+    """Metrics of every stage for a group of networks at once; returns one (provenance,
+    stages, stage failures, reliability bins) per network."""
+    from calibench.measure.stages import measure_stages_batch
+
+    temp = settings["temperature"]
+    logits = torch.stack([r.logits for r in group])
+    ood = {name: torch.stack([r.ood_logits[name] for r in group]) for name in group[0].ood_logits}
+    stages = list(settings.get("stages", ("pre", "post")))
+    out = measure_stages_batch(
+        logits, labels, bins=settings["bins"], val_fraction=temp["val_fraction"], seed=temp["seed"],
+        method=temp["method"], tace_threshold=settings["tace_threshold"], stages=stages,
+        recalibration={"temperature": temp, **settings.get("recalibration", {})}, ood_logits=ood,
+    )
+    temperature = out.get("temperature")
+    results = []
+    for i, r in enumerate(group):
+        provenance = {
+            "space": space, "hp": hp, "dataset": dataset, "arch_index": r.index, "arch_str": r.arch_str,
+            "seed": r.seed, "params": r.params, "flops": r.flops,
+            "temperature": float(temperature[i]) if temperature is not None else float("nan"),
+            "accuracy": float(out["accuracy_full"][i]), "recorded_accuracy": r.recorded_accuracy,
+            "n_eval": int(labels.shape[0]), "config_hash": shard_keys[r.index], "logits_key": r.logits_key,
+            "logits_file": r.logits_file, **r.source,
+        }
+        per_stage = {stage: {k: v[i] for k, v in out[stage].items()} for stage in stages}
+        failed = {stage: out["failures"][stage][i] for stage in stages if out["failures"][stage][i] is not None}
+        reliability = {stage: {k: v[i] for k, v in out["reliability"][stage].items()} for stage in stages}
+        results.append((provenance, per_stage, failed, reliability))
+    return results
+
+
+def _measure_isolating(group: list[StoredNetwork], labels: torch.Tensor, settings: Mapping, space: str, hp: str,
+                       dataset: str, shard_keys: Mapping[int, str], failures: list[dict]):
+    """:func:`_measure_group`, and where the batch raises (logits that cannot be measured, e.g.
+    non-finite values in a damaged store file), each network on its own: one that still raises
+    becomes a failure row naming its file and the reason, and the others are measured."""
+    try:
+        return _measure_group(group, labels, settings, space, hp, dataset, shard_keys)
+    except (ValueError, RuntimeError) as exc:
+        if len({n.index for n in group}) == 1:
+            network = group[0]
+            log.warning("architecture %d: not measured (%s): %s", network.index, network.logits_file, exc)
+            failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": network.index, "seed": None,
+                             "source": network.logits_file, "reason": f"not measurable: {exc}",
+                             "stage": "measurement"})
+            return []
+    out = []
+    for index in dict.fromkeys(n.index for n in group):
+        out += _measure_isolating([n for n in group if n.index == index], labels, settings, space, hp, dataset,
+                                  shard_keys, failures)
+    return out
+
+
+def resolve_odir(settings: Mapping, odir_file: str | Path | None) -> dict:
+    """The measurement settings with the ODIR lambda, mu that the config leaves open filled in
+    from the search's result (they enter the shard key like any setting)."""
+    settings = json.loads(json.dumps(settings))
+    rec = settings.get("recalibration", {})
+    open_stages = [s for s in ("ms", "dir") if s in rec and (rec[s]["lambda"] is None or rec[s]["mu"] is None)]
+    if not open_stages:
+        return settings
+    if odir_file is None:
+        raise ValueError(f"stages {open_stages}: lambda, mu are left to the search (config recalibration.odir), "
+                         "but no search result was given (--odir)")
+    found = json.loads(Path(odir_file).read_text())
+    for stage in open_stages:
+        if stage not in found.get("chosen", {}):
+            raise ValueError(f"{odir_file}: no lambda, mu chosen for stage {stage}")
+        chosen = found["chosen"][stage]
+        for name in ("lambda", "mu"):
+            if rec[stage][name] is None:
+                rec[stage][name] = float(chosen[name])
+    return settings
+
+
+def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, results: str | Path,
+                    infer_manifests: list[str | Path], labels_file: str | Path, out: str | Path) -> dict:
+    """The ODIR lambda, mu of one (space, hp, dataset), once (recalibration-spec.md, "Choosing
+    lambda and mu"): cross-validated NLL on the validation parts of a seeded sample of the
+    population's networks, read from the logits store. ``settings``:
+    :func:`calibench.config.settings.odir_search_settings`."""
+    from calibench.measure.stages import split_indices
+    from calibench.recalibration.odir_search import search_odir
+    from calibench.config.settings import search_sample
+
+    results = Path(results)
+    doc = json.loads(population_path(results, space).read_text())
+    sample = set(search_sample(doc["selected"], settings["networks"], settings["seed"]))
+    keys: dict[int, str] = {}
+    for m in infer_manifests:
+        keys.update({int(i): k for i, k in json.loads(Path(m).read_text())["datasets"].get(dataset, {}).items()})
+    labels_read = store.read_labels(labels_file)
+    networks, logits = [], []
+    for index in sorted(sample):
+        if index not in keys:
+            log.warning("architecture %d: no logits (failed inference); left out of the search", index)
+            continue
+        try:
+            stored = _read_stored(results, space, hp, dataset, index, keys[index], labels_read)
+        except (store.StoreError, OSError, KeyError, ValueError) as exc:
+            log.warning("architecture %d: %s; left out of the search", index, exc)
+            continue
+        networks.append(index)
+        logits.append(stored[0].logits)  # the first stored seed
+    if not networks:
+        raise RuntimeError(f"{space} hp={hp} {dataset}: none of the {len(sample)} sampled networks has logits")
+    val_idx, _ = split_indices(len(labels_read.labels), settings["split"]["val_fraction"], settings["split"]["seed"])
+    z_val = torch.stack(logits).to(torch.float64)[:, torch.from_numpy(val_idx)]
+    y_val = torch.from_numpy(labels_read.labels).long()[torch.from_numpy(val_idx)]
+    chosen, grids = {}, {}
+    start = time.perf_counter()
+    for stage in settings["stages"]:
+        t0 = time.perf_counter()
+        found = search_odir(z_val, y_val, stage, grid=tuple(settings["grid"]), folds=settings["folds"],
+                            seed=settings["seed"], max_iterations=settings["max_iterations"],
+                            tolerance=settings["tolerance"])
+        chosen[stage] = {"lambda": float(found["lambda"]), "mu": float(found["mu"])}
+        grids[stage] = {"values": list(found["grid"]), "mean_nll": np.asarray(found["mean_nll"]).tolist(),
+                        "not_converged": np.asarray(found["not_converged"]).tolist(),
+                        "iterations": np.asarray(found["iterations"]).tolist()}
+        log.info("%s hp=%s %s %s: lambda=%g mu=%g (mean CV NLL %.6f) from %d networks in %.1f s", space, hp,
+                 dataset, stage, found["lambda"], found["mu"], found["nll"], len(networks), time.perf_counter() - t0)
+    summary = {"space": space, "hp": hp, "dataset": dataset, "settings": dict(settings), "networks": networks,
+               "n_val": int(len(val_idx)), "chosen": chosen, "grid": grids,
+               "seconds": round(time.perf_counter() - start, 3)}
+    write_json_atomic(summary, out)
+    return summary
+
+
+def shard_key(settings: Mapping, logits_key: str) -> str:
+    """A shard's validity key: the measurement settings plus the key of the logits it measured."""
+    return store.digest({"measurement": dict(settings), "logits": logits_key})
+
+
+def _read_stored(results: Path, space: str, hp: str, dataset: str, index: int, expected_key: str,
+                 labels: store.Labels) -> list[StoredNetwork]:
+    path = store.logits_path(results, space, hp, dataset, index)
+    if not path.is_file():
+        raise store.StoreError(path, "logits file missing (deleted under keep_logits: false, or moved); rerun its "
+                                     f"inference: snakemake --forcerun infer (or delete results/chunks/infer)")
+    stored = store.read_network_logits(path)
+    if stored.key != expected_key:
+        raise store.StoreError(path, f"written for logits key {stored.key}, but its inference job recorded "
+                                     f"{expected_key}; rerun its inference")
+    if stored.meta["labels_sha256"] != labels.meta["labels_sha256"]:
+        raise store.StoreError(path, f"computed on another {dataset} evaluation set than {labels.meta['source']}")
+    relative = str(path.relative_to(results))
+    stats = {n["seed"]: {k: n[k] for k in shards.OPTIONAL_COLUMNS if k in n} for n in stored.meta["networks"]}
+    return [StoredNetwork(index, stored.meta["arch_str"], s.seed, s.params, s.flops, s.recorded_accuracy,
+                          torch.from_numpy(s.sets[store.TEST_SET]),
+                          {name[len("ood_"):]: torch.from_numpy(v) for name, v in s.sets.items() if name != store.TEST_SET},
+                          stored.key, relative, stored.meta.get("calibench_version"), stats.get(s.seed, {}))
+            for s in stored.seeds]
+
+
+def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, dataset: str, chunk: int,
+                      results: str | Path, infer_manifest: str | Path, labels_file: str | Path, manifest: str | Path,
+                      keep_logits: bool = True, progress: bool = True, odir_file: str | Path | None = None) -> dict:
+    """Measure one chunk of one dataset from the logits store; a shard per network, then the
+    manifest. ``settings``: :func:`calibench.config.settings.measurement_settings`; ``odir_file``:
+    the lambda, mu search's result where the config leaves them to it."""
+    from calibench.runtime import keep_freed_memory
+
+    keep_freed_memory()
+    settings = resolve_odir(settings, odir_file)
+    results = Path(results)
+    inferred = json.loads(Path(infer_manifest).read_text())
+    indices = inferred["indices"]
+    logits_keys = {int(i): k for i, k in inferred["datasets"].get(dataset, {}).items()}
+    failures = [dict(f) for f in inferred["failures"] if f["dataset"] == dataset]  # carried into the table
+    keys = {i: shard_key(settings, k) for i, k in logits_keys.items()}
+    todo = [i for i in indices if i in keys and
+            not shards.is_valid_shard(shards.shard_path(results, space, hp, dataset, i), keys[i])]
+    skipped = len(keys) - len(todo)
+    log.info("%s hp=%s %s chunk %d: %d architectures, %d already measured (skipped), %d to measure, %d without "
+             "logits (failed inference)", space, hp, dataset, chunk, len(indices), skipped, len(todo),
+             len(indices) - len(keys))
+    measured: set[int] = set()
+    stage_failures: list[dict] = []  # a stage of a network is NaN (its fit failed); the shard stands
+    start = time.perf_counter()
+    if todo:
+        labels_read = store.read_labels(labels_file)
+        labels = torch.from_numpy(labels_read.labels)
+        group_size = max(1, int(runtime.get("measure_group", 8)))
+        pending: list[StoredNetwork] = []
+
+        def flush():
+            written = {n.index: n.written_by for n in pending}
+            by_index: dict[int, list] = {}
+            reliability: dict[int, dict] = {}
+            for provenance, stages, failed, rel in _measure_isolating(pending, labels, settings, space, hp, dataset,
+                                                                      keys, failures):
+                by_index.setdefault(provenance["arch_index"], []).append(shards.shard_table(provenance, stages))
+                reliability.setdefault(provenance["arch_index"], {})[provenance["seed"]] = rel
+                for stage, reason in failed.items():  # the network keeps its shard; this stage is NaN
+                    log.warning("architecture %d seed %d: stage %s is NaN: %s", provenance["arch_index"],
+                                provenance["seed"], stage, reason)
+                    stage_failures.append({"space": space, "hp": hp, "dataset": dataset,
+                                           "arch_index": provenance["arch_index"], "seed": provenance["seed"],
+                                           "source": provenance["logits_file"], "reason": reason, "stage": stage})
+            for index, tables in by_index.items():
+                own = [f for f in stage_failures if f["arch_index"] == index]
+                table = shards.with_stage_failures(pa.concat_tables(tables), own)
+                table = shards.with_reliability(table, reliability[index])
+                metadata = dict(table.schema.metadata or {})
+                measured_with = prov.measurement("cpu", {"calibench_version": written.get(index)})
+                metadata[prov.PROVENANCE_KEY] = prov.dumps(measured_with)
+                table = table.replace_schema_metadata(metadata)
+                shards.write_atomic_parquet(table, shards.shard_path(results, space, hp, dataset, index))
+                measured.add(index)
+            pending.clear()
+
+        for index in progress_bar(todo, progress, desc=f"{space}/{hp}/{dataset} chunk {chunk}", unit="net"):
+            try:
+                networks = _read_stored(results, space, hp, dataset, index, logits_keys[index], labels_read)
+            except (store.StoreError, OSError, KeyError, ValueError) as exc:
+                log.warning("architecture %d: %s", index, exc)
+                source = store.logits_path(results, space, hp, dataset, index)
+                failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index, "seed": None,
+                                 "source": str(source), "reason": str(exc), "stage": "measurement",
+                                 "source_state": file_state(source)})
+                continue
+            if pending and (len(pending) + len(networks) > group_size or _stackable(pending[0]) != _stackable(networks[0])):
+                flush()
+            pending.extend(networks)
+        if pending:
+            flush()
+    for index in set(keys) - set(todo):  # valid shards kept from an earlier run: their NaN stages' reasons
+        stage_failures += shards.read_stage_failures(shards.shard_path(results, space, hp, dataset, index))
+    computed = len(measured)
+    removed = 0
+    if not keep_logits:  # the logits of every valid shard (found valid, or just written) have served
+        for index in (set(keys) - set(todo)) | measured:
+            path = store.logits_path(results, space, hp, dataset, index)
+            if path.is_file():
+                path.unlink()
+                removed += 1
+    failed = sorted({f["arch_index"] for f in failures})
+    summary = {"space": space, "hp": hp, "dataset": dataset, "chunk": chunk, "indices": indices,
+               "skipped": skipped, "computed": computed, "failed": failed, "failures": failures + stage_failures,
+               "shards": {str(i): k for i, k in keys.items() if i not in failed},
+               "files": {str(i): file_state(shards.shard_path(results, space, hp, dataset, i))
+                         for i in keys if i not in failed},
+               "logits_removed": removed, "seconds": round(time.perf_counter() - start, 3)}
+    log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s", chunk, computed, skipped, len(failed),
+             summary["seconds"], f"; {removed} logits files removed (keep_logits: false)" if removed else "")
+    write_json_atomic(summary, manifest)
+    return summary

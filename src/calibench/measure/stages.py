@@ -1,0 +1,180 @@
+"""Every stage of one evaluation set, measured on the same test part
+(metrics-spec.md, "Temperature scaling"; recalibration-spec.md, "Common rules").
+
+``measure_stages_batch`` is what a measurement job calls: split the evaluation set once,
+fit every configured post-hoc method (:mod:`calibench.recalibration`) on the validation
+part of each network, and measure the whole metric suite on the test part for each
+stage: ``pre`` (the network's own softmax), ``post`` (temperature scaling), ``vs``,
+``ms``, ``dir``, ``iso``, ``hist``, ``spline``. A method whose fit fails or does not
+converge gives NaN for its stage of that network and a reason; the other stages and
+networks go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from calibench.metrics._arrays import check_bins, check_logits
+from calibench.metrics.reliability import RELIABILITY_BINS, reliability_from_logits
+from calibench.metrics.scores import auroc
+from calibench.metrics.suite import DEFAULT_BINS, DEFAULT_TACE_THRESHOLD, measure_validated
+from calibench.recalibration import STAGES, fit_stage
+from calibench.recalibration.temperature import T_MAX, T_MIN, fit_temperature, fit_temperature_batch  # noqa: F401 (API)
+
+log = logging.getLogger(__name__)
+
+def split_indices(n: int, val_fraction: float = 0.2, seed: int = 42) -> tuple[np.ndarray, np.ndarray]:
+    """Shuffle ``arange(n)`` with ``RandomState(seed)``; the first ``floor(val_fraction * n)`` validate."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
+        raise ValueError(f"n: need at least 2 samples to split, got {n!r}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction: must lie in (0, 1), got {val_fraction}")
+    order = np.arange(n)
+    np.random.RandomState(seed).shuffle(order)
+    n_val = int(math.floor(val_fraction * n))
+    if n_val == 0 or n_val == n:
+        raise ValueError(f"val_fraction={val_fraction} of n={n} leaves an empty validation or test part")
+    return order[:n_val], order[n_val:]
+
+
+def _fit_isolated(stage: str, z_val: torch.Tensor, y_val: torch.Tensor, options: Mapping):
+    """Fit ``stage`` on all networks at once; if that raises, one network at a time, so a
+    network that breaks the fit fails alone. Yields (network indices, Fitted or None, reason)."""
+    m = z_val.shape[0]
+    try:
+        yield list(range(m)), fit_stage(stage, z_val, y_val, options), None
+        return
+    except Exception as exc:  # noqa: BLE001 - any failure of a numeric fit is isolated and recorded
+        if m == 1:
+            log.warning("stage %s: fit failed: %s", stage, exc)
+            yield [0], None, f"{stage} fit failed: {type(exc).__name__}: {exc}"
+            return
+        log.warning("stage %s: batched fit failed (%s); fitting network by network", stage, exc)
+    for i in range(m):
+        for _, fitted, reason in _fit_isolated(stage, z_val[i : i + 1], y_val, options):
+            yield [i], fitted, reason
+
+
+def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold, chunk_elements, ood_logits):
+    """Metrics (test part), fitted-parameter summaries, failures and reliability-diagram bins
+    (:mod:`calibench.metrics.reliability`) of one stage for M networks."""
+    m = z.shape[0]
+    names = None
+    rel = {key: np.full((m, RELIABILITY_BINS), np.nan) for key in ("count", "confidence", "accuracy")}
+    metrics: dict[str, np.ndarray] = {}
+    info: dict[str, np.ndarray] = {}
+    failures: list[str | None] = [None] * m
+    groups = [(list(range(m)), None, None)] if stage == "pre" else _fit_isolated(stage, z[:, val_idx], y[val_idx], options)
+    for indices, fitted, reason in groups:
+        idx = torch.tensor(list(indices), device=z.device)
+        if fitted is None and stage != "pre":
+            for i in indices:
+                failures[i] = reason
+            continue
+        transform = (lambda t: t) if stage == "pre" else fitted.logits
+        with torch.inference_mode():
+            recalibrated = transform(z[idx][:, test_idx])
+        finite = ~(torch.isnan(recalibrated) | torch.isposinf(recalibrated)).flatten(1).any(1)
+        finite &= torch.isfinite(recalibrated.amax(-1)).all(-1)
+        values = measure_validated(recalibrated, y[test_idx], bins, tace_threshold, chunk_elements)
+        for key, v in reliability_from_logits(recalibrated, y[test_idx]).items():
+            rel[key][list(indices)] = v
+        for name, ood in (ood_logits or {}).items():
+            with torch.inference_mode():
+                id_scores = torch.softmax(transform(z[idx]), -1).amax(-1)
+                ood_scores = torch.softmax(transform(ood[idx].to(torch.float64)), -1).amax(-1)
+            values[f"ood_auroc_{name}"] = auroc(id_scores, ood_scores).cpu().numpy()
+        if names is None:
+            names = list(values)
+            metrics = {n: np.full(m, np.nan) for n in names}
+        for n in names:
+            metrics[n][list(indices)] = values[n]
+        if fitted is not None:
+            for key, v in fitted.info.items():
+                info.setdefault(key, np.full(m, np.nan))[list(indices)] = v
+            for j, i in enumerate(indices):
+                failures[i] = fitted.failures[j]
+        for j, i in enumerate(indices):
+            if failures[i] is None and not bool(finite[j]):
+                failures[i] = f"{stage}: the recalibrated probabilities are not finite"
+    if names is None:  # every network failed: NaN metrics of the suite's names
+        names = list(measure_validated(z[:1, test_idx], y[test_idx], bins, tace_threshold, chunk_elements))
+        names += [f"ood_auroc_{name}" for name in (ood_logits or {})]
+        metrics = {n: np.full(m, np.nan) for n in names}
+    for i, why in enumerate(failures):
+        if why is not None:
+            for n in names:
+                metrics[n][i] = np.nan
+            for v in rel.values():
+                v[i] = np.nan
+    metrics.update({f"fit_{key}": v for key, v in info.items()})
+    return metrics, failures, rel
+
+
+def measure_stages_batch(
+    logits,
+    labels,
+    bins=DEFAULT_BINS,
+    val_fraction: float = 0.2,
+    seed: int = 42,
+    method: str = "nll",
+    tace_threshold: float = DEFAULT_TACE_THRESHOLD,
+    chunk_elements: int | None = None,
+    stages: Sequence[str] = ("pre", "post"),
+    recalibration: Mapping | None = None,
+    ood_logits: Mapping[str, torch.Tensor] | None = None,
+) -> dict:
+    """Every stage's metrics for M networks on a shared evaluation set.
+
+    Returns ``{"accuracy_full": (M,), stage: {name: (M,)} for each stage, "failures":
+    {stage: [None or reason] * M}, "reliability": {stage: {"count", "confidence",
+    "accuracy": (M, 15)}}}`` and, with ``post``, ``"temperature": (M,)``. A stage's
+    names are the metric suite's (measured on the test part; ``ood_auroc_{set}`` for each
+    of ``ood_logits``, OoD sets (M, Q, K) through the same fitted map) and ``fit_{name}``
+    for the fitted parameters (``fit_temperature``, ``fit_w_norm``, ...). ``recalibration``:
+    the methods' options (:func:`calibench.recalibration.fit_stage`); ``method``: the
+    temperature fit.
+    """
+    z, y = check_logits(logits, labels, batched=True)
+    bins = check_bins(bins)
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise ValueError(f"stages: unknown {unknown}; expected some of {STAGES}")
+    options = dict(recalibration or {})
+    options.setdefault("temperature", {"method": method})
+    val_idx, test_idx = split_indices(z.shape[1], val_fraction, seed)
+    val_idx = torch.from_numpy(val_idx).to(z.device)
+    test_idx = torch.from_numpy(test_idx).to(z.device)
+    with torch.inference_mode():
+        accuracy_full = (torch.argmax(z, dim=-1) == y).to(z.dtype).mean(dim=-1)  # argmax of logits = of softmax
+    out: dict = {"accuracy_full": accuracy_full.cpu().numpy(), "failures": {}, "reliability": {}}
+    for stage in stages:
+        metrics, failures, rel = _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold,
+                                                chunk_elements, ood_logits)
+        out[stage] = metrics
+        out["failures"][stage] = failures
+        out["reliability"][stage] = rel
+    if "post" in out:
+        out["temperature"] = out["post"]["fit_temperature"]
+    return out
+
+
+def measure_stages(logits, labels, bins=DEFAULT_BINS, val_fraction: float = 0.2, seed: int = 42, method: str = "nll",
+                   tace_threshold: float = DEFAULT_TACE_THRESHOLD, stages: Sequence[str] = ("pre", "post"),
+                   recalibration: Mapping | None = None) -> dict:
+    """:func:`measure_stages_batch` for one network (N, K): floats instead of arrays."""
+    z, y = check_logits(logits, labels)
+    out = measure_stages_batch(z[None], y, bins, val_fraction, seed, method, tace_threshold, stages=stages,
+                               recalibration=recalibration)
+    single = {"accuracy_full": float(out["accuracy_full"][0]),
+              "failures": {s: f[0] for s, f in out["failures"].items()}}
+    if "temperature" in out:
+        single["temperature"] = float(out["temperature"][0])
+    single.update({s: {k: float(v[0]) for k, v in out[s].items()} for s in stages})
+    single["reliability"] = {s: {k: v[0] for k, v in rel.items()} for s, rel in out["reliability"].items()}
+    return single

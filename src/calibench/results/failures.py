@@ -1,0 +1,153 @@
+"""What failed, told where the user looks (issue 15): after a run on the terminal
+(:func:`terminal_summary`, printed by ``calibench run``), and in the report (:func:`html`).
+
+Sources: the failures files the table builds write (``results/failures/*.parquet``: one row
+per failed network and stage, with the file and reason), the coverage each table records
+(selected against measured networks), and for a run that stopped, the logs of the jobs that
+failed (named in Snakemake's own log, :func:`failed_job_logs`).
+"""
+
+from __future__ import annotations
+
+import html as _html
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+SHOWN = 10  # failures listed one by one; the rest are counted
+
+
+def collect(results: str | Path) -> pd.DataFrame:
+    """Every failure row of the run, with the table (``{target}_{dataset}``) it belongs to."""
+    frames = []
+    for path in sorted((Path(results) / "failures").glob("*.parquet")):
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as exc:  # noqa: BLE001 - a damaged failures file is itself reported
+            frame = pd.DataFrame([{"stage": "report", "source": str(path), "reason": f"unreadable: {exc}"}])
+        frames.append(frame.assign(table=path.stem))
+    if not frames:
+        return pd.DataFrame(columns=["table", "space", "hp", "dataset", "arch_index", "seed", "stage", "source",
+                                     "reason"])
+    return pd.concat(frames, ignore_index=True)
+
+
+def coverage(tables: Sequence[str | Path]) -> list[dict]:
+    """Per table: selected and measured networks (from the table's metadata)."""
+    from calibench.results.tables import table_metadata
+
+    out = []
+    for table in tables:
+        try:
+            meta = table_metadata(table).get("coverage")
+        except Exception:  # noqa: BLE001
+            meta = None
+        if meta:
+            out.append({"table": Path(table).stem, **meta})
+    return out
+
+
+def _network(row) -> str:
+    where = f"arch {int(row['arch_index'])}" if pd.notna(row.get("arch_index")) else ""
+    seed = f" seed {int(row['seed'])}" if pd.notna(row.get("seed")) else ""
+    return f"{row['table']} {where}{seed}".strip()
+
+
+def terminal_summary(results: str | Path, tables: Sequence[str | Path]) -> str:
+    """A few lines for the end of a run: how many networks each table lacks and why, each
+    failure with its file and reason (the first :data:`SHOWN`); "" when nothing failed."""
+    found = collect(results)
+    short = [c for c in coverage([t for t in tables if Path(t).is_file()]) if c["measured"] < c["selected"]]
+    if found.empty and not short:
+        return ""
+    networks = found[found["stage"].isin(["inference", "measurement", "table"])]
+    stages = found[~found["stage"].isin(["inference", "measurement", "table"])]
+    pairs = networks.drop_duplicates(["table", "arch_index"])
+    said = ([f"{len(pairs)} network result(s) missing from {pairs['table'].nunique()} table(s)"] if len(pairs) else []) \
+        + ([f"{len(stages)} recalibration stage(s) NaN"] if len(stages) else [])
+    lines = [f"calibench: {', '.join(said) or 'networks missing'} (results/failures/*.parquet):"]
+    for c in short:
+        lines.append(f"  {c['table']}: {c['measured']} of {c['selected']} selected networks measured")
+    for _, row in pd.concat([networks, stages]).head(SHOWN).iterrows():
+        lines.append(f"  {_network(row)} [{row['stage']}] {row['source']}: {str(row['reason'])[:300]}")
+    if len(found) > SHOWN:
+        lines.append(f"  ... and {len(found) - SHOWN} more: calibench query \"SELECT * FROM "
+                     f"read_parquet('{Path(results) / 'failures' / '*.parquet'}')\"")
+    if len(pairs) or short:
+        lines.append("  Repair the file named and run again: changed or restored inputs are retried.")
+    return "\n".join(lines)
+
+
+def html(results: str | Path, tables: Sequence[str | Path]) -> str:
+    """The report's "What failed" block: coverage per table and every failure (file, reason)."""
+    found = collect(results)
+    cover = coverage(tables)
+    total = sum(c["selected"] for c in cover)
+    measured = sum(c["measured"] for c in cover)
+    if found.empty and measured == total:
+        return f"<p>Every selected network was measured ({measured} networks over {len(cover)} tables); nothing failed.</p>"
+    parts = [f"<p class='warn'><b>{total - measured} of {total} selected networks are not in the tables</b>; "
+             f"{len(found)} failure row(s) in <code>results/failures/</code>. Repair the file named and run "
+             "again: changed or restored inputs are retried, damaged results recomputed.</p>"]
+    rows = "".join(f"<tr><td>{_html.escape(c['table'])}</td><td>{c['measured']}</td><td>{c['selected']}</td></tr>"
+                   for c in cover if c["measured"] < c["selected"])
+    if rows:
+        parts.append("<table><tr><th>table</th><th>measured</th><th>selected</th></tr>" + rows + "</table>")
+    if not found.empty:
+        shown = found.head(200)
+        parts.append("<table><tr><th>network</th><th>stage</th><th>file</th><th>reason</th></tr>" + "".join(
+            f"<tr><td>{_html.escape(_network(r))}</td><td>{_html.escape(str(r['stage']))}</td>"
+            f"<td>{_html.escape(str(r['source']))}</td><td>{_html.escape(str(r['reason']))}</td></tr>"
+            for _, r in shown.iterrows()) + "</table>")
+        if len(found) > len(shown):
+            parts.append(f"<p>… and {len(found) - len(shown)} more in <code>results/failures/</code>.</p>")
+    return "\n".join(parts)
+
+
+_LOG_LINE = re.compile(r"^\s*log: (\S+) \(check log file")
+
+
+def failed_job_logs(snakemake_log: str | Path) -> list[Path]:
+    """The log files of the jobs a Snakemake run reports as failed, in its log's order."""
+    text = Path(snakemake_log).read_text(errors="replace")
+    out: list[Path] = []
+    for line in text.splitlines():
+        match = _LOG_LINE.match(line)
+        if match and Path(match.group(1)) not in out:
+            out.append(Path(match.group(1)))
+    return out
+
+
+def cause(job_log: str | Path, lines: int = 3) -> str:
+    """The end of a failed job's log: where the error is said (the last exception line, or the
+    last lines)."""
+    try:
+        text = [line.rstrip() for line in Path(job_log).read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "(no log written)"
+    for line in reversed(text):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b.*:", line) or " ERROR " in line:
+            return line.strip()[:1000]
+    return " | ".join(text[-lines:])[:1000]
+
+
+def newest_snakemake_log(workdir: str | Path = ".", since: float = 0.0) -> Path | None:
+    """Snakemake's log of the latest run that started at or after ``since`` (a time stamp)."""
+    logs = [p for p in (Path(workdir) / ".snakemake" / "log").glob("*.snakemake.log") if p.stat().st_mtime >= since]
+    return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
+
+
+def failed_jobs_summary(workdir: str | Path = ".", since: float = 0.0) -> str:
+    """Each failed job of the last Snakemake run (started after ``since``) with the cause from its log."""
+    log = newest_snakemake_log(workdir, since)
+    if log is None:
+        return ""
+    jobs = failed_job_logs(log)
+    if not jobs:
+        return ""
+    lines = [f"calibench: {len(jobs)} job(s) failed:"]
+    for job in jobs:
+        lines.append(f"  {job}: {cause(Path(workdir) / job)}")
+    return "\n".join(lines)

@@ -1,0 +1,613 @@
+"""The published calibration dataset of Tao et al. (ICLR 2024, "A Benchmark Study on
+Calibration") as an exchange format: ``calibench export --format tao2024`` and
+``calibench import --format tao2024 DIR``.
+
+The published layout
+--------------------
+One CSV file per (dataset, search space): ``cifar10_tss.csv``, ``cifar10_sss.csv``,
+``cifar100_tss.csv``, ``cifar100_sss.csv``, ``ImageNet_tss.csv``, ``ImageNet_sss.csv``
+(ImageNet16-120), one row per architecture, the benchmark's default schedule (TSS hp 200,
+SSS hp 90), first seed. Columns, as the dataset's README lists them: ``config`` (the
+architecture index), ``acc``, ``correct_confidence``, ``incorrect_confidence``, ``arch``
+(the architecture string), then ``pre_ECE_5``, ``post_ECE_5``, ``pre_ECE_10``,
+``post_ECE_10``, ... (pre and post temperature scaling, per bin count), and the other
+families (``ECE_em``, ``cwCE``, ``cwCE_em``, ...) in the same pattern. Values are
+fractions (``acc`` too). :data:`COLUMNS` records, per column, how sure that name is and
+how its definition differs from ours (metrics-spec.md); :func:`definitions_markdown`
+renders it for the README.
+
+Export writes our columns under their names (a differing definition is documented, not
+hidden; the Brier score alone is converted, being theirs times 1/K exactly); a column of
+theirs that a table does not hold is left out and logged. Two extensions keep a table that
+is not the published setting lossless: a file name suffix ``_hp{hp}`` for a schedule other
+than the default, and a ``seed`` column when the seed is not 777.
+
+Import reads such files into result tables (``results/tables/{space}_{hp}_{dataset}.parquet``)
+with our column names and parquet metadata (``calibench.results.tables.METADATA_KEY``, with
+``"source": "tao2024"``), so the analysis, report, NAS and queries run on the published
+numbers without any archive. Column names are matched case-insensitively; ``acc`` given in
+percent is converted. A malformed file raises ``ValueError`` naming the file and the
+column or CSV line. Needs no torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from calibench import __version__
+from calibench.sources.nats.archstr import parse_sss
+from calibench.atomic import atomic_write
+from calibench.sources.nats.population import tss_canonical_form
+from calibench.results.tables import FIRST, METADATA_KEY, PROVENANCE, table_metadata
+
+log = logging.getLogger(__name__)
+
+FORMAT = "tao2024"
+DEFAULT_HP = {"tss": "200", "sss": "90"}  # the schedules the published files hold
+DEFAULT_SEED = 777  # the first seed of those schedules, the one the published files evaluated
+N_ARCHS = {"tss": 15625, "sss": 32768}
+CLASSES = {"cifar10": 10, "cifar10-valid": 10, "cifar100": 100, "ImageNet16-120": 120}
+_FILE_DATASET = {"ImageNet16-120": "ImageNet"}  # our dataset name -> the file name's, where they differ
+_DATASET_OF_FILE = {"cifar10": "cifar10", "cifar10-valid": "cifar10-valid", "cifar100": "cifar100",
+                    "imagenet": "ImageNet16-120", "imagenet16-120": "ImageNet16-120"}  # lower-case file prefix
+_FILE_NAME = re.compile(r"^(?P<dataset>.+?)_(?P<space>tss|sss)(?:_hp(?P<hp>[0-9]+))?\.csv$", re.IGNORECASE)
+STAGES = ("pre", "post")  # the stages of the published files: the network's softmax, temperature scaling
+
+# Our metric orders (metrics/suite.py, not imported here: it needs torch).
+_BINNED_ORDER = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace")
+_UNBINNED_ORDER = ("ksce", "ks_top2", "ks_within_top2", "kdece", "mmce", "nll", "brier", "accuracy",
+                   "mean_conf_correct", "mean_conf_incorrect")
+
+# How sure a column name of the published layout is.
+README = "README of the published dataset"
+ISSUE = "calibench issue (their layout), their evaluation code's metric keys"
+CODE = "their analysis scripts, which read cifar10_tss.csv"
+ASSUMED = "assumed: their naming pattern, name not seen in their files"
+EXTENSION = "calibench extension, not in the published files"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column (or family ``{stage}_{NAME}_{B}``) of the published layout and its link to ours."""
+
+    theirs: str  # name in the published layout; {stage} and {B} are placeholders
+    ours: str | None  # our column (same placeholders); None: we do not measure it
+    source: str  # README, ISSUE, CODE or ASSUMED
+    definition: str  # what calibench writes there (metrics-spec.md)
+    difference: str  # where their definition differs from ours ("" if none known)
+
+
+_PRE_SET = ("ours on the test part (80 %) of the seeded 20/80 split; theirs on the whole test set")
+_POST = ("ours: T = argmin NLL on the validation part (20 %), T in [0.05, 20] (metrics-spec.md); theirs: T on the "
+         "grid 0.1..10.0 minimising 15-bin ECE. Both measure post on the 80 % test part")
+COLUMNS: tuple[Column, ...] = (
+    Column("config", "arch_index", README, "the architecture's NATS-Bench index", ""),
+    Column("acc", "accuracy", README, "top-1 accuracy on the whole evaluation (test) set, a fraction in [0, 1]",
+           "none in meaning (theirs: \"accuracy at epoch 200\", a fraction); import also accepts percent"),
+    Column("correct_confidence", "pre_mean_conf_correct", README,
+           "mean max-softmax confidence over the correctly classified samples (pre stage)", _PRE_SET),
+    Column("incorrect_confidence", "pre_mean_conf_incorrect", README,
+           "mean max-softmax confidence over the misclassified samples (pre stage); empty if none", _PRE_SET),
+    Column("arch", "arch_str", README, "the architecture string (TSS |op~0|+..., SSS c1:c2:c3:c4:c5)", ""),
+    Column("{stage}_ECE_{B}", "{stage}_ece_{B}", README,
+           "ECE, B equal-width bins (lo, hi], first bin closed; empty bins add nothing",
+           "pre: " + _PRE_SET + "; post: " + _POST),
+    Column("{stage}_ECE_em_{B}", "{stage}_ece_em_{B}", ISSUE,
+           "ECE with B equal-mass bins (Kumar et al. 2019 get_equal_bins edges)", "pre/post sets and T as for ECE"),
+    Column("{stage}_cwCE_{B}", "{stage}_cwce_{B}", ISSUE,
+           "classwise ECE (Nixon's SCE), B equal-width bins, averaged over all K classes",
+           "pre/post sets and T as for ECE"),
+    Column("{stage}_cwCE_em_{B}", "{stage}_cwce_em_{B}", ISSUE,
+           "classwise ECE with B equal-mass bins per class (marginal, p = 1, no debiasing)",
+           "pre/post sets and T as for ECE; some of their tables put an adaptive classwise error (ACE-like) "
+           "under this name"),
+    Column("{stage}_MCE_{B}", "{stage}_mce_{B}", ASSUMED,
+           "MCE, B equal-width bins: max over non-empty bins of |acc - conf| (unsigned)",
+           "theirs signed: an underconfident network got 0; plus the sets and T as for ECE"),
+    Column("{stage}_NLL", "{stage}_nll", ASSUMED, "mean negative log-likelihood from the logits (may be inf)",
+           "pre/post sets and T as for ECE"),
+    Column("{stage}_Brier", "{stage}_brier", ASSUMED,
+           "Brier score divided by K, as theirs: mean_i sum_k (p_ik - 1[y_i = k])^2 / K. Our tables hold it "
+           "undivided (range [0, 2]): export divides by K, import multiplies by K",
+           "converted exactly; pre/post sets and T as for ECE"),
+    Column("{stage}_KSCE", "{stage}_ksce", ASSUMED, "top-1 KS calibration error (Gupta et al. 2021), ties grouped",
+           "theirs returned 0 on any exception; pre/post sets and T as for ECE"),
+    Column("{stage}_KDECE", "{stage}_kdece", ASSUMED,
+           "KDE-ECE (Zhang et al. 2020, triweight kernel, reflection at 0 and 1)",
+           "theirs returned 0 on any exception; pre/post sets and T as for ECE"),
+    Column("{stage}_MMCE", "{stage}_mmce", ASSUMED, "MMCE, Laplacian kernel width 0.4 (Kumar et al. 2018)",
+           "theirs returned 0 on any exception; pre/post sets and T as for ECE"),
+    Column("auc_cifar10c", "pre_ood_auroc_gaussian_noise", CODE,
+           "OoD AUROC of the max softmax probability, CIFAR-10 test set against CIFAR-10-C Gaussian noise "
+           "(severity 5 by default); CIFAR-10 tables only",
+           "their corrupted set and severity are not documented (the README credits the robustness data to "
+           "Jung et al., \"Neural Architecture Design and Robustness: A Dataset\"); ours is one corruption"),
+    Column("auc_svhn", "pre_ood_auroc_svhn", ASSUMED,
+           "OoD AUROC of the max softmax probability, CIFAR-10 test set against the SVHN test set; CIFAR-10 "
+           "tables only", "their code named it pre_auc_svhn; import accepts both names"),
+    Column("seed", "seed", EXTENSION,
+           "the NATS-Bench training seed of the weights; written only when it is not 777 (import: 777 when absent)",
+           "the published files hold seed 777 (hp 200 TSS, hp 90 SSS) and have no such column"),
+)
+_ALIASES = {"pre_auc_cifar10c": "auc_cifar10c", "pre_auc_svhn": "auc_svhn"}  # lower-case alias -> lower-case name
+_FRACTIONS = ("acc", "correct_confidence", "incorrect_confidence")  # percent accepted on import, converted
+REQUIRED = ("config", "acc", "arch", "pre_ECE_15", "post_ECE_15")  # HCS and the analysis need the last two
+# Value ranges checked on import (lower-case family -> (low, high)).
+_RANGES = {"ece": (0.0, 1.0), "ece_em": (0.0, 1.0), "cwce": (0.0, 1.0), "cwce_em": (0.0, 1.0), "mce": (0.0, 1.0),
+           "ksce": (0.0, 1.0), "kdece": (0.0, 1.0), "mmce": (0.0, math.inf), "nll": (0.0, math.inf),
+           "brier": (0.0, 2.0), "auc_cifar10c": (0.0, 1.0), "auc_svhn": (0.0, 1.0)}
+_BINNED = {c.ours.split("_", 1)[1].rsplit("_", 1)[0]: c for c in COLUMNS if c.theirs.endswith("_{B}")}  # ece -> Column
+_UNBINNED = {c.ours.split("_", 1)[1]: c for c in COLUMNS if c.theirs.startswith("{stage}_") and "{B}" not in c.theirs}
+_SCALARS = {c.theirs: c for c in COLUMNS if "{stage}" not in c.theirs}  # config, acc, ..., auc_*, seed
+_PER_ROW = ("config", "acc", "correct_confidence", "incorrect_confidence", "arch")  # the leading columns, in order
+
+
+def definitions_markdown() -> str:
+    """The column definitions table (markdown) of the tao2024 layout, from :data:`COLUMNS`."""
+    lines = ["| Column (tao2024) | Our column | What calibench writes there | Where their definition differs "
+             "| Name from |", "|---|---|---|---|---|"]
+    for c in COLUMNS:
+        cells = [f"`{c.theirs}`", f"`{c.ours}`", c.definition, c.difference or "—", c.source]
+        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def definition_of(name: str) -> Column | None:
+    """The :data:`COLUMNS` entry a published column name belongs to (case-insensitive), or None."""
+    key = _ALIASES.get(name.lower(), name.lower())
+    for c in COLUMNS:
+        pattern = re.escape(c.theirs.lower()).replace(r"\{stage\}", "(pre|post)").replace(r"\{b\}", "[0-9]+")
+        if re.fullmatch(pattern, key):
+            return c
+    return None
+
+
+# ---------------------------------------------------------------- export
+
+def export_tao2024(tables: str | Path | Iterable[str | Path], out_dir: str | Path) -> list[Path]:
+    """Write every result table in the published layout, one CSV per table, under ``out_dir``.
+
+    ``tables``: result table paths, or a directory of them (``results/tables`` or a results
+    directory). Returns the files written (an empty table writes none, with a warning).
+    """
+    paths = _table_paths(tables)
+    out_dir = Path(out_dir)
+    planned: dict[Path, Path] = {}
+    for p in paths:
+        name = _export_name(*_table_key(p))
+        if out_dir / name in planned:
+            raise ValueError(f"{p} and {planned[out_dir / name]} would both be written to {out_dir / name}")
+        planned[out_dir / name] = p
+    written = []
+    for target, p in planned.items():
+        frame = export_frame(pd.read_parquet(p), source=str(p))
+        if frame is None:
+            continue
+        atomic_write(target, lambda f, fr=frame: f.write(fr.to_csv(index=False, lineterminator="\n").encode()))
+        log.info("%s: %d rows, %d columns -> %s", p, len(frame), frame.shape[1], target)
+        written.append(target)
+    return written
+
+
+def _table_paths(tables) -> list[Path]:
+    if isinstance(tables, (str, Path)):
+        root = Path(tables)
+        if root.is_dir():
+            found = sorted(root.glob("*.parquet")) or sorted((root / "tables").glob("*.parquet"))
+            if not found:
+                raise ValueError(f"no result tables (*.parquet) in {root} or {root / 'tables'}")
+            return found
+        return [root]
+    return [Path(t) for t in tables]
+
+
+def _table_key(path: Path) -> tuple[str, str, str]:
+    """(space, hp, dataset) of a result table, from its first row or else its file name."""
+    with pq.ParquetFile(path) as f:
+        names = f.schema_arrow.names
+        if f.metadata.num_rows and {"space", "hp", "dataset"} <= set(names):
+            first = f.read_row_group(0, columns=["space", "hp", "dataset"]).slice(0, 1).to_pylist()[0]
+            return str(first["space"]), str(first["hp"]), str(first["dataset"])
+    parts = path.stem.split("_", 2)
+    if len(parts) != 3:
+        raise ValueError(f"{path}: an empty table whose name is not {{space}}_{{hp}}_{{dataset}}.parquet")
+    return parts[0], parts[1], parts[2]
+
+
+def _export_name(space: str, hp: str, dataset: str) -> str:
+    suffix = "" if DEFAULT_HP.get(space) == hp else f"_hp{hp}"
+    return f"{_FILE_DATASET.get(dataset, dataset)}_{space}{suffix}.csv"
+
+
+def export_frame(table: pd.DataFrame, source: str = "table") -> pd.DataFrame | None:
+    """One result table as a DataFrame in the published layout (None if it has no rows).
+
+    One row per architecture: of several seeds, the lowest (the published files hold the
+    first seed; the others are dropped with a warning). Logs the published columns left
+    out (metric not in the table) and our columns that have no place in the layout.
+    """
+    if table.empty:
+        log.warning("%s: no rows, nothing to export", source)
+        return None
+    keys = {}
+    for key in ("space", "hp", "dataset"):
+        values = table[key].dropna().unique()
+        if len(values) != 1:
+            raise ValueError(f"{source}: column {key!r} must hold one value, found {list(values)}")
+        keys[key] = str(values[0])
+    dataset = keys["dataset"]
+    first = table["seed"] == table.groupby("arch_index")["seed"].transform("min")
+    if not first.all():
+        log.warning("%s: %d rows of seeds other than each network's first left out (the layout holds one seed)",
+                    source, int((~first).sum()))
+    table = table[first].sort_values("arch_index", kind="stable").reset_index(drop=True)
+    out: dict[str, pd.Series] = {}
+    omitted: list[str] = []
+    used: set[str] = set()
+    for name in _PER_ROW:
+        ours = _SCALARS[name].ours
+        if ours in table.columns:
+            out[name] = table[ours].astype("int64") if name == "config" else table[ours]
+            used.add(ours)
+        else:
+            omitted.append(name)
+    bins = sorted({int(m.group(3)) for c in table.columns if (m := _OUR_BINNED.match(c))})
+    for col in _BINNED.values():
+        for b in bins:
+            for stage in STAGES:
+                ours = col.ours.format(stage=stage, B=b)
+                theirs = col.theirs.format(stage=stage, B=b)
+                if ours in table.columns:
+                    out[theirs] = table[ours]
+                    used.add(ours)
+                else:
+                    omitted.append(theirs)
+    for metric, col in _UNBINNED.items():
+        for stage in STAGES:
+            ours, theirs = col.ours.format(stage=stage), col.theirs.format(stage=stage)
+            if ours not in table.columns:
+                omitted.append(theirs)
+                continue
+            values = table[ours]
+            if metric == "brier":
+                if dataset not in CLASSES:
+                    omitted.append(theirs)
+                    log.warning("%s: dataset %r has no known class count: %s left out", source, dataset, theirs)
+                    continue
+                values = values / CLASSES[dataset]
+            out[theirs] = values
+            used.add(ours)
+    for name in ("auc_cifar10c", "auc_svhn"):
+        ours = _SCALARS[name].ours
+        if ours in table.columns:
+            out[name] = table[ours]
+            used.add(ours)
+        else:
+            omitted.append(name)
+    seeds = table["seed"]
+    if (seeds != DEFAULT_SEED).any():  # extension: the published files are all seed 777
+        out["seed"] = seeds.astype("int64")
+    used.update({"space", "hp", "dataset", "seed", "measured_by"})  # file name, extension, derived on import
+    missing = [c for c in ("config", "acc", "arch") if c not in out]
+    if missing:
+        raise ValueError(f"{source}: cannot export without {missing}")
+    if omitted:
+        log.warning("%s: published columns left out (not in this table): %s", source, ", ".join(omitted))
+    left = [c for c in table.columns if c not in used]
+    if left:
+        log.info("%s: columns with no place in the tao2024 layout: %s", source, ", ".join(left))
+    return pd.DataFrame(out)
+
+
+_OUR_BINNED = re.compile(r"^(pre|post)_(" + "|".join(sorted(_BINNED, key=len, reverse=True)) + r")_([0-9]+)$")
+
+
+# ---------------------------------------------------------------- import
+
+def import_tao2024(src: str | Path | Iterable[str | Path], results_dir: str | Path, *,
+                   overwrite: bool = False) -> list[Path]:
+    """Read files in the published layout into result tables under ``results_dir/tables``.
+
+    ``src``: a directory (every ``{dataset}_{space}[_hp{hp}].csv`` in it; other files are
+    skipped with a warning), one file, or a list of files. Every file is read and checked
+    before any table is written. A table of the same (space, hp, dataset) that was not
+    itself imported from tao2024 (a measured one) is not replaced unless ``overwrite``.
+    Returns the tables written.
+    """
+    files = _source_files(src)
+    results_dir = Path(results_dir)
+    planned: dict[Path, tuple[Path, tuple[str, str, str]]] = {}
+    for f in files:
+        key = parse_file_name(f)
+        target = results_dir / "tables" / f"{key[0]}_{key[1]}_{key[2]}.parquet"
+        if target in planned:
+            raise ValueError(f"{f} and {planned[target][0]} are both (space, hp, dataset) = {key}")
+        planned[target] = (f, key)
+    for target, (f, _) in planned.items():
+        if target.exists() and not overwrite and table_metadata(target).get("source") != FORMAT:
+            raise ValueError(f"{f}: {target} exists and holds measured results, not a {FORMAT} import "
+                             f"(pass overwrite=True to replace it)")
+    converted = [(target, *read_tao2024(f, *key)) for target, (f, key) in planned.items()]
+    written = []
+    for target, frame, meta in converted:
+        atomic_write(target, lambda out, fr=frame, m=meta: _write_parquet(fr, out, m))
+        log.info("%s -> %s: %d rows", meta["source_file"], target, len(frame))
+        written.append(target)
+    return written
+
+
+def _source_files(src) -> list[Path]:
+    if isinstance(src, (str, Path)):
+        root = Path(src)
+        if root.is_dir():
+            files = []
+            for p in sorted(root.iterdir()):
+                if p.is_file() and p.suffix.lower() == ".csv":
+                    if _FILE_NAME.match(p.name) and p.name.split("_")[0].lower() in _DATASET_OF_FILE:
+                        files.append(p)
+                    else:
+                        log.warning("%s: not a %s file name ({dataset}_{space}[_hp{hp}].csv), skipped", p, FORMAT)
+            if not files:
+                raise ValueError(f"{root}: no {FORMAT} files ({{dataset}}_{{space}}.csv, e.g. cifar10_tss.csv)")
+            return files
+        if not root.is_file():
+            raise ValueError(f"{root}: no such file or directory")
+        return [root]
+    return [Path(s) for s in src]
+
+
+def parse_file_name(path: str | Path) -> tuple[str, str, str]:
+    """(space, hp, dataset) of a tao2024 file name, e.g. ``ImageNet_sss.csv`` ->
+    ("sss", "90", "ImageNet16-120"); ``cifar100_tss_hp12.csv`` -> ("tss", "12", "cifar100")."""
+    name = Path(path).name
+    m = _FILE_NAME.match(name)
+    dataset = _DATASET_OF_FILE.get(m.group("dataset").lower()) if m else None
+    if dataset is None:
+        raise ValueError(f"{path}: not a {FORMAT} file name: expected {{dataset}}_{{space}}[_hp{{hp}}].csv with "
+                         f"dataset one of cifar10, cifar10-valid, cifar100, ImageNet and space tss or sss")
+    space = m.group("space").lower()
+    return space, m.group("hp") or DEFAULT_HP[space], dataset
+
+
+def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[pd.DataFrame, dict]:
+    """One file in the published layout as a result table (our columns, one row per network)
+    and its metadata. ``ValueError`` naming the file and the column or CSV line on a
+    malformed file."""
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        raw = pd.read_csv(io.BytesIO(data), dtype={c: str for c in _case_variants("arch")}, **_CSV_OPTIONS)
+    except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable CSV file: {exc}") from None
+    raw.columns = [str(c).strip() for c in raw.columns]
+    dropped = [c for c in raw.columns if c.startswith("Unnamed:")]  # a written index
+    raw = raw.drop(columns=dropped)
+    lower: dict[str, str] = {}
+    for c in raw.columns:
+        key = _ALIASES.get(c.lower(), c.lower())
+        if key in lower:
+            raise ValueError(f"{path}: columns {lower[key]!r} and {c!r} are the same column (names are matched "
+                             f"without case)")
+        lower[key] = c
+    missing = [r for r in REQUIRED if r.lower() not in lower]
+    if missing:
+        raise ValueError(f"{path}: missing required column(s) {', '.join(map(repr, missing))} "
+                         f"(has {', '.join(raw.columns[:12])}{', ...' if raw.shape[1] > 12 else ''})")
+    n = len(raw)
+    meta_notes: dict[str, str] = {}
+
+    def line(i: int) -> int:  # CSV line of data row i: the header is line 1
+        return int(i) + 2
+
+    def numeric(name: str) -> np.ndarray:
+        col = raw[lower[name]]
+        values = pd.to_numeric(col, errors="coerce").to_numpy(dtype=float)
+        bad = np.flatnonzero(np.isnan(values) & col.notna().to_numpy())
+        if len(bad):
+            raise ValueError(f"{path}: column {lower[name]!r}, line {line(bad[0])}: not a number: "
+                             f"{col.iloc[bad[0]]!r}")
+        if col.dtype.kind == "f":
+            values = col.to_numpy(dtype=float)  # the parser's own values (exact round trip)
+        return values
+
+    # config -> arch_index
+    config = numeric("config")
+    bad = np.flatnonzero(~np.isfinite(config) | (config != np.round(config)) | (config < 0)
+                         | (config >= N_ARCHS[space]))
+    if len(bad):
+        raise ValueError(f"{path}: column {lower['config']!r}, line {line(bad[0])}: "
+                         f"{raw[lower['config']].iloc[bad[0]]!r} is not an architecture index of {space} "
+                         f"(0..{N_ARCHS[space] - 1})")
+    arch_index = config.astype(np.int64)
+    _no_duplicates(path, lower["config"], arch_index, line)
+    # arch -> arch_str
+    arch = raw[lower["arch"]]
+    arch_strs = []
+    for i, a in enumerate(arch):
+        if not isinstance(a, str) or not a.strip():
+            raise ValueError(f"{path}: column {lower['arch']!r}, line {line(i)}: no architecture string")
+        a = a.strip()
+        try:
+            tss_canonical_form(a) if space == "tss" else parse_sss(a)
+        except ValueError as exc:
+            raise ValueError(f"{path}: column {lower['arch']!r}, line {line(i)}: {exc}") from None
+        arch_strs.append(a)
+    _no_duplicates(path, lower["arch"], np.array(arch_strs, dtype=object), line)
+
+    out: dict[str, np.ndarray | list] = {}
+    for name in ("acc", "correct_confidence", "incorrect_confidence"):
+        if name not in lower:
+            continue
+        values = numeric(name)
+        finite = values[np.isfinite(values)]
+        if len(finite) and finite.max() > 1 and finite.max() <= 100 and finite.min() >= 0:
+            values = values / 100
+            meta_notes[_SCALARS[name].ours] = f"{lower[name]} in percent, divided by 100"
+            log.warning("%s: column %r is in percent: divided by 100", path, lower[name])
+        wrong = np.flatnonzero((values < 0) | (values > 1) | np.isinf(values) | (np.isnan(values) & (name == "acc")))
+        if len(wrong):
+            raise ValueError(f"{path}: column {lower[name]!r}, line {line(wrong[0])}: "
+                             f"{_shown(raw[lower[name]].iloc[wrong[0]])} is not a fraction in [0, 1] (or percent)")
+        out[_SCALARS[name].ours] = values
+    metrics: dict[str, np.ndarray] = {}
+    dropped_unknown = []
+    for key, column in lower.items():
+        if key in _PER_ROW or key == "seed":
+            continue
+        ours, family = _our_name(key)
+        if ours is None:
+            dropped_unknown.append(column)
+            continue
+        values = numeric(key)
+        low, high = _RANGES[family]
+        wrong = np.flatnonzero((values < low) | (values > high))
+        if len(wrong):
+            raise ValueError(f"{path}: column {column!r}, line {line(wrong[0])}: {_shown(values[wrong[0]])} is outside "
+                             f"[{low}, {high}]" + (" (in percent?)" if high == 1.0 else ""))
+        if family == "brier":
+            values = values * CLASSES[dataset]
+        metrics[ours] = values
+    if dropped_unknown:
+        log.warning("%s: columns with no calibench counterpart, not imported: %s", path, ", ".join(dropped_unknown))
+    if "seed" in lower:
+        seed = numeric("seed")
+        bad = np.flatnonzero(~np.isfinite(seed) | (seed != np.round(seed)))
+        if len(bad):
+            raise ValueError(f"{path}: column {lower['seed']!r}, line {line(bad[0])}: not an integer seed")
+        seed = seed.astype(np.int32)
+    else:
+        seed = np.full(n, DEFAULT_SEED, np.int32)
+
+    order = np.argsort(arch_index, kind="stable")
+    accuracy = out["accuracy"]
+    columns: dict[str, object] = {
+        "space": [space] * n, "hp": [hp] * n, "dataset": [dataset] * n, "arch_index": arch_index,
+        "measured_by": np.zeros(n, np.int32), "seed": seed, "arch_str": arch_strs,
+        "params": np.full(n, np.nan), "flops": np.full(n, np.nan), "temperature": np.full(n, np.nan),
+        "accuracy": accuracy, "recorded_accuracy": np.full(n, np.nan), "n_eval": np.full(n, np.nan),
+        "config_hash": [None] * n, "logits_key": [None] * n, "source_bytes": np.full(n, np.nan),
+        "source_mtime": [None] * n, "calibench_version": [None] * n,
+    }
+    derived = {"measured_by": "the smallest index of the rows of the same TSS isomorphism class holding "
+                              "identical values (SSS: the index itself)",
+               "pre_accuracy": "acc (their pre stage is measured on the whole test set)",
+               "post_accuracy": "acc (temperature scaling keeps every prediction; the accuracy of their 80 % "
+                                "post part is not published)"}
+    if "seed" not in lower:
+        derived["seed"] = f"{DEFAULT_SEED}, the first seed the published files evaluated"
+    for stage in STAGES:
+        for metric in _BINNED_ORDER:
+            for name in sorted((m for m in metrics if _stage_metric(m) == (stage, metric)), key=_bins_of):
+                columns[name] = metrics[name]
+        for metric in _UNBINNED_ORDER:
+            if metric == "accuracy":
+                columns[f"{stage}_accuracy"] = accuracy
+            elif f"{stage}_{metric}" in metrics:
+                columns[f"{stage}_{metric}"] = metrics[f"{stage}_{metric}"]
+            elif stage == "pre" and metric.startswith("mean_conf_") and f"pre_{metric}" in out:
+                columns[f"pre_{metric}"] = out[f"pre_{metric}"]
+        if stage == "pre":
+            for name in ("pre_ood_auroc_gaussian_noise", "pre_ood_auroc_svhn"):
+                if name in metrics:
+                    columns[name] = metrics[name]
+    frame = pd.DataFrame(columns).take(order).reset_index(drop=True)
+    values = ["accuracy"] + [c for c in frame.columns if c not in FIRST + PROVENANCE]
+    frame["measured_by"] = _measured_by(space, frame, values)
+    frame = frame[FIRST + PROVENANCE + [c for c in frame.columns if c not in FIRST + PROVENANCE]]
+    unavailable = [c for c in PROVENANCE if c not in ("arch_str", "accuracy")]
+    meta = {"stages": list(STAGES), "constants": {}, "source": FORMAT, "source_file": path.name,
+            "source_sha256": hashlib.sha256(data).hexdigest(), "imported_by": f"calibench {__version__}",
+            "derived": derived, "unavailable": unavailable, "converted": {**meta_notes,
+            **({f"{s}_brier": "theirs times K" for s in STAGES if f"{s}_brier" in metrics})},
+            "not_imported": dropped + dropped_unknown}
+    return frame, meta
+
+
+_CSV_OPTIONS = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
+
+
+def _shown(value) -> str:
+    """A cell for an error message: missing values said so, numbers as plain numbers."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "a missing value"
+    return repr(float(value)) if isinstance(value, (float, np.floating, int, np.integer)) else repr(value)
+
+
+def _case_variants(name: str) -> list[str]:
+    return [name, name.upper(), name.capitalize()]
+
+
+def _no_duplicates(path: Path, column: str, values: np.ndarray, line) -> None:
+    seen: dict = {}
+    for i, v in enumerate(values):
+        if v in seen:
+            raise ValueError(f"{path}: column {column!r}: {v!r} on line {line(i)} repeats line {line(seen[v])}")
+        seen[v] = i
+
+
+_THEIR_BINNED = re.compile(r"^(pre|post)_(" + "|".join(sorted((c.theirs.split("_", 1)[1].rsplit("_", 1)[0].lower()
+                                                              for c in _BINNED.values()), key=len, reverse=True))
+                           + r")_([0-9]+)$")
+_THEIR_UNBINNED = re.compile(r"^(pre|post)_(" + "|".join(c.theirs.split("_", 1)[1].lower() for c in _UNBINNED.values())
+                             + r")$")
+
+
+def _our_name(key: str) -> tuple[str | None, str | None]:
+    """Our column and metric family for a lower-case published column name (None: unknown)."""
+    if m := _THEIR_BINNED.match(key):
+        return f"{m.group(1)}_{m.group(2)}_{int(m.group(3))}", m.group(2)
+    if m := _THEIR_UNBINNED.match(key):
+        return f"{m.group(1)}_{m.group(2)}", m.group(2)
+    if key in ("auc_cifar10c", "auc_svhn"):
+        return _SCALARS[key].ours, key
+    return None, None
+
+
+def _stage_metric(name: str) -> tuple[str, str]:
+    stage, rest = name.split("_", 1)
+    head, _, tail = rest.rpartition("_")
+    return (stage, head) if tail.isdigit() else (stage, rest)
+
+
+def _bins_of(name: str) -> int:
+    return int(name.rsplit("_", 1)[1])
+
+
+def _measured_by(space: str, frame: pd.DataFrame, value_columns: Sequence[str]) -> np.ndarray:
+    """SSS: each index. TSS: the smallest index of the same isomorphism class whose row holds
+    the same values (a copied row, as the reference copied its measurements to isomorphs);
+    a member measured on its own is its own representative. Rows sorted by index."""
+    index = frame["arch_index"].to_numpy()
+    if space != "tss":
+        return index.astype(np.int32)
+    values = np.ascontiguousarray(frame[list(value_columns)].to_numpy(dtype=float))
+    values[np.isnan(values)] = np.nan  # one NaN bit pattern
+    first: dict[tuple, int] = {}
+    out = np.empty(len(index), np.int32)
+    for i, arch in enumerate(frame["arch_str"]):
+        out[i] = first.setdefault((tss_canonical_form(arch), values[i].tobytes()), int(index[i]))
+    return out
+
+
+def _write_parquet(frame: pd.DataFrame, f, meta: dict) -> None:
+    """As calibench.results.tables writes a result table: the frame, its pandas metadata and ours."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    for name in ("space", "hp", "dataset", "arch_str", "config_hash", "logits_key", "source_mtime", "calibench_version"):
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, table[name].cast(pa.large_string()))
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           METADATA_KEY: json.dumps(meta).encode()})
+    pq.write_table(table, f, compression="snappy")

@@ -1,0 +1,494 @@
+"""Command line: ``run``, ``query``, ``top``, ``make-minibench``, and the workflow's job steps.
+
+The job steps (``population``, ``labels``, ``infer-chunk``, ``measure-chunk``,
+``build-table``, ``analyze``) are what the Snakemake rules call; each receives exactly
+its stage's settings as JSON (:mod:`calibench.config.settings`) and runtime options as flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from calibench import __version__
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+
+
+def _population(args: argparse.Namespace) -> int:
+    from calibench.sources import SourceError, write_population
+
+    try:
+        write_population(json.loads(args.settings), args.space, args.out)
+    except SourceError as exc:  # the population's definition: the message names the file, model or key
+        logging.getLogger("calibench").error("population %s: %s", args.space, exc)
+        return 2
+    return 0
+
+
+def _labels(args: argparse.Namespace) -> int:
+    from calibench.sources import SourceError, write_labels
+
+    try:
+        write_labels(json.loads(args.settings), args.dataset, args.out, space=args.space)
+    except SourceError as exc:
+        logging.getLogger("calibench").error("labels of %s: %s", args.dataset, exc)
+        return 2
+    return 0
+
+
+def _infer_chunk(args: argparse.Namespace) -> int:
+    from calibench.inference.engine import DeviceError
+    from calibench.runtime import keep_freed_memory
+    from calibench.sources import SourceError, infer_chunk
+
+    keep_freed_memory()
+    try:
+        infer_chunk(json.loads(args.settings), _runtime(args), args.space, args.hp, args.chunk, args.results,
+                        args.manifest, progress=not args.quiet)
+    except (DeviceError, SourceError) as exc:  # a configuration problem (NATS-Bench: no weights at that hp): no traceback
+        logging.getLogger("calibench").error("%s", exc)
+        return 2
+    return 0
+
+
+def _measure_chunk(args: argparse.Namespace) -> int:
+    from calibench.measure.jobs import measure_chunk_job
+
+    measure_chunk_job(json.loads(args.settings), _runtime(args), args.space, args.hp, args.dataset, args.chunk,
+                      args.results, args.logits_manifest, args.labels, args.manifest, keep_logits=args.keep_logits,
+                      progress=not args.quiet, odir_file=args.odir)
+    return 0
+
+
+def _odir_search(args: argparse.Namespace) -> int:
+    from calibench.measure.jobs import odir_search_job
+    from calibench.runtime import keep_freed_memory
+
+    keep_freed_memory()
+    odir_search_job(json.loads(args.settings), args.space, args.hp, args.dataset, args.results, args.logits_manifests,
+                    args.labels, args.out)
+    return 0
+
+
+def _runtime(args: argparse.Namespace) -> dict:
+    return {"device": args.device, "batch_size": args.batch_size, "loader_workers": args.loader_workers,
+            "measure_group": args.measure_group}
+
+
+def _build_table(args: argparse.Namespace) -> int:
+    from calibench.results.tables import build_table
+
+    build_table(args.space, args.hp, args.dataset, args.results, args.out, args.manifests, args.failures)
+    return 0
+
+
+def _logits(args: argparse.Namespace) -> int:
+    """What the logits store holds: one line per (space, hp, dataset), or every file."""
+    from calibench.store.logits import list_store, store_dir
+
+    df = list_store(args.results)
+    if df.empty:
+        print(f"no logits stored under {store_dir(args.results)}")
+        return 0
+    if "problem" in df.columns:
+        for _, row in df[df["problem"].notna()].iterrows():
+            print(f"unreadable: {row['problem']}")
+        df = df[df["problem"].isna()]
+    if args.files:
+        cols = ["space", "hp", "dataset", "arch_index", "arch_str", "seeds", "sets", "n_test", "classes", "bytes", "key"]
+        print(df[cols].to_string(index=False))
+    else:
+        summary = df.groupby(["space", "hp", "dataset"]).agg(
+            networks=("arch_index", "size"), seeds=("seeds", lambda s: ",".join(sorted(set(",".join(s).split(","))))),
+            sets=("sets", "first"), n_test=("n_test", "first"), classes=("classes", "first"),
+            mb=("bytes", lambda b: round(b.sum() / 1e6, 2)), mb_per_network=("bytes", lambda b: round(b.mean() / 1e6, 3)))
+        print(summary.reset_index().to_string(index=False))
+    print(f"total: {len(df)} files, {df['bytes'].sum() / 1e6:.1f} MB under {store_dir(args.results)}")
+    return 0
+
+
+def _analyze(args: argparse.Namespace) -> int:
+    from calibench.analysis.core import run_analysis
+
+    out = run_analysis(json.loads(args.settings), args.tables, args.results)
+    print(f"report: {out['report']}")
+    return 0
+
+
+def _provenance(args: argparse.Namespace) -> int:
+    from calibench.results.provenance import summary
+
+    for table in args.tables:
+        if not Path(table).is_file():
+            print(f"{table}: no such table", file=sys.stderr)
+            return 2
+        print(summary(table))
+    return 0
+
+
+def _query(args: argparse.Namespace) -> int:
+    from calibench.results.query import run_query
+
+    run_query(args.sql, results=args.results, output=args.output)
+    return 0
+
+
+def _top(args: argparse.Namespace) -> int:
+    from calibench.results.query import top
+
+    top(args.space, args.dataset, args.by, args.n, results=args.results, ascending=args.ascending)
+    return 0
+
+
+DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's `configfile:`; --configfile values go over it
+
+
+def _merged_config(configfile: str) -> dict:
+    """The configuration Snakemake will see: the default file, then ``configfile`` over it
+    (nested keys merged, as Snakemake does)."""
+
+    def merge(base: dict, over: dict) -> dict:
+        out = dict(base)
+        for key, value in over.items():
+            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        return out
+
+    from calibench.config.check import load_yaml
+
+    config = load_yaml(DEFAULT_CONFIG) if Path(DEFAULT_CONFIG).is_file() else {}
+    return merge(config, load_yaml(configfile))
+
+
+def _run(args: argparse.Namespace) -> int:
+    """A thin wrapper over snakemake: targets from --space/--dataset, everything else passed on.
+
+    It holds the results directory for the run (:mod:`calibench.run.runlock`): a second run on
+    the same results stops with a message and touches nothing, and a Snakemake lock left
+    by a killed run (kill -9, OOM, a lost login node) is released, with a log line.
+    """
+    from calibench.run.runlock import RunInUse, run_guard
+
+    from calibench.config.settings import population_datasets, targets as all_targets
+
+    from calibench.config.check import SCHEMA, ConfigError, check
+
+    try:
+        config = _merged_config(args.configfile)
+        if Path(DEFAULT_CONFIG).is_file() and Path(SCHEMA).is_file():
+            # before Snakemake: the schema's defaults are not filled in, so required keys are
+            # those the files must give
+            check(config, [f for f in dict.fromkeys([DEFAULT_CONFIG, args.configfile]) if Path(f).is_file()])
+    except ConfigError as exc:
+        print(f"calibench: {exc}", file=sys.stderr)
+        return 2
+    results = config["results"]
+    named = all_targets(config)
+    known = sorted({space for space, _ in named.values()})
+    unknown = sorted(set(args.space or []) - set(known))
+    if unknown:
+        raise SystemExit(f"--space {', '.join(unknown)}: not in this config (spaces and populations: {', '.join(known)})")
+    targets = [f"{results}/tables/{name}_{d}.parquet" for name, (space, _) in named.items()
+               if not args.space or space in args.space
+               for d in population_datasets(config, space) if not args.dataset or d in args.dataset]
+    if not targets:
+        raise SystemExit("no result table matches --space/--dataset in this config")
+    if not args.space and not args.dataset:
+        targets.append(f"{results}/report.html")
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", str(args.cores)]
+    if args.profile:
+        cmd += ["--profile", args.profile]
+    cmd += targets + args.snakemake_args
+    try:
+        with run_guard(Path.cwd(), Path(results), cmd) as guard:
+            print("+", " ".join(cmd), flush=True)
+            started = time.time()
+            code = subprocess.call(cmd, pass_fds=guard.pass_fds)
+    except RunInUse as exc:
+        logging.getLogger("calibench").error("%s", exc)
+        return 3
+    from calibench.results import failures
+
+    told = [failures.failed_jobs_summary(Path.cwd(), since=started - 1) if code != 0 else "",
+            failures.terminal_summary(results, [t for t in targets if t.endswith(".parquet")])]
+    for text in told:
+        if text:
+            print(text, file=sys.stderr, flush=True)
+    if code == 0 and f"{results}/report.html" in targets:
+        print(f"report: {Path(results, 'report.html').resolve()}")
+    return code
+
+
+def _make_minibench(args: argparse.Namespace) -> int:
+    from calibench.runtime import keep_freed_memory
+    from calibench.sources import make_minibench
+
+    keep_freed_memory()
+    sizes = {name: getattr(args, name) for name in ("n_tss", "n_sss", "n_test", "n_train", "seed")}
+    if args.real_size:
+        sizes["real_size"] = True
+    if args.tss_hp12_weights:
+        sizes["tss_hp12_weights"] = True
+    start = time.perf_counter()
+    out = make_minibench(args.out, {name: value for name, value in sizes.items() if value is not None},
+                         progress=not args.quiet)
+    print(f"mini benchmark (synthetic, NOT NATS-Bench results) written to {out} in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _reliability(args: argparse.Namespace) -> int:
+    from calibench.analysis import reliability
+
+    try:
+        found = reliability.load(args.results, args.space, args.dataset, args.arch, hp=args.hp, seed=args.seed)
+        stages = args.stages.split(",") if args.stages else None
+        out = args.out or (Path(args.results) / "reliability"
+                           / f"{args.space}_{found['hp']}_{args.dataset}_arch{args.arch:06d}.png")
+        path = reliability.plot_network(found, out, stages)
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"calibench reliability: {exc}", file=sys.stderr)
+        return 2
+    if stages:
+        found = {**found, "stages": {s: found["stages"][s] for s in stages}}
+    print(reliability.as_text(found))
+    print(f"\ndiagram: {path}")
+    return 0
+
+
+def _screenshot(args: argparse.Namespace) -> int:
+    from calibench.report.screenshot import BrowserNotFound, RenderError, check_rendered
+
+    try:
+        result = check_rendered(args.report, args.out, width=args.width)
+    except RenderError as exc:
+        print(f"calibench screenshot: {exc}", file=sys.stderr)
+        return 1
+    except (BrowserNotFound, OSError, RuntimeError) as exc:
+        print(f"calibench screenshot: {exc}", file=sys.stderr)
+        return 2
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"{result.png}: {result.page_width} x {result.page_height} px page, {result.images} images loaded, "
+          f"{result.colours} colours")
+    return 0
+
+
+def _nas(args: argparse.Namespace) -> int:
+    from calibench.analysis.nats import nas
+
+    tables = [Path(t) for t in args.tables] or sorted((Path(args.results) / "tables").glob("*.parquet"))
+    if not tables:
+        print(f"calibench nas: no result tables under {args.results}/tables", file=sys.stderr)
+        return 2
+    out_dir = Path(args.out or Path(args.results) / "analysis" / "nas")
+    for table in tables:
+        try:
+            result = nas.run_nas(table, out_dir / f"nas_{table.stem}.csv", objectives=args.objectives.split(","),
+                                 algorithms=args.algorithms.split(","), budget=args.budget, repeats=args.repeats,
+                                 seed=args.seed, population=args.population, sample=args.sample)
+        except (OSError, KeyError, ValueError) as exc:
+            print(f"calibench nas: {table}: {exc}", file=sys.stderr)
+            return 2
+        print(nas.nas_markdown(result, title=f"{table.stem}: budget {args.budget}, {args.repeats} repeats"))
+        print(f"written: {out_dir / f'nas_{table.stem}.csv'} (and .md)\n")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from calibench.results.interop import export_tao2024
+
+    try:
+        written = export_tao2024(args.tables or args.results, args.out)
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"calibench export: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from calibench.results.interop import import_tao2024
+
+    try:
+        written = import_tao2024(args.src, args.results, overwrite=args.overwrite)
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"calibench import: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(path)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # No package imports here: `calibench query` must not pay for importing torch.
+    parser = argparse.ArgumentParser(prog="calibench", description="Calibration of NATS-Bench populations.")
+    parser.add_argument("--version", action="version", version=f"calibench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    mb = sub.add_parser("make-minibench", help="write the embedded mini benchmark (NATS formats, synthetic data)")
+    mb.add_argument("out", help="output directory, e.g. resources/minibench")
+    # Unset sizes take MiniBenchSpec's defaults (6, 6, 300, 100, seed 0).
+    mb.add_argument("--n-tss", type=int, help="TSS architectures")
+    mb.add_argument("--n-sss", type=int, help="SSS architectures")
+    mb.add_argument("--n-test", type=int, help="test images per dataset")
+    mb.add_argument("--n-train", type=int, help="training images for the heads")
+    mb.add_argument("--seed", type=int)
+    mb.add_argument("--real-size", action="store_true",
+                    help="archive files shaped like the real -full ones (every hp, dataset and seed; ~27.5 MB TSS, "
+                         "~17.4 MB SSS): for loading benchmarks")
+    mb.add_argument("--tss-hp12-weights", action="store_true",
+                    help="also keep TSS hp 12 weights (a less-fitted stand-in for the 12-epoch schedule, not "
+                         "NATS-Bench results): for comparing training schedules")
+    mb.add_argument("--quiet", action="store_true", help="no progress bar")
+    mb.set_defaults(func=_make_minibench)
+
+    run = sub.add_parser("run", help="run the workflow (snakemake) for some spaces and datasets")
+    run.add_argument("--space", action="append", help="tss, sss or a population's name; repeatable; default: config")
+    run.add_argument("--dataset", action="append", help="repeatable; default: every dataset of each space")
+    run.add_argument("--configfile", default=DEFAULT_CONFIG, help="over config/config.yaml, as snakemake does")
+    run.add_argument("--profile", default=None, help="a snakemake profile, e.g. profiles/slurm")
+    run.add_argument("--cores", type=int, default=2)
+    run.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake after --")
+    run.set_defaults(func=_run)
+
+    q = sub.add_parser("query", help="SQL (DuckDB) over the result tables: views networks and metrics")
+    q.add_argument("sql")
+    q.add_argument("--results", default="results")
+    q.add_argument("--output", "-o", default=None, help="write CSV or parquet (by extension) instead of printing")
+    q.set_defaults(func=_query)
+
+    pv = sub.add_parser("provenance", help="what measured a result table's rows: software, device, keys")
+    pv.add_argument("tables", nargs="+")
+    pv.set_defaults(func=_provenance)
+
+    t = sub.add_parser("top", help="the top networks by a column of the networks view")
+    t.add_argument("--space", required=True, help="tss, sss or a population's name")
+    t.add_argument("--dataset", required=True)
+    t.add_argument("--by", default="hcs_1", help="a column, e.g. hcs_1, accuracy, pre_ece_15 (with --ascending)")
+    t.add_argument("-n", type=int, default=20)
+    t.add_argument("--ascending", action="store_true", help="smallest first (for errors)")
+    t.add_argument("--results", default="results")
+    t.set_defaults(func=_top)
+
+    rl = sub.add_parser("reliability", help="reliability diagram of one network, every stage (from its shard)")
+    rl.add_argument("--space", required=True, help="tss, sss or a population's name")
+    rl.add_argument("--dataset", required=True)
+    rl.add_argument("--arch", type=int, required=True, help="architecture index")
+    rl.add_argument("--hp", default=None, help="needed only where several hps were measured")
+    rl.add_argument("--seed", type=int, default=None, help="default: the first measured seed")
+    rl.add_argument("--stages", default=None, help="comma-separated, e.g. pre,post (default: every stage)")
+    rl.add_argument("--out", default=None, help="PNG path (default: results/reliability/...)")
+    rl.add_argument("--results", default="results")
+    rl.set_defaults(func=_reliability)
+
+    ns = sub.add_parser("nas", help="NAS over result tables by accuracy and HCS (Tao et al. 2024, Table 1)")
+    ns.add_argument("tables", nargs="*", help="result tables (default: every table under --results)")
+    ns.add_argument("--results", default="results")
+    ns.add_argument("--out", default=None, help="directory (default: results/analysis/nas)")
+    ns.add_argument("--objectives", default="accuracy,hcs_1,hcs_2,hcs_3", help="comma-separated columns")
+    ns.add_argument("--algorithms", default="evolution,local,random")
+    ns.add_argument("--budget", type=int, default=100, help="distinct architectures queried per search")
+    ns.add_argument("--repeats", type=int, default=100, help="seeded repeats (seed + r)")
+    ns.add_argument("--seed", type=int, default=0)
+    ns.add_argument("--population", type=int, default=20, help="regularised evolution's population")
+    ns.add_argument("--sample", type=int, default=5, help="regularised evolution's tournament size")
+    ns.set_defaults(func=_nas)
+
+    ex = sub.add_parser("export", help="result tables in another layout (tao2024: Tao et al.'s published CSVs)")
+    ex.add_argument("--format", required=True, choices=["tao2024"])
+    ex.add_argument("--out", required=True, help="output directory")
+    ex.add_argument("--results", default="results")
+    ex.add_argument("tables", nargs="*", help="tables to export (default: every table under --results)")
+    ex.set_defaults(func=_export)
+
+    im = sub.add_parser("import", help="tables in another layout into result tables (tao2024)")
+    im.add_argument("--format", required=True, choices=["tao2024"])
+    im.add_argument("src", help="a directory of files (or one file) in that layout")
+    im.add_argument("--results", default="results", help="results directory to write tables/ into")
+    im.add_argument("--overwrite", action="store_true", help="replace tables this project measured")
+    im.set_defaults(func=_import)
+
+    lg = sub.add_parser("logits", help="what the logits store holds (per space, hp, dataset; --files: every file)")
+    lg.add_argument("--results", default="results")
+    lg.add_argument("--files", action="store_true", help="one line per stored file")
+    lg.set_defaults(func=_logits)
+
+    sc = sub.add_parser("screenshot", help="render the report in a headless Chromium to a PNG and check it")
+    sc.add_argument("--report", default="results/report.html")
+    sc.add_argument("--out", default=None, help="PNG path (default: results/report.png, beside the report)")
+    sc.add_argument("--width", type=int, default=1400, help="window width in px (the page is shot full height)")
+    sc.set_defaults(func=_screenshot)
+    jobs = (("population", _population, "job: write a space's population and chunks"),
+            ("labels", _labels, "job: one evaluation set's labels into the logits store"),
+            ("infer-chunk", _infer_chunk, "job: logits of one chunk on every dataset into the store"),
+            ("odir-search", _odir_search, "job: the ms/dir lambda, mu of one (space, hp, dataset) from stored logits"),
+            ("measure-chunk", _measure_chunk, "job: measure one chunk of one dataset from the store into shards"),
+            ("build-table", _build_table, "job: aggregate shards into a wide table"),
+            ("analyze", _analyze, "job: Kendall, HCS, plots, report"))
+    for name, func, helptext in jobs:
+        p = sub.add_parser(name, help=helptext)
+        p.set_defaults(func=func)
+        if name != "build-table":
+            p.add_argument("--settings", required=True, help="the stage's settings as JSON (calibench.config.settings)")
+        if name == "population":
+            p.add_argument("--space", required=True, help="tss, sss or a population's name")
+        if name in ("infer-chunk", "odir-search", "measure-chunk", "build-table"):
+            p.add_argument("--target", default=None, help="tss_200 (space and hp), or a population's name")
+            p.add_argument("--space", default=None, help="with --hp, instead of --target")
+        if name == "labels":
+            p.add_argument("--space", default=None, help="a population's name (NATS-Bench's labels are shared)")
+        if name in ("labels", "odir-search", "measure-chunk", "build-table"):
+            p.add_argument("--dataset", required=True)
+            p.add_argument("--hp", default="", help="the schedule; empty outside NATS-Bench")
+        if name in ("infer-chunk", "odir-search", "measure-chunk", "build-table", "analyze"):
+            p.add_argument("--results", required=True)
+        if name in ("population", "labels", "odir-search", "build-table"):
+            p.add_argument("--out", required=True)
+        if name in ("infer-chunk", "measure-chunk"):
+            p.add_argument("--chunk", type=int, required=True)
+            p.add_argument("--manifest", required=True)
+            p.add_argument("--quiet", action="store_true")
+            p.add_argument("--device", default="auto")
+            p.add_argument("--batch-size", type=int, default=1000)
+            p.add_argument("--loader-workers", default="auto")
+            p.add_argument("--measure-group", type=int, default=8)
+        if name == "measure-chunk":
+            p.add_argument("--logits-manifest", required=True, help="the chunk's inference manifest")
+            p.add_argument("--labels", required=True, help="the dataset's labels file in the store")
+            p.add_argument("--keep-logits", type=lambda v: v.lower() in ("1", "true", "yes"), default=True)
+            p.add_argument("--odir", default=None, help="the lambda, mu search's result (where the config leaves them)")
+        if name == "odir-search":
+            p.add_argument("--logits-manifests", nargs="+", required=True, help="inference manifests of the sample")
+            p.add_argument("--labels", required=True, help="the dataset's labels file in the store")
+        if name == "build-table":
+            p.add_argument("--failures", default=None)
+            p.add_argument("--manifests", nargs="*", default=[])
+        if name == "analyze":
+            p.add_argument("--tables", nargs="+", required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "target", None):
+        from calibench.config.settings import split_target
+
+        args.space, args.hp = split_target(args.target)
+    elif hasattr(args, "target") and not args.space:
+        parser.error("give --target, or --space (and --hp for a NATS-Bench space)")
+    if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
+        args.snakemake_args = args.snakemake_args[1:]
+    _setup_logging()
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

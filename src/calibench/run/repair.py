@@ -1,0 +1,108 @@
+"""What changed since a chunk ran, so the next run repairs it (issue 15).
+
+A chunk's manifest (the output Snakemake sees) records the files its job wrote, with their
+size and modification time, and for each failure the state of the file that failed (absent,
+or its size and mtime). Before Snakemake builds its DAG, the workflow compares every manifest
+with the files on disk (:func:`changed_chunks`); a chunk that lost or had changed a file it
+wrote (a deleted or overwritten shard or logits file), or one of whose failed inputs has
+changed since (an archive file restored or replaced), runs again and, as always, computes only
+what is missing or invalid. Snakemake alone would not notice: shards and logits files are not
+its outputs, and it does not rerun the producer of a missing intermediate file whose
+consumers are up to date. So :func:`set_aside` renames the chunk's manifest, those of the
+measurement chunks that depend on it, and the tables built from them to ``*.changed``;
+Snakemake then rebuilds the tables, which runs those chunks again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from calibench.atomic import file_state
+
+
+def _written(summary: dict, results: Path, logits: bool) -> Iterable[tuple[Path, list[int] | None]]:
+    """(file, recorded state) of every file the chunk's job wrote, from its manifest (logits
+    files only if ``logits``: under keep_logits: false the measurement deletes them)."""
+    from calibench.store import logits as store
+    from calibench.results import shards
+
+    files = summary.get("files") or {}
+    if "shards" in summary:  # a measurement manifest
+        for index in summary["shards"]:
+            yield (shards.shard_path(results, summary["space"], summary["hp"], summary["dataset"], int(index)),
+                   files.get(index))
+    elif logits:  # an inference manifest
+        for dataset, members in (summary.get("datasets") or {}).items():
+            for index in members:
+                yield (store.logits_path(results, summary["space"], summary["hp"], dataset, int(index)),
+                       (files.get(dataset) or {}).get(index))
+
+
+def changes(manifest: str | os.PathLike, results: str | os.PathLike, logits: bool = True) -> list[str]:
+    """Why the chunk of ``manifest`` must run again ([] if nothing changed): files it wrote
+    that are gone or differ from what it recorded, failed inputs that changed since."""
+    manifest, results = Path(manifest), Path(results)
+    try:
+        summary = json.loads(manifest.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"{manifest}: unreadable manifest ({type(exc).__name__}: {exc})"]
+    reasons = []
+    for path, recorded in _written(summary, results, logits):
+        now = file_state(path)
+        if now is None:
+            reasons.append(f"{path}: deleted")
+        elif recorded is not None and now != recorded:
+            reasons.append(f"{path}: changed since it was written")
+    for failure in summary.get("failures", []):
+        if "source_state" not in failure or failure.get("stage") not in (None, "inference", "measurement"):
+            continue
+        now = file_state(failure["source"])
+        if now != failure["source_state"] and now is not None:
+            reasons.append(f"{failure['source']}: {'restored' if failure['source_state'] is None else 'changed'} "
+                           f"since it failed ({failure['reason'][:120]})")
+    return list(dict.fromkeys(reasons))
+
+
+def changed_chunks(results: str | os.PathLike, logits: bool = True) -> list[tuple[Path, list[str]]]:
+    """(manifest, reasons) of every chunk that must run again (:func:`changes`)."""
+    results = Path(results)
+    out = []
+    for manifest in sorted((results / "chunks").glob("*/*/chunk*.json")):
+        reasons = changes(manifest, results, logits)
+        if reasons:
+            out.append((manifest, reasons))
+    return out
+
+
+def describe(manifest: Path, reasons: list[str]) -> str:
+    shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    return f"{manifest}: {shown}: this chunk runs again"
+
+
+SET_ASIDE = ".changed"
+
+
+def set_aside(results: str | os.PathLike, changed: list[tuple[Path, list[str]]]) -> list[Path]:
+    """Rename each changed manifest, the measurement manifests of the same chunk (for an
+    inference chunk) and the tables they feed to ``*.changed``; returns what was renamed."""
+    results = Path(results)
+    moved: list[Path] = []
+    measure: set[Path] = set()
+    for manifest, _ in changed:
+        if manifest.parent.parent.name == "infer":
+            target = manifest.parent.name
+            measure.update(p for p in (results / "chunks" / "measure").glob(f"{target}_*/{manifest.name}"))
+        else:
+            measure.add(manifest)
+        moved.append(manifest)
+    moved += sorted(measure - set(moved))
+    tables = {results / "tables" / f"{m.parent.name}.parquet" for m in measure}
+    renamed = []
+    for path in moved + sorted(tables):
+        if path.exists():
+            os.replace(path, path.with_name(path.name + SET_ASIDE))
+            renamed.append(path)
+    return renamed

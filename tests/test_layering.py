@@ -1,0 +1,198 @@
+"""The package's shape (architecture.md): imports follow the flow, read from the source by ``ast``.
+
+Layers, upstream first. A module imports its own layer and those before it; a stage's
+``jobs`` module may also import the next layer (the box it writes into: inference jobs
+write the store, measurement jobs write shards). On top of that: sources import nothing
+downstream of the logits store, nothing downstream of the store imports a source (the CLI
+reaches sources only through ``calibench.sources``' entry points), the numeric core imports
+no other calibench layer and no I/O library, and there is no import circle, between modules
+or between packages.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+PACKAGE = SRC / "calibench"
+
+LAYERS = [
+    ("foundation", ("calibench", "calibench.atomic", "calibench.runtime", "calibench.layout", "calibench.config")),
+    ("core", ("calibench.metrics", "calibench.recalibration")),
+    ("inference", ("calibench.inference",)),
+    ("store", ("calibench.store",)),
+    ("sources", ("calibench.sources",)),
+    ("measure", ("calibench.measure",)),
+    ("results", ("calibench.results",)),
+    ("analysis", ("calibench.analysis",)),
+    ("report", ("calibench.report",)),
+    ("run", ("calibench.run", "calibench.__main__")),
+]
+DOWNSTREAM_OF_STORE = {"measure", "results", "analysis", "report"}
+IO_LIBRARIES = {"pandas", "pyarrow", "duckdb", "matplotlib", "snakemake", "yaml", "pickle", "bz2", "sqlite3"}
+MAX_LINES = 600
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(module: str) -> str:
+    best, name = "", None
+    for layer, prefixes in LAYERS:
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, name = prefix, layer
+    assert name is not None, f"{module} is in no layer of test_layering.LAYERS"
+    return name
+
+
+RANK = {name: i for i, (name, _) in enumerate(LAYERS)}
+
+
+def imports_of(module: str) -> tuple[set[str], set[str]]:
+    """(calibench modules, top-level third-party names) ``module`` imports, anywhere in its body."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    ours, theirs = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name == "calibench" or name.startswith("calibench."):
+                while name not in MODULES:  # an attribute of a module
+                    name = name.rsplit(".", 1)[0]
+                ours.add(name)
+            else:
+                theirs.add(name.split(".")[0])
+    ours.discard(module)
+    return ours, theirs
+
+
+GRAPH = {m: imports_of(m) for m in MODULES}
+
+
+def test_every_module_sits_in_a_layer():
+    for module in MODULES:
+        layer_of(module)
+
+
+def test_imports_follow_the_flow():
+    wrong = []
+    for module, (ours, _) in GRAPH.items():
+        rank = RANK[layer_of(module)]
+        is_job = module.rsplit(".", 1)[-1] == "jobs"
+        for dep in ours:
+            dep_rank = RANK[layer_of(dep)]
+            if dep_rank > rank + (1 if is_job else 0):
+                wrong.append(f"{module} ({layer_of(module)}) imports {dep} ({layer_of(dep)})")
+    assert not wrong, "imports back up the flow:\n" + "\n".join(sorted(wrong))
+
+
+def test_sources_are_upstream_only():
+    wrong = []
+    for module, (ours, _) in GRAPH.items():
+        layer = layer_of(module)
+        for dep in ours:
+            dep_layer = layer_of(dep)
+            if layer == "sources" and dep_layer in DOWNSTREAM_OF_STORE | {"run"}:
+                wrong.append(f"source {module} imports {dep}, downstream of the store")
+            if dep_layer == "sources" and layer in DOWNSTREAM_OF_STORE:
+                wrong.append(f"{module} ({layer}) imports the source {dep}")
+            if dep_layer == "sources" and layer == "run" and dep != "calibench.sources":
+                wrong.append(f"{module} imports {dep}: the CLI reaches sources through calibench.sources only")
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def test_the_numeric_core_knows_no_files_and_no_other_layer():
+    wrong = []
+    for module, (ours, theirs) in GRAPH.items():
+        if layer_of(module) != "core":
+            continue
+        wrong += [f"{module} imports {dep}" for dep in ours if layer_of(dep) != "core" and dep != "calibench.layout"]
+        wrong += [f"{module} imports the I/O library {lib}" for lib in theirs & IO_LIBRARIES]
+    assert not wrong, "\n".join(sorted(wrong))
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_between_modules():
+    graph = {m: {d for d in ours if d != "calibench"} for m, (ours, _) in GRAPH.items()}
+    assert _cycles(graph) == []
+
+
+def test_no_import_circle_between_packages():
+    def package(m):
+        path = MODULES[m]
+        return m if path.name == "__init__.py" else m.rsplit(".", 1)[0]
+
+    graph: dict[str, set[str]] = {}
+    for m, (ours, _) in GRAPH.items():
+        graph.setdefault(package(m), set()).update(package(d) for d in ours if package(d) != package(m)
+                                                   and package(d) != "calibench")
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_is_over_600_lines(module):
+    lines = MODULES[module].read_text().count("\n")
+    assert lines <= MAX_LINES, f"{MODULES[module]}: {lines} lines"
+
+
+def test_the_folders_name_the_boxes_of_the_flow():
+    """architecture.md's boxes, each found by its folder name."""
+    for folder in ("sources", "inference", "store", "recalibration", "metrics", "measure", "results", "analysis",
+                   "report", "run", "config"):
+        assert (PACKAGE / folder / "__init__.py").is_file(), folder
+    assert (PACKAGE / "layout.py").is_file()
+    assert (PACKAGE / "analysis" / "nats" / "__init__.py").is_file()
