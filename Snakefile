@@ -19,7 +19,7 @@ configfile: "config/config.yaml"
 report: "workflow/report/workflow.rst"
 
 
-from calibench import configcheck
+from calibench.config import check as configcheck
 
 # the default file first: the --configfile files go over it
 CONFIG_FILES = list(dict.fromkeys(str(Path(f).resolve()) for f in ["config/config.yaml", *workflow.configfiles]))

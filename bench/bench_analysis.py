@@ -1,5 +1,5 @@
-"""The whole analysis (``calibench.analysis.core.run_analysis``) on full-size result tables: wall
-time and peak memory.
+"""The analysis, part by part (``calibench.analysis.parts``), on full-size result tables: wall
+time and peak memory of each part's process, and the total.
 
 Synthesises the six wide tables of a real NATS-Bench run (config/nats.yaml) the way
 ``calibench.results.tables.build_table`` writes them, under ``{dir}/results/tables/``:
@@ -25,22 +25,26 @@ Synthesises the six wide tables of a real NATS-Bench run (config/nats.yaml) the 
   stage NaN, ``fit_converged`` 0), a few +inf NLLs (iso, hist, spline); ODIR lambda, mu
   one value per table; the schema metadata ``build_table`` writes (stages, the constant
   ``fit_*``).
-* For the best and worst network by HCS of every table (what
-  ``make_reliability_plots`` draws) a shard with its reliability bins, as measurement
+* For the best and worst network by HCS of every table (what the reliability part
+  draws) a shard with its reliability bins, as measurement
   jobs write them.
 
-Then runs ``run_analysis`` with the settings of the config (``settings.analysis_settings``)
-in a fresh subprocess and reports its wall time (and of the whole process, imports
-included) and peak RSS (``getrusage`` of that process), with a breakdown per part of
-``run_analysis`` (each step it calls, timed by wrapping the module's functions, with the
-peak RSS after it) and inside the Kendall step the pairs computed per interval kind
-(bootstrap, jackknife) and their time. ``--profile`` adds the cProfile top functions
-(slower; the profile is saved as ``{dir}/analysis.prof``).
+Then runs every analysis part of the config (``settings.analysis_parts``: kendall, overview,
+hcs, methods, reliability, groups, nas, architecture, and schedules or robustness where
+configured) and the report, each in its own fresh process with its settings
+(``settings.analysis_part_settings``), in the order of the workflow's jobs, as its
+Snakemake job runs it (``calibench.analysis.parts.run_part``,
+``calibench.report.assemble.write``). Per part: wall time of the process (imports
+included), the run time, and the peak RSS of that process alone (``os.wait4``'s rusage);
+then the total over the parts (what one core running the jobs one after the other takes)
+and the largest peak. Inside the Kendall part, the pairs computed per interval kind
+(bootstrap, jackknife) and their time. ``--profile`` adds each part's cProfile top
+functions (slower; saved as ``{dir}/{part}.prof``); ``--parts`` runs only the parts named.
 
     python bench/bench_analysis.py                          # full size, the config's 1,000 resamples
     python bench/bench_analysis.py --resamples 0            # jackknife intervals only
     python bench/bench_analysis.py --scale 0.02 --resamples 20   # a quick check (2 % of the rows)
-    python bench/bench_analysis.py --scale 0.05 --profile
+    python bench/bench_analysis.py --scale 0.05 --profile --parts kendall
 
 The data directory (``--dir``, default ``/tmp/calibench-bench-analysis-s{scale}``) is
 reused when it holds tables of the same configuration; the analysis writes its outputs
@@ -386,9 +390,10 @@ def write_table(wide, meta: dict, path: Path) -> None:
 
 def write_reliability_shards(wide, results: Path, beta: float, stages: list[str], rng) -> int:
     """Shards (with reliability bins) of the best and worst measured network by HCS_beta, the
-    two ``make_reliability_plots`` reads per table."""
+    two the reliability part reads per table."""
+    from calibench import layout
     from calibench.results import shards
-    from calibench.analysis.core import hcs
+    from calibench.metrics.scores import hcs
     from calibench.metrics.reliability import RELIABILITY_BINS
 
     nets = wide[wide["arch_index"] == wide["measured_by"]]
@@ -425,7 +430,7 @@ def write_reliability_shards(wide, results: Path, beta: float, stages: list[str]
                       "logits_file": f"logits/space={row['space']}/hp={row['hp']}/dataset={row['dataset']}/"
                                      f"arch={index:06d}.parquet"}
         table = shards.with_reliability(shards.shard_table(provenance, per_stage), {int(row["seed"]): rel})
-        shards.write_atomic_parquet(table, shards.shard_path(results, row["space"], row["hp"], row["dataset"], index))
+        shards.write_atomic_parquet(table, layout.shard_path(results, row["space"], row["hp"], row["dataset"], index))
     return len(chosen)
 
 
@@ -469,129 +474,104 @@ def prepare(directory: Path, config: dict, scale: float) -> dict:
     return {**info, "reused": False}
 
 
-# ---------------------------------------------------------------- the measured run (child process)
-
-def steps(analysis) -> list[tuple[object, str, str]]:
-    """The calibench functions ``run_analysis`` calls, as (namespace, attribute, label): the
-    names its code refers to that are functions of a calibench module, looked up in
-    ``calibench.analysis.core`` or in a calibench module it names (``report.write_report``)."""
-    import inspect
-
-    names = analysis.run_analysis.__code__.co_names
-    out = []
-    for name in dict.fromkeys(names):
-        obj = getattr(analysis, name, None)
-        if inspect.isfunction(obj) and obj.__module__.startswith("calibench") and name != "run_analysis":
-            out.append((analysis, name, name))
-        elif inspect.ismodule(obj) and obj.__name__.startswith("calibench."):
-            short = obj.__name__.rsplit(".", 1)[-1]
-            out += [(obj, attr, f"{short}.{attr}") for attr in dict.fromkeys(names)
-                    if inspect.isfunction(getattr(obj, attr, None)) and getattr(obj, attr).__module__ == obj.__name__]
-    return out
-
-
-def _rss_mb() -> float:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
-
+# ---------------------------------------------------------------- one part (child process)
 
 def _peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
 
 
-def child(spec_path: str) -> None:
-    """Runs ``run_analysis`` once, each step it calls timed; writes the figures as JSON."""
-    start = time.perf_counter()
-    spec = json.loads(Path(spec_path).read_text())
-    from calibench.analysis import core as analysis
-    from calibench.analysis import stats
+def _count_pairs(stats) -> tuple[dict, list]:
+    """Count the Kendall interval pairs (``stats._Table.pair``) by kind, and the time spent
+    drawing bootstrap resamples, where the stats module has those internals."""
+    import inspect
 
-    imported = time.perf_counter()
-    rss_imports = _rss_mb()
-    parts: dict[str, list] = {}  # step -> [seconds, calls, peak RSS MB after it]
-    depth = [0]  # a step called inside another step counts in the outer one only
-
-    def timed(name, fn):
-        def wrapper(*args, **kwargs):
-            depth[0] += 1
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                depth[0] -= 1
-                if depth[0] == 0:
-                    p = parts.setdefault(name, [0.0, 0, 0.0])
-                    p[0] += time.perf_counter() - t
-                    p[1] += 1
-                    p[2] = _peak_mb()
-        return wrapper
-
-    for namespace, attr, label in steps(analysis):  # looked up by run_analysis when it calls them
-        setattr(namespace, attr, timed(label, getattr(namespace, attr)))
     pairs: dict[str, list] = {}  # interval kind -> [seconds, pairs]
     drawing = [0.0, 0]  # drawing the bootstrap resamples of a table: [seconds, tables]
     table = getattr(stats, "_Table", None)
-    if table is not None and callable(getattr(table, "pair", None)):
-        import inspect
+    if table is None or not callable(getattr(table, "pair", None)):
+        return pairs, drawing
+    pair = table.pair
+    signature = inspect.signature(pair)
 
-        pair = table.pair
-        signature = inspect.signature(pair)
+    def counted_pair(*args, **kwargs):
+        t = time.perf_counter()
+        try:
+            return pair(*args, **kwargs)
+        finally:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            a_, b_ = bound.arguments.get("a"), bound.arguments.get("b")
+            kind = "diagonal" if a_ == b_ and bound.arguments.get("diagonal", True) else \
+                str(bound.arguments.get("interval"))
+            p = pairs.setdefault(kind, [0.0, 0])
+            p[0] += time.perf_counter() - t
+            p[1] += 1
 
-        def counted_pair(*args, **kwargs):
+    table.pair = counted_pair
+    counts = getattr(table, "counts", None)
+    if isinstance(counts, property):
+        def drawn(self):
             t = time.perf_counter()
-            try:
-                return pair(*args, **kwargs)
-            finally:
-                bound = signature.bind(*args, **kwargs)
-                bound.apply_defaults()
-                a_, b_ = bound.arguments.get("a"), bound.arguments.get("b")
-                kind = "diagonal" if a_ == b_ and bound.arguments.get("diagonal", True) else \
-                    str(bound.arguments.get("interval"))
-                p = pairs.setdefault(kind, [0.0, 0])
-                p[0] += time.perf_counter() - t
-                p[1] += 1
+            fresh = getattr(self, "_counts", None) is None
+            out = counts.fget(self)
+            if fresh:
+                drawing[0] += time.perf_counter() - t
+                drawing[1] += 1
+            return out
 
-        table.pair = counted_pair
-        counts = getattr(table, "counts", None)
-        if isinstance(counts, property):
-            def drawn(self):
-                t = time.perf_counter()
-                fresh = getattr(self, "_counts", None) is None
-                out = counts.fget(self)
-                if fresh:
-                    drawing[0] += time.perf_counter() - t
-                    drawing[1] += 1
-                return out
+        table.counts = property(drawn)
+    return pairs, drawing
 
-            table.counts = property(drawn)
+
+def child(spec_path: str) -> None:
+    """Runs one part (or the report) as its Snakemake job does, timed; writes the figures as JSON."""
+    start = time.perf_counter()
+    spec = json.loads(Path(spec_path).read_text())
+    from calibench.analysis import stats
+    from calibench.analysis.parts import run_part
+    from calibench.report.assemble import write
+
+    imported = time.perf_counter()
+    pairs, drawing = _count_pairs(stats) if spec["part"] == "kendall" else ({}, [0.0, 0])
     profiler = None
     if spec["profile"]:
         import cProfile
 
         profiler = cProfile.Profile()
-    t = time.perf_counter()
-    if profiler:
         profiler.enable()
-    out = analysis.run_analysis(spec["settings"], spec["tables"], spec["results"])
-    if profiler:
-        profiler.disable()
+    t = time.perf_counter()
+    if spec["part"] == "report":
+        write(spec["settings"], spec["tables"], spec["results"])
+    else:
+        run_part(spec["part"], spec["settings"], spec["tables"], spec["results"])
     run = time.perf_counter() - t
     if profiler:
         import pstats
 
+        profiler.disable()
         profiler.dump_stats(spec["profile"])
-        for key, n in (("cumulative", 30), ("tottime", 25)):
-            print(f"\n---- cProfile, top {n} by {key} ----")
-            pstats.Stats(profiler, stream=sys.stdout).sort_stats(key).print_stats(n)
-    Path(spec["out"]).write_text(json.dumps({
-        "import_s": imported - start, "run_s": run, "process_s": time.perf_counter() - start,
-        "rss_after_imports_mb": rss_imports, "peak_rss_mb": _peak_mb(), "parts": parts, "pairs": pairs,
-        "drawing": drawing, "report": str(out["report"])}))
+        print(f"\n---- cProfile of {spec['part']}, top 20 by cumulative time ----")
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("cumulative").print_stats(20)
+    Path(spec["out"]).write_text(json.dumps({"import_s": imported - start, "run_s": run, "peak_rss_mb": _peak_mb(),
+                                             "pairs": pairs, "drawing": drawing}))
+
+
+def run_child(directory: Path, part: str, settings: dict, tables: list[str], results: Path,
+              profile: bool) -> dict:
+    """One part in its own process: wall time, and its peak RSS from ``wait4`` (that process alone)."""
+    spec = {"part": part, "settings": settings, "tables": tables, "results": str(results),
+            "out": str(directory / f"child_{part}.json"),
+            "profile": str(directory / f"{part}.prof") if profile else None}
+    spec_path = directory / f"child_{part}_spec.json"
+    spec_path.write_text(json.dumps(spec))
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", str(spec_path)])
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        sys.exit(f"part {part} failed (exit {proc.returncode}); its traceback is above")
+    return {**json.loads(Path(spec["out"]).read_text()), "wall_s": wall, "max_rss_mb": usage.ru_maxrss / 1024}
 
 
 # ---------------------------------------------------------------- main
@@ -623,7 +603,8 @@ def main() -> None:
     ap.add_argument("--resamples", type=int, default=None,
                     help="bootstrap resamples (default: the config's analysis.bootstrap.resamples; 0: jackknife only)")
     ap.add_argument("--dir", type=Path, default=None, help="data directory (reused if it holds the same tables)")
-    ap.add_argument("--profile", action="store_true", help="cProfile the run (slower); top functions printed")
+    ap.add_argument("--parts", nargs="+", default=None, help="only these parts (default: every part, then the report)")
+    ap.add_argument("--profile", action="store_true", help="cProfile each part (slower); top functions printed")
     ap.add_argument("--compare-intervals", action="store_true",
                     help="after the run: jackknife against bootstrap interval widths on the bootstrapped taus")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -646,64 +627,58 @@ def main() -> None:
     for name, (rows, measured) in info["rows"].items():
         print(f"  {name}: {rows:,} rows, {measured:,} measured, {info['columns'][name]} columns")
 
-    from calibench.config.settings import analysis_settings
+    from calibench.config.settings import analysis_part_settings, analysis_parts
 
-    settings = analysis_settings(config)
-    boot = dict(settings["analysis"].get("bootstrap") or {})
     if args.resamples is not None:
-        boot["resamples"] = args.resamples
-    settings["analysis"]["bootstrap"] = boot
+        config["analysis"]["bootstrap"] = {**(config["analysis"].get("bootstrap") or {}), "resamples": args.resamples}
+    parts = [*analysis_parts(config), "report"]
+    if args.parts:
+        unknown = sorted(set(args.parts) - set(parts))
+        if unknown:
+            ap.error(f"--parts {unknown}: this config's parts are {parts}")
+        parts = [p for p in parts if p in args.parts]
     results = directory / "results"
     for stale in ("analysis", "plots"):  # a failed run must not leave the last one's outputs looking new
-        shutil.rmtree(results / stale, ignore_errors=True)
-    (results / "report.html").unlink(missing_ok=True)
-    spec = {"settings": settings, "tables": info["tables"], "results": str(results),
-            "out": str(directory / "child.json"), "profile": str(directory / "analysis.prof") if args.profile else None}
-    (directory / "child_spec.json").write_text(json.dumps(spec))
-    print(f"settings: bootstrap {boot}, top_k {settings['analysis']['top_k']}, "
-          f"betas {settings['analysis']['hcs_betas']}, "
-          f"bins {settings['bins']}" + (", cProfile on" if args.profile else ""))
+        if not args.parts:
+            shutil.rmtree(results / stale, ignore_errors=True)
+    if not args.parts:
+        (results / "report.html").unlink(missing_ok=True)
+    boot = config["analysis"].get("bootstrap")
+    print(f"settings: bootstrap {boot}, top_k {config['analysis']['top_k']}, betas {config['analysis']['hcs_betas']}, "
+          f"bins {config['bins']}" + (", cProfile on" if args.profile else ""))
+    print(f"parts, each its own process (as its Snakemake job): {', '.join(parts)}")
     print(load_line("before the run"), flush=True)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
-                           str(directory / "child_spec.json")])
-    wall = time.perf_counter() - start
-    children_peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    if proc.returncode != 0:
-        sys.exit(f"run_analysis failed (exit {proc.returncode}); its traceback is above")
-    r = json.loads((directory / "child.json").read_text())
-    print(f"run_analysis: {r['run_s']:.1f} s (process {wall:.1f} s, of which {r['import_s']:.1f} s imports); "
-          f"peak RSS {r['peak_rss_mb']:,.0f} MB (getrusage of the process: {children_peak:,.0f} MB; "
-          f"{r['rss_after_imports_mb']:,.0f} MB after imports)" + (" [cProfile on: slower]" if args.profile else ""))
-    print("per part (seconds, share of run_analysis, peak RSS so far):")
-    accounted = 0.0
-    for name, (seconds, calls, peak) in sorted(r["parts"].items(), key=lambda kv: -kv[1][0]):
-        accounted += seconds
-        print(f"  {name:24s} {seconds:8.2f} s {100 * seconds / r['run_s']:5.1f} %  {peak:8,.0f} MB"
-              + (f"  ({calls} calls)" if calls > 1 else ""))
-    rest = r["run_s"] - accounted
-    print(f"  {'(writing outputs, rest)':24s} {rest:8.2f} s {100 * rest / r['run_s']:5.1f} %")
-    if r["pairs"]:
-        line = ", ".join(f"{kind} {n:,} pairs {s:.1f} s ({1e3 * s / max(n, 1):.1f} ms/pair)"
-                         for kind, (s, n) in sorted(r["pairs"].items(), key=lambda kv: -kv[1][0]))
-        print(f"Kendall interval pairs (stats._Table.pair): {line}; drawing resamples {r['drawing'][0]:.1f} s "
-              f"for {r['drawing'][1]} tables "
-              f"(inside the bootstrap pairs)")
+    figures = {}
+    for part in parts:
+        r = run_child(directory, part, analysis_part_settings(config, part), info["tables"], results, args.profile)
+        figures[part] = r
+        print(f"  {part:13s} {r['wall_s']:7.1f} s (run {r['run_s']:6.1f} s, imports {r['import_s']:4.1f} s)  "
+              f"peak RSS {r['max_rss_mb']:7,.0f} MB", flush=True)
+        if r["pairs"]:
+            line = ", ".join(f"{kind} {n:,} pairs {s:.1f} s ({1e3 * s / max(n, 1):.1f} ms/pair)"
+                             for kind, (s, n) in sorted(r["pairs"].items(), key=lambda kv: -kv[1][0]))
+            print(f"    Kendall interval pairs (stats._Table.pair): {line}; drawing resamples {r['drawing'][0]:.1f} s "
+                  f"for {r['drawing'][1]} tables (inside the bootstrap pairs)")
+    wall = sum(r["wall_s"] for r in figures.values())
+    peak = max(figures.items(), key=lambda kv: kv[1]["max_rss_mb"])
+    print(f"total: {wall:.1f} s over {len(figures)} processes ({sum(r['import_s'] for r in figures.values()):.1f} s "
+          f"of it imports); largest peak RSS {peak[1]['max_rss_mb']:,.0f} MB ({peak[0]})")
+    (directory / "parts.json").write_text(json.dumps(figures, indent=1))
     import pandas as pd
 
-    kendall = pd.read_parquet(results / "analysis" / "kendall.parquet")
-    plots = sorted((results / "plots").glob("*.png"))
-    report = Path(r["report"])
-    kinds = "; ".join(f"{col}: " + ", ".join(f"{k} {v:,}" for k, v in
-                                             kendall[col].fillna("none").value_counts().items())
-                      for col in ("figure", "interval") if col in kendall.columns)
-    print(f"outputs: {report} ({report.stat().st_size / 1e3:,.0f} kB), {len(kendall):,} Kendall rows ({kinds}), "
-          f"{len(plots)} plots")
-    if args.profile:
-        print(f"profile: {spec['profile']}")
+    if (results / "analysis" / "kendall.parquet").is_file():
+        kendall = pd.read_parquet(results / "analysis" / "kendall.parquet")
+        kinds = "; ".join(f"{col}: " + ", ".join(f"{k} {v:,}" for k, v in
+                                                 kendall[col].fillna("none").value_counts().items())
+                          for col in ("figure", "interval") if col in kendall.columns)
+        print(f"Kendall rows: {len(kendall):,} ({kinds})")
+    plots = sorted((results / "plots").rglob("*.png"))
+    report = results / "report.html"
+    print(f"outputs: {len(plots)} plots" + (f", {report} ({report.stat().st_size / 1e3:,.0f} kB)" if report.is_file()
+                                           else ""))
     print(load_line("after"))
     if args.compare_intervals:
-        compare_intervals(results, kendall)
+        compare_intervals(results, pd.read_parquet(results / "analysis" / "kendall.parquet"))
 
 
 def compare_intervals(results: Path, kendall) -> None:
@@ -712,12 +687,13 @@ def compare_intervals(results: Path, kendall) -> None:
     shift of its centre in bootstrap widths."""
     import pandas as pd
 
-    from calibench.analysis import core as analysis
     from calibench.analysis import stats
+    from calibench.analysis.tables import load_tables, measured
 
     boot = kendall[(kendall["interval"] == "bootstrap") & (kendall["population"] == "all")
                    & (kendall["figure"] == "pre_post")]
-    nets = analysis.measured(analysis.load_tables(sorted((results / "tables").glob("*.parquet"))))
+    wanted = {"space", "hp", "dataset", "arch_index", "measured_by", *boot["row"], *boot["col"]}
+    nets = measured(load_tables(sorted((results / "tables").glob("*.parquet")), wanted))
     ratio, shift = [], []
     for r in boot.itertuples():
         part = nets[(nets["space"] == r.space) & (nets["dataset"] == r.dataset)]

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calibench import layout
 from calibench.store import logits as store
 from calibench.config.settings import INFERENCE_VERSION
 from calibench.sources import infer_chunk, write_labels, write_population
@@ -51,7 +52,7 @@ def main() -> None:
         doc = write_population(settings, "zoo", results / "population" / "zoo.json")
         t_pop = time.perf_counter() - t0
         t0 = time.perf_counter()
-        write_labels(settings, "data", store.labels_path(results, "data", space="zoo"), space="zoo")
+        write_labels(settings, "data", layout.labels_path(results, "data", space="zoo"), space="zoo")
         t_labels = time.perf_counter() - t0
         run = {**settings, "inference_version": INFERENCE_VERSION}
         t0 = time.perf_counter()

@@ -20,9 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from calibench.store import logits as store
+from calibench import layout
 from calibench.run import repair
-from calibench.results import shards
 
 # (space, hp, networks per dataset): TSS's 6,466 unique cells and SSS's 32,768, on 3 datasets
 POPULATION = [("tss", "200", 6466), ("sss", "90", 32768)]
@@ -39,14 +38,14 @@ def build(results: Path, chunk: int) -> int:
             for dataset in DATASETS:
                 written = {}
                 for i in indices:
-                    for path in (shards.shard_path(results, space, hp, dataset, i),
-                                 store.logits_path(results, space, hp, dataset, i)):
+                    for path in (layout.shard_path(results, space, hp, dataset, i),
+                                 layout.logits_path(results, space, hp, dataset, i)):
                         path.parent.mkdir(parents=True, exist_ok=True)
                         path.write_bytes(b"x")
                         files += 1
-                    written[str(i)] = repair.file_state(shards.shard_path(results, space, hp, dataset, i))
+                    written[str(i)] = repair.file_state(layout.shard_path(results, space, hp, dataset, i))
                 infer["datasets"][dataset] = {str(i): "k" for i in indices}
-                infer["files"][dataset] = {str(i): repair.file_state(store.logits_path(results, space, hp, dataset, i))
+                infer["files"][dataset] = {str(i): repair.file_state(layout.logits_path(results, space, hp, dataset, i))
                                            for i in indices}
                 measure = {"space": space, "hp": hp, "dataset": dataset, "chunk": c, "indices": indices,
                            "shards": {str(i): "k" for i in indices}, "files": written, "failures": []}
@@ -77,8 +76,8 @@ def main() -> None:
         assert changed == [], changed[:3]
     print(f"changed_chunks, nothing changed: {statistics.median(times):.2f} s (median of 3; "
           f"{files:,} files stat'ed against {manifests:,} manifests)")
-    shards.shard_path(results, "sss", "90", "cifar100", 12345).unlink()
-    shards.shard_path(results, "tss", "200", "cifar10", 7).write_bytes(b"garbage")
+    layout.shard_path(results, "sss", "90", "cifar100", 12345).unlink()
+    layout.shard_path(results, "tss", "200", "cifar10", 7).write_bytes(b"garbage")
     start = time.perf_counter()
     changed = repair.changed_chunks(results)
     seconds = time.perf_counter() - start

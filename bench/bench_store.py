@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from calibench import layout
 from calibench.store import logits as store
 from calibench.measure.jobs import StoredNetwork, _measure_group, shard_key
 from calibench.runtime import keep_freed_memory
@@ -53,7 +54,7 @@ def main() -> None:
             sets = {name: _logits(rng, m, k) for name, m in sizes.items()}
             raw = sum(v.nbytes for v in sets.values())
             key = f"bench-{dataset}"
-            path = store.logits_path(tmp, "tss", "200", dataset, 0)
+            path = layout.logits_path(tmp, "tss", "200", dataset, 0)
             writes, reads, measures = [], [], []
             for _ in range(args.repeat):
                 t = time.perf_counter()

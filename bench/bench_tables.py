@@ -125,12 +125,13 @@ def _value(rng: np.random.Generator, name: str) -> float:
 
 
 def _write_chunk(job) -> int:
+    from calibench import layout
     from calibench.results import shards
 
     results, dataset, names, indices, arch_strs = job
     written = 0
     for index, arch_str in zip(indices, arch_strs):
-        path = shards.shard_path(results, SPACE, HP, dataset, index)
+        path = layout.shard_path(results, SPACE, HP, dataset, index)
         if path.is_file():
             continue
         rng = np.random.default_rng(index)
@@ -153,6 +154,7 @@ def _write_chunk(job) -> int:
 
 def prepare(directory: Path, networks: int, stages: int, dataset: str, fit: bool, workers: int) -> dict:
     """Shards, population and manifests under ``directory/results`` (kept if already there)."""
+    from calibench import layout
     from calibench.results import shards
 
     results = directory / "results"
@@ -191,7 +193,7 @@ def prepare(directory: Path, networks: int, stages: int, dataset: str, fit: bool
                           "source": "synthetic", "reason": "bench: failed measurement", "stage": "measurement"}
                          for i in indices if i in failed]}))
         manifests.append(str(path))
-    files = list(shards.shard_dir(results, SPACE, HP, dataset).glob("arch=*.parquet"))
+    files = list(layout.shard_dir(results, SPACE, HP, dataset).glob("arch=*.parquet"))
     info = {"config": config, "manifests": manifests, "shards": len(files),
             "long_rows": len(files) * sum(len(v) for v in names.values()),
             "rows_per_network": sum(len(v) for v in names.values()),

@@ -35,3 +35,31 @@ def tiny_minibench(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("minibench")
     return build_minibench(out, MiniBenchSpec(n_tss=3, n_sss=3, n_test=120, n_train=60, seed=1, second_seed=True))
+
+
+@pytest.fixture(scope="session")
+def workflow_run(tmp_path_factory):
+    """The WORKFLOW_TINY run, finished once per session and shared read-only (fixtures.py)."""
+    from fixtures import workflow_run as build
+
+    return build(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def small_sss_run(tmp_path_factory):
+    """The SMALL_SSS run to its table, finished once per session and shared read-only (fixtures.py)."""
+    from fixtures import small_sss_run as build
+
+    return build(tmp_path_factory)
+
+
+# With pytest-xdist (`make test` runs two workers), the tests of one file stay on one worker, so
+# a module-scoped fixture (a run, a SLURM cluster) is built once; the files whose runs are
+# session-shared (fixtures.build_once) spread their tests over both workers.
+SPREAD = {"test_workflow.py", "test_analysis_parts.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name not in SPREAD:
+            item.add_marker(pytest.mark.xdist_group(item.path.name))

@@ -1,4 +1,4 @@
-"""The post-hoc method analysis (calibench.analysis.core): question 4 for every method, the
+"""The post-hoc method analysis (calibench.analysis.kendall, methods and the report): question 4 for every method, the
 per-method distribution table, the win shares and margins, the plots and the report,
 on small synthetic wide tables with failed fits (NaN) and infinite NLLs."""
 
@@ -12,11 +12,14 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from calibench.analysis import core as an
+from calibench.analysis import kendall as ak
+from calibench.analysis import methods as am
+from calibench.analysis import tables as at
+from calibench.report.assemble import run_analysis
 from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS
 
 BINS = [5, 15, 50]
-ALL_STAGES = list(an.STAGES)
+ALL_STAGES = list(at.STAGES)
 BINNED = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace")
 UNBINNED = ("ksce", "ks_top2", "ks_within_top2", "kdece", "mmce", "nll", "brier", "accuracy", "mean_conf_correct",
             "mean_conf_incorrect")
@@ -94,40 +97,40 @@ def df():
 # ---------------------------------------------------------------- stages and statistics
 
 def test_stages_are_detected_from_the_accuracy_columns(df):
-    assert an.stages_present(df) == ALL_STAGES  # recorded_accuracy is no stage
-    assert an.method_stages(df) == ALL_STAGES[1:]
+    assert at.stages_present(df) == ALL_STAGES  # recorded_accuracy is no stage
+    assert at.method_stages(df) == ALL_STAGES[1:]
     two = df[[c for c in df.columns if not c.startswith(tuple(f"{s}_" for s in ALL_STAGES[2:]))]]
-    assert an.stages_present(two) == ["pre", "post"]
+    assert at.stages_present(two) == ["pre", "post"]
     reordered = df[list(reversed(df.columns))]
-    assert an.stages_present(reordered) == ALL_STAGES
+    assert at.stages_present(reordered) == ALL_STAGES
 
 
 def test_nearest_bins_and_summary_metrics():
-    assert an.nearest_bins([5, 15, 50]) == 15
-    assert an.nearest_bins([5, 10, 20, 50]) == 10  # equally close: the smaller
-    assert an.nearest_bins([30, 50, 100]) == 30
-    assert an.summary_metrics([5, 10]) == ["ece_10", "cwce_10", "ace_10", "tace_10", "ksce", "nll", "brier",
+    assert at.nearest_bins([5, 15, 50]) == 15
+    assert at.nearest_bins([5, 10, 20, 50]) == 10  # equally close: the smaller
+    assert at.nearest_bins([30, 50, 100]) == 30
+    assert at.summary_metrics([5, 10]) == ["ece_10", "cwce_10", "ace_10", "tace_10", "ksce", "nll", "brier",
                                            "accuracy"]
 
 
 def test_describe_values_by_hand():
-    d = an.describe_values([4.0, np.nan, 1.0, np.inf, 3.0, 2.0])
+    d = am.describe_values([4.0, np.nan, 1.0, np.inf, 3.0, 2.0])
     assert (d["n"], d["n_nan"], d["n_inf"]) == (6, 1, 1)
     # Kept, sorted: 1 2 3 4 inf; positions (n-1)q = 1, 2, 3.
     assert (d["q25"], d["median"], d["q75"], d["iqr"]) == (2.0, 3.0, 4.0, 2.0)
     assert d["mean"] == np.inf
-    d = an.describe_values([1.0, 2.0, 4.0, 10.0])
+    d = am.describe_values([1.0, 2.0, 4.0, 10.0])
     assert d["q25"] == pytest.approx(1.75) and d["median"] == 3.0 and d["q75"] == pytest.approx(5.5)
     assert d["iqr"] == pytest.approx(3.75) and d["mean"] == 4.25
-    d = an.describe_values([1.0, np.inf, np.inf])  # interpolating towards inf gives inf; inf - inf: NaN
+    d = am.describe_values([1.0, np.inf, np.inf])  # interpolating towards inf gives inf; inf - inf: NaN
     assert d["q25"] == np.inf and d["median"] == np.inf and d["q75"] == np.inf and np.isnan(d["iqr"])
-    d = an.describe_values([np.nan, np.nan])
+    d = am.describe_values([np.nan, np.nan])
     assert (d["n"], d["n_nan"], d["n_inf"]) == (2, 2, 0)
     assert all(np.isnan(d[k]) for k in ("mean", "median", "q25", "q75", "iqr"))
 
 
 def test_methods_summary_matches_an_independent_computation(df):
-    summary = an.methods_summary(df, BINS)
+    summary = am.methods_summary(df, BINS)
     metrics = ["ece_15", "cwce_15", "ace_15", "tace_15", "ksce", "nll", "brier", "accuracy"]
     assert list(summary.columns) == ["space", "hp", "dataset", "stage", "metric", "n", "n_nan", "n_inf", "mean",
                                      "median", "q25", "q75", "iqr"]
@@ -167,17 +170,17 @@ def test_a_method_that_failed_everywhere_in_a_table_keeps_its_rows(tmp_path):
     broken = tables[("sss", "cifar10")]
     broken.loc[:, [c for c in broken.columns if c.startswith("ms_") and "_fit_" not in c]] = np.nan
     paths = _write(tables, tmp_path)
-    listed = an.table_stages(paths)
+    listed = at.table_stages(paths)
     assert listed == {("sss", "90", "cifar10"): ["pre", "post", "ms"], ("sss", "90", "cifar100"): ["pre", "post"]}
-    df = an.load_tables(paths)
-    summary = an.methods_summary(df, BINS, listed)
+    df = at.load_tables(paths)
+    summary = am.methods_summary(df, BINS, listed)
     ms = summary[summary["stage"] == "ms"]
     assert set(ms["dataset"]) == {"cifar10"} and (ms["n_nan"] == 30).all() and ms["median"].isna().all()
-    wins = an.method_wins(df, BINS, listed)
+    wins = am.method_wins(df, BINS, listed)
     ms = wins[wins["stage"] == "ms"]
     assert set(ms["dataset"]) == {"cifar10"} and (ms["share"] == 0).all() and (ms["n_networks"] == 30).all()
     # Without the tables' own stage lists, an all-NaN stage cannot be told from one not run.
-    assert "ms" not in set(an.methods_summary(df, BINS).query("dataset == 'cifar10'")["stage"])
+    assert "ms" not in set(am.methods_summary(df, BINS).query("dataset == 'cifar10'")["stage"])
 
 
 # ---------------------------------------------------------------- wins
@@ -206,7 +209,7 @@ def _hand_table() -> pd.DataFrame:
 
 
 def test_method_wins_by_hand():
-    wins = an.method_wins(_hand_table(), [15]).set_index(["metric", "stage"])
+    wins = am.method_wins(_hand_table(), [15]).set_index(["metric", "stage"])
     assert set(wins.index.get_level_values("metric")) == {"ece_15", "accuracy"}  # the other metrics: no columns
     ece = wins.loc["ece_15"]
     assert list(ece.index) == ["pre", "post", "vs"]
@@ -227,7 +230,7 @@ def test_method_wins_by_hand():
 
 
 def test_method_wins_match_a_row_by_row_computation(df):
-    wins = an.method_wins(df, BINS)
+    wins = am.method_wins(df, BINS)
     assert np.allclose(wins.groupby(["space", "hp", "dataset", "metric"])["share"].sum(), 1.0)
     nets = df[df["arch_index"] == df["measured_by"]]
     checked_ties = 0
@@ -270,7 +273,7 @@ def test_method_wins_match_a_row_by_row_computation(df):
 
 def test_question_4_for_every_method_matches_scipy(df):
     df = df[df["space"] == "tss"]  # with isomorph copies, which Kendall leaves out
-    kendall = an.kendall_all(df, settings())
+    kendall = ak.kendall_all(df, settings())
     assert set(kendall["figure"]) == {"datasets", "metrics", "pre_post"}
     q4 = kendall[kendall["figure"] == "pre_post"]
     assert set(q4["stage"]) == set(ALL_STAGES[1:])
@@ -313,10 +316,10 @@ def test_every_kendall_tau_gets_the_interval_its_scope_names(df):
     nets = part[part["arch_index"] == part["measured_by"]]
     conf = settings()
     conf["analysis"]["bootstrap"] = {"resamples": 200, "seed": 3, "level": 0.9}
-    kendall = an.kendall_all(part, conf)
-    plain = an.kendall_all(part, settings())
+    kendall = ak.kendall_all(part, conf)
+    plain = ak.kendall_all(part, settings())
     conf["analysis"]["bootstrap"]["scope"] = "all"
-    every = an.kendall_all(part, conf)
+    every = ak.kendall_all(part, conf)
     for k in (kendall, plain, every):
         np.testing.assert_allclose(k["tau"], plain["tau"], rtol=0, atol=1e-12)
         off = k[(k["row"] != k["col"]) & k["tau"].notna()]
@@ -345,7 +348,7 @@ def test_every_kendall_tau_gets_the_interval_its_scope_names(df):
 def test_question_4_keeps_the_temperature_scaling_rows_of_a_two_stage_run():
     rng = np.random.default_rng(3)
     two = pd.concat(population(rng, ["pre", "post"], spaces=("sss",)).values(), ignore_index=True)
-    kendall = an.kendall_all(two, settings())
+    kendall = ak.kendall_all(two, settings())
     q4 = kendall[kendall["figure"] == "pre_post"]
     assert set(q4["stage"]) == {"post"}
     assert q4["row"].str.startswith("pre_ece_").all() and q4["col"].str.startswith("post_ece_").all()
@@ -353,8 +356,8 @@ def test_question_4_keeps_the_temperature_scaling_rows_of_a_two_stage_run():
 
 
 def test_summary_html_marks_the_best_medians_and_counts_failures(df):
-    summary = an.methods_summary(df, BINS)
-    grid = an.summary_grid(summary).reset_index()
+    summary = am.methods_summary(df, BINS)
+    grid = am.summary_grid(summary).reset_index()
     assert len(grid) == 2 * 2 * len(ALL_STAGES)
     assert list(grid["stage"].astype(str).iloc[:len(ALL_STAGES)]) == ALL_STAGES  # the report order
     nets = df[df["arch_index"] == df["measured_by"]]
@@ -370,16 +373,16 @@ def test_summary_html_marks_the_best_medians_and_counts_failures(df):
         bold = [str(stage) for stage, cell in cells.items() if cell.startswith("<b>")]
         expected = list(part.loc[part["median"] == best["median"], "stage"])
         assert sorted(bold) == sorted(expected)
-        assert cells[best["stage"]].startswith(f"<b>{an._fmt(best['median'])} [{an._fmt(best['q25'])}–")
-    assert "<table" in an.summary_html(summary) and an.summary_html(summary.iloc[:0]) == ""
+        assert cells[best["stage"]].startswith(f"<b>{am._fmt(best['median'])} [{am._fmt(best['q25'])}–")
+    assert "<table" in am.summary_html(summary) and am.summary_html(summary.iloc[:0]) == ""
 
 
 def test_wins_html_gives_shares_and_margins(df):
-    wins = an.method_wins(df, BINS)
-    text = an.wins_html(wins, "ece_15")
+    wins = am.method_wins(df, BINS)
+    text = am.wins_html(wins, "ece_15")
     row = wins[(wins["metric"] == "ece_15") & (wins["stage"] == "spline") & (wins["space"] == "sss")
                & (wins["dataset"] == "cifar10")].iloc[0]
-    assert f"{100 * row.share:.0f}% ({an._fmt(row.margin_median)})" in text
+    assert f"{100 * row.share:.0f}% ({am._fmt(row.margin_median)})" in text
 
 
 # ---------------------------------------------------------------- end to end
@@ -404,7 +407,7 @@ def test_run_analysis_with_five_methods(tmp_path):
     rng = np.random.default_rng(5)
     tables = population(rng, stages, spaces=("sss",), full=False)
     results = tmp_path / "results"
-    out = an.run_analysis(settings(demo=True, top_k=()), _write(tables, tmp_path / "tables"), results)
+    out = run_analysis(settings(demo=True, top_k=()), _write(tables, tmp_path / "tables"), results)
     analysis = results / "analysis"
     for name in ("kendall.parquet", "hcs.parquet", "top_hcs.csv", "methods_summary.parquet", "methods_summary.csv",
                  "method_wins.parquet"):
@@ -422,10 +425,10 @@ def test_run_analysis_with_five_methods(tmp_path):
         assert heading in report
     assert report.count("<b>") >= 2 * 8  # a best median per table and metric
     assert "<th>failed</th>" in report and "<th>networks</th>" in report and " inf)</small>" in report
-    plots = sorted((results / "plots").glob("*.png"))
+    plots = sorted((results / "plots").rglob("*.png"))
     for plot in plots:
         assert _png_ok(plot), plot
-        assert f"plots/{plot.name}" in report
+        assert plot.relative_to(results).as_posix() in report
     names = {p.name for p in plots}
     assert {"ece_by_method.png", "method_win_rates.png"} <= names
     for space, dataset in tables:
@@ -438,18 +441,19 @@ def test_run_analysis_with_pre_and_post_only(tmp_path):
     rng = np.random.default_rng(11)
     tables = population(rng, ["pre", "post"], spaces=("tss",), datasets=("cifar10",), full=False)  # isomorph copies
     results = tmp_path / "results"
-    an.run_analysis(settings(top_k=()), _write(tables, tmp_path / "tables"), results)
+    run_analysis(settings(top_k=()), _write(tables, tmp_path / "tables"), results)
     wins = pd.read_parquet(results / "analysis" / "method_wins.parquet")
     assert set(wins["stage"]) == {"pre", "post"}
     summary = pd.read_parquet(results / "analysis" / "methods_summary.parquet")
     assert set(summary["stage"]) == {"pre", "post"} and len(summary) == 2 * 8
-    names = {p.name for p in (results / "plots").glob("*.png")}
+    found = {p.name: p for p in (results / "plots").rglob("*.png")}
+    names = set(found)
     assert not any(n.startswith("kendall_pre_methods") for n in names)  # the post heatmap says it all
     assert {"ece_by_method.png", "method_win_rates.png", "kendall_pre_post_ece_tss_200_cifar10.png"} <= names
     report = (results / "report.html").read_text()
     assert "Post-hoc recalibration methods" in report
     for name in names:
-        assert _png_ok(results / "plots" / name) and f"plots/{name}" in report
+        assert _png_ok(found[name]) and found[name].relative_to(results).as_posix() in report
 
 
 def test_run_analysis_with_a_robustness_table(tmp_path):
@@ -467,15 +471,15 @@ def test_run_analysis_with_a_robustness_table(tmp_path):
     conf = settings(demo=True, top_k=(10,))
     conf["robustness"] = {"path": str(tmp_path / "rob.csv"), "key": "arch_index"}
     results = tmp_path / "results"
-    out = an.run_analysis(conf, _write(tables, tmp_path / "tables"), results)
+    out = run_analysis(conf, _write(tables, tmp_path / "tables"), results)
     kendall = pd.read_parquet(results / "analysis" / "robustness_kendall.parquet")
     assert set(kendall["robustness"]) >= {"clean_acc", "pgd_Linf_acc8_0"} and set(kendall["population"]) == {"all", "top10"}
     row = kendall[(kendall["metric"] == "pre_ece_15") & (kendall["robustness"] == "clean_acc")
                   & (kendall["population"] == "all")].iloc[0]
     joined = measured_rows.merge(rob, on="arch_index")
     assert row["tau"] == pytest.approx(kendalltau(joined["pre_ece_15"], joined["clean_acc"]).statistic, abs=1e-12)
-    assert _png_ok(results / "plots" / "robustness_kendall.png")
-    assert "plots/robustness_kendall.png" in out["report"].read_text()
+    assert _png_ok(results / "plots" / "robustness" / "robustness_kendall.png")
+    assert "plots/robustness/robustness_kendall.png" in out["report"].read_text()
     conf["robustness"]["key"] = "arch_name"
     with pytest.raises(ValueError, match="arch_name"):
-        an.run_analysis(conf, _write(tables, tmp_path / "tables2"), tmp_path / "results2")
+        run_analysis(conf, _write(tables, tmp_path / "tables2"), tmp_path / "results2")

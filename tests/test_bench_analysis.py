@@ -37,6 +37,7 @@ def prepared(bench, tmp_path_factory):
 
 def _rebuild(name: str, mine: pd.DataFrame, stages: list[str], results: Path, arch_strs, reps) -> pd.DataFrame:
     """``build_table`` on shards holding the values of a few of ``mine``'s measured networks."""
+    from calibench import layout
     from calibench.results import shards
     from calibench.results import tables
 
@@ -59,7 +60,7 @@ def _rebuild(name: str, mine: pd.DataFrame, stages: list[str], results: Path, ar
         provenance.update(arch_index=int(row["measured_by"]), seed=int(row["seed"]), n_eval=int(row["n_eval"]),
                           logits_file="synthetic")
         shards.write_atomic_parquet(shards.shard_table(provenance, values),
-                                    shards.shard_path(results, space, hp, dataset, provenance["arch_index"]))
+                                    layout.shard_path(results, space, hp, dataset, provenance["arch_index"]))
     manifest = results / f"{name}.json"
     manifest.write_text(json.dumps({"shards": {str(int(r["measured_by"])): r["config_hash"]
                                                for r in nets.to_dict("records")}, "failures": []}))

@@ -9,16 +9,9 @@ import sys
 import pandas as pd
 import pytest
 
-from fixtures import copy_workflow
+from fixtures import SMALL_SSS, copy_workflow
 
-CONFIG = {
-    "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 1, "n_sss": 3, "n_test": 60, "n_train": 30,
-                  "seed": 3},
-    "spaces": ["sss"], "datasets": ["cifar10"], "bins": [5, 15], "measure_group": 1,
-    "analysis": {"hcs_betas": [1], "top_k": [], "top_n": 3},
-    # Every stage; lambda, mu given (the search is proven in test_workflow.py).
-    "recalibration": {"odir": {"ms": {"lambda": 1.0, "mu": 1.0}, "dir": {"lambda": 1.0, "mu": 1.0}}},
-}
+CONFIG = SMALL_SSS  # every stage, lambda, mu given (the search is proven in test_workflow.py)
 TABLES = ["results/tables/sss_90_cifar10.parquet"]
 
 
@@ -28,18 +21,18 @@ def _run(workdir, cores: int):
     assert proc.returncode == 0, proc.stderr[-4000:]
 
 
-def test_tables_are_bit_identical_across_chunking_cores_and_loaders(tmp_path):
-    one = copy_workflow(tmp_path / "one", {**CONFIG, "chunk_size": 1, "loader_workers": 1})
-    _run(one, cores=1)
+def test_tables_are_bit_identical_across_chunking_cores_and_loaders(tmp_path, small_sss_run):
+    one = small_sss_run  # the session's shared run: chunks of 1, one loader, 2 cores
+    assert (CONFIG["chunk_size"], CONFIG["loader_workers"]) == (1, 1)
     many = copy_workflow(tmp_path / "many", {**CONFIG, "chunk_size": 200, "loader_workers": 2,
                                              "minibench": {**CONFIG["minibench"], "build": False}})
     shutil.copytree(one / "resources", many / "resources")  # the same mini benchmark
-    _run(many, cores=2)
-    assert len(list((one / "results/chunks/infer/sss_90").glob("*.json"))) == 3
+    _run(many, cores=1)
+    assert len(list((one / "results/chunks/infer/sss_90").glob("*.json"))) == 2
     assert len(list((many / "results/chunks/infer/sss_90").glob("*.json"))) == 1
     for table in TABLES:
         a, b = pd.read_parquet(one / table), pd.read_parquet(many / table)
-        assert len(a) == 3 and a.shape[1] > 250  # every stage's every metric
+        assert len(a) == 2 and a.shape[1] > 250  # every stage's every metric
         pd.testing.assert_frame_equal(a, b, check_exact=True)
 
 

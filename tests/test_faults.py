@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from calibench import layout
 from calibench.store import logits as store
 from calibench.config import settings as stage
 from calibench.results import shards
@@ -24,7 +25,7 @@ N, K = 500, 10
 def _write(results: Path, index: int, z: np.ndarray, labels: np.ndarray) -> str:
     fields = {"test": "faults", "index": index}
     key = store.digest(fields)
-    store.write_network_logits(store.logits_path(results, "zoo", "", "cifar10", index), key=key, fields=fields,
+    store.write_network_logits(layout.logits_path(results, "zoo", "", "cifar10", index), key=key, fields=fields,
                                space="zoo", hp="", dataset="cifar10", index=index, arch_str=f"m{index}",
                                labels=labels, seeds=[store.SeedLogits(0, np.nan, np.nan, np.nan, "test",
                                                                       {"test": z.astype(np.float32)})])
@@ -39,7 +40,7 @@ def measured(tmp_path):
     labels = rng.integers(0, K - 1, N)
     labels[test[:40]] = K - 1  # class 9 only in the test part: the validation split lacks it
     results = tmp_path / "results"
-    store.write_labels(store.labels_path(results, "cifar10", space="zoo"), labels, dataset="cifar10", key="k",
+    store.write_labels(layout.labels_path(results, "cifar10", space="zoo"), labels, dataset="cifar10", key="k",
                        source="test")
     good = rng.normal(0, 2, size=(N, K))
     nan = good.copy()
@@ -59,7 +60,7 @@ def measured(tmp_path):
     config["recalibration"]["max_iterations"] = 200
     def measure():
         return measure_chunk_job(stage.measurement_settings(config), {"measure_group": 8}, "zoo", "", "cifar10", 0,
-                                 results, manifest, store.labels_path(results, "cifar10", space="zoo"),
+                                 results, manifest, layout.labels_path(results, "cifar10", space="zoo"),
                                  tmp_path / "measure.json", progress=False)
 
     return results, measure(), measure
@@ -74,17 +75,17 @@ def test_non_finite_logits_are_failures_naming_the_file_and_the_rest_is_measured
     assert reasons[1]["source"].endswith("space=zoo/dataset=cifar10/arch=000001.parquet")
     assert sorted(int(i) for i in summary["shards"]) == [0, 2, 4, 5]
     for i in (0, 2, 4, 5):
-        assert shards.shard_path(results, "zoo", "", "cifar10", i).is_file()
+        assert layout.shard_path(results, "zoo", "", "cifar10", i).is_file()
     for i in (1, 3):
-        assert not shards.shard_path(results, "zoo", "", "cifar10", i).exists()
+        assert not layout.shard_path(results, "zoo", "", "cifar10", i).exists()
 
 
 def test_one_class_predictor_and_a_validation_split_without_a_class_give_numbers(measured):
     results, _, _ = measured
-    long = pd.read_parquet(shards.shard_path(results, "zoo", "", "cifar10", 4))
+    long = pd.read_parquet(layout.shard_path(results, "zoo", "", "cifar10", 4))
     values = long.set_index(["stage", "metric", "bins"])["value"]
     # Predicting one class with confidence c everywhere: one bin, ECE = c - accuracy on the test part.
-    labels = store.read_labels(store.labels_path(results, "cifar10", space="zoo")).labels
+    labels = store.read_labels(layout.labels_path(results, "cifar10", space="zoo")).labels
     _, test = split_indices(N, 0.2, 42)
     confidence = np.exp(6.0) / (np.exp(6.0) + K - 1)
     for b in (5, 15):
@@ -94,7 +95,7 @@ def test_one_class_predictor_and_a_validation_split_without_a_class_give_numbers
     assert np.isfinite(ece).all()
     # Isotonic and histogram binning never saw class 9 in the validation split: they give it
     # probability 0, so their NLL is +inf on test images of class 9 (a valid number, not a crash).
-    good = pd.read_parquet(shards.shard_path(results, "zoo", "", "cifar10", 0))
+    good = pd.read_parquet(layout.shard_path(results, "zoo", "", "cifar10", 0))
     nll = good[good["metric"] == "nll"].set_index("stage")["value"]
     assert nll["iso"] == np.inf and nll["hist"] == np.inf
     assert np.isfinite(nll[["pre", "post", "vs", "ms", "dir"]]).all()
@@ -104,10 +105,10 @@ def test_shards_and_tables_record_their_provenance_and_a_mixed_table_says_so(mea
     import pyarrow.parquet as pq
 
     from calibench.results import provenance
-    from calibench.results.tables import build_table, table_metadata
+    from calibench.results.tables import build_table, provenance_summary, table_metadata
 
     results, summary, _ = measured
-    recorded = provenance.of_shard(pq.read_schema(shards.shard_path(results, "zoo", "", "cifar10", 0)).metadata)
+    recorded = provenance.of_shard(pq.read_schema(layout.shard_path(results, "zoo", "", "cifar10", 0)).metadata)
     import numpy
     import torch
 
@@ -127,14 +128,14 @@ def test_shards_and_tables_record_their_provenance_and_a_mixed_table_says_so(mea
     assert recorded["config"] is None  # measured outside the workflow
     assert groups == [{"provenance": provenance.split(recorded)[0], "rows": 4}]
     # One shard as an older calibench wrote it (no provenance): the table says how many rows of each.
-    path = shards.shard_path(results, "zoo", "", "cifar10", 5)
+    path = layout.shard_path(results, "zoo", "", "cifar10", 5)
     table = pq.read_table(path)
     metadata = {k: v for k, v in table.schema.metadata.items() if k != provenance.PROVENANCE_KEY}
     pq.write_table(table.replace_schema_metadata(metadata), path)
     with caplog.at_level("WARNING"):
         build_table("zoo", "", "cifar10", results, out, [manifest])
     assert "rows measured with 2 different provenances: 3 rows" in caplog.text
-    text = provenance.summary(out)
+    text = provenance_summary(out)
     assert "4 rows; 2 distinct provenances (MIXED)" in text and "1 rows measured with" in text
     assert "written before shards recorded their provenance" in text
 
@@ -148,12 +149,12 @@ def test_shards_and_tables_record_the_source_file_and_the_config(tmp_path, monke
     import pyarrow.parquet as pq
 
     from calibench.results import provenance
-    from calibench.results.tables import build_table, table_metadata
+    from calibench.results.tables import build_table, provenance_summary, table_metadata
 
     rng = np.random.default_rng(1)
     labels = rng.integers(0, K, N)
     results = tmp_path / "results"
-    store.write_labels(store.labels_path(results, "cifar10", space="zoo"), labels, dataset="cifar10", key="k",
+    store.write_labels(layout.labels_path(results, "cifar10", space="zoo"), labels, dataset="cifar10", key="k",
                        source="test")
     archives = {}
     for i in range(3):
@@ -164,7 +165,7 @@ def test_shards_and_tables_record_the_source_file_and_the_config(tmp_path, monke
     for i, source in archives.items():
         fields = {"test": "sources", "index": i}
         keys[i] = store.digest(fields)
-        store.write_network_logits(store.logits_path(results, "zoo", "", "cifar10", i), key=keys[i], fields=fields,
+        store.write_network_logits(layout.logits_path(results, "zoo", "", "cifar10", i), key=keys[i], fields=fields,
                                    space="zoo", hp="", dataset="cifar10", index=i, arch_str=f"m{i}", labels=labels,
                                    seeds=[store.SeedLogits(0, np.nan, np.nan, np.nan, str(source),
                                                            {"test": rng.normal(0, 2, (N, K)).astype(np.float32)})])
@@ -180,20 +181,20 @@ def test_shards_and_tables_record_the_source_file_and_the_config(tmp_path, monke
     record = provenance.config_record([config_file], config)
     monkeypatch.setenv(provenance.CONFIG_ENV, json.dumps(record))
     summary = measure_chunk_job(stage.measurement_settings(config), {"measure_group": 1}, "zoo", "", "cifar10", 0,
-                                results, manifest, store.labels_path(results, "cifar10", space="zoo"),
+                                results, manifest, layout.labels_path(results, "cifar10", space="zoo"),
                                 tmp_path / "measure.json", progress=False)
     assert summary["failed"] == []
     import hashlib
 
     assert record["files"] == [{"path": str(config_file), "sha256": hashlib.sha256(config_file.read_bytes()).hexdigest()}]
     for i in archives:
-        path = shards.shard_path(results, "zoo", "", "cifar10", i)
+        path = layout.shard_path(results, "zoo", "", "cifar10", i)
         long = pd.read_parquet(path)
         assert (long["source_bytes"] == 1000 + i).all()
         assert (long["source_mtime"] == f"2020-09-13T12:26:{40 + i:02d}+00:00").all()
         assert provenance.of_shard(pq.read_schema(path).metadata)["config"] == record
     # shard 2 as an older calibench wrote it: no source columns, no config
-    path = shards.shard_path(results, "zoo", "", "cifar10", 2)
+    path = layout.shard_path(results, "zoo", "", "cifar10", 2)
     old = pq.read_table(path).drop_columns(["source_bytes", "source_mtime"])
     meta = provenance.of_shard(old.schema.metadata)
     del meta["config"]
@@ -213,7 +214,7 @@ def test_shards_and_tables_record_the_source_file_and_the_config(tmp_path, monke
     assert meta["configs"] == [{"config": record, "rows": 2}, {"config": None, "rows": 1}]
     assert meta["sources"] == {"rows": 2, "missing": 1, "first_mtime": "2020-09-13T12:26:40+00:00",
                                "last_mtime": "2020-09-13T12:26:41+00:00"}
-    text = provenance.summary(out)
+    text = provenance_summary(out)
     assert f"2 rows under config {record['effective_sha256'][:16]}: {config_file}" in text
     assert "1 rows: config not recorded" in text and "2 rows recorded, 1 without" in text
 
@@ -290,7 +291,7 @@ def test_a_number_replaced_by_text_is_always_rejected():
 
 def test_a_truncated_shard_is_measured_again_alone_and_equals_the_original(measured):
     results, _, measure_again = measured
-    path = shards.shard_path(results, "zoo", "", "cifar10", 2)
+    path = layout.shard_path(results, "zoo", "", "cifar10", 2)
     before = pd.read_parquet(path)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])  # a shard cut short (a full disk, a copy interrupted)
@@ -339,7 +340,7 @@ def test_a_full_disk_names_the_file_leaves_no_partial_file_and_the_rerun_complet
     results = small_disk / "results"
     settings = {"source": "logits", "path": str(zoo), "datasets": ["cifar10"], "chunk_size": 8}
     write_population(settings, "zoo", results / "population" / "zoo.json")
-    write_labels(settings, "cifar10", store.labels_path(results, "cifar10", space="zoo"), space="zoo")
+    write_labels(settings, "cifar10", layout.labels_path(results, "cifar10", space="zoo"), space="zoo")
     free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
     filler = small_disk / "filler"
     filler.write_bytes(bytes(max(0, free - 3 * 20_000)))  # room for about two logits files
@@ -374,7 +375,7 @@ def test_a_full_disk_names_the_file_leaves_no_partial_file_and_the_rerun_complet
     measure = [sys.executable, "-m", "calibench.run.cli", "measure-chunk", "--settings",
                json.dumps(stage.measurement_settings(config)), "--target", "zoo", "--dataset", "cifar10", "--chunk", "0",
                "--results", str(results), "--logits-manifest", str(results / "chunks" / "zoo" / "chunk00000.json"),
-               "--labels", str(store.labels_path(results, "cifar10", space="zoo")),
+               "--labels", str(layout.labels_path(results, "cifar10", space="zoo")),
                "--manifest", str(results / "chunks" / "measure" / "chunk00000.json"), "--quiet"]
     fill()
     full = subprocess.run(measure, capture_output=True, text=True, timeout=300)

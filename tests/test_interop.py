@@ -15,7 +15,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibench.analysis import core as an
+from calibench import layout
+from calibench.analysis import kendall as ak
+from calibench.analysis import tables as at
+from calibench.analysis.hcs import hcs_table
+from calibench.analysis.methods import methods_summary
+from calibench.analysis.nats.architecture import edge_op_frequency, size_brackets
+from calibench.metrics.scores import hcs as hcs_score
 from calibench.results import shards
 from calibench.results import tables
 from calibench.results import interop
@@ -71,7 +77,7 @@ def build(results: Path, space: str, hp: str, dataset: str, n: int, seed: int = 
     selected = sorted(set(reps))
     doc = {"space": space, "arch_strs": arch_strs, "representatives": reps, "selected": selected,
            "chunks": [selected]}
-    pop = tables.population_path(results, space)
+    pop = layout.population_path(results, space)
     pop.parent.mkdir(parents=True, exist_ok=True)
     pop.write_text(json.dumps(doc))
     rng = np.random.default_rng(n + len(dataset))
@@ -81,7 +87,7 @@ def build(results: Path, space: str, hp: str, dataset: str, n: int, seed: int = 
                 "recorded_accuracy": 0.5, "n_eval": 100, "config_hash": f"k{i}", "logits_key": f"l{i}",
                 "logits_file": "x"}
         values = stage_values(rng, i, stages, ood=dataset == "cifar10")
-        shards.write_atomic_parquet(shards.shard_table(prov, values), shards.shard_path(results, space, hp, dataset, i))
+        shards.write_atomic_parquet(shards.shard_table(prov, values), layout.shard_path(results, space, hp, dataset, i))
     manifest = results / "manifests" / f"{space}_{hp}_{dataset}.json"
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps({"shards": {str(i): f"k{i}" for i in selected}, "failures": []}))
@@ -234,24 +240,24 @@ def test_a_published_layout_file_imports_and_the_analysis_runs(tmp_path, caplog)
     assert set(meta["not_imported"]) == {"Unnamed: 0", "robust_acc_fgsm"}
 
     table_paths = sorted((results / "tables").glob("*.parquet"))
-    df = an.load_tables(table_paths)
-    hcs = an.hcs_table(df, [1, 2])
+    df = at.load_tables(table_paths)
+    hcs = hcs_table(df, [1, 2])
     assert len(hcs) == len(set(reps)) + 30  # measured networks only
-    want = an.hcs(tss["accuracy"], tss["pre_ece_15"], 1)
+    want = hcs_score(tss["accuracy"], tss["pre_ece_15"], 1)
     np.testing.assert_allclose(hcs[hcs["space"] == "tss"].sort_values("arch_index")["hcs_1"],
                                want[tss["arch_index"] == tss["measured_by"]])
-    tau = an.kendall_matrix(an.measured(df), ["pre_ece_15", "post_ece_15", "pre_cwce_em_100", "accuracy"])
+    tau = ak.kendall_matrix(at.measured(df), ["pre_ece_15", "post_ece_15", "pre_cwce_em_100", "accuracy"])
     assert len(tau) == 16 and tau["tau"].notna().all()
     settings = {"analysis": {"hcs_betas": [1], "top_k": [10], "top_n": 5}, "bins": list(BINS), "demo": False}
-    kendall = an.kendall_all(df, settings)
+    kendall = ak.kendall_all(df, settings)
     # one dataset per space here: no cross-dataset matrix (Fig. 2 needs two datasets)
     assert set(kendall["figure"]) == {"metrics", "pre_post"}
     assert set(kendall.loc[kendall["figure"] == "pre_post", "stage"]) == {"post"}
-    assert an.table_stages(table_paths) == {("tss", "200", "cifar10"): ["pre", "post"],
+    assert at.table_stages(table_paths) == {("tss", "200", "cifar10"): ["pre", "post"],
                                             ("sss", "90", "ImageNet16-120"): ["pre", "post"]}
-    summary = an.methods_summary(df, BINS, an.table_stages(table_paths))
+    summary = methods_summary(df, BINS, at.table_stages(table_paths))
     assert set(summary["stage"]) == {"pre", "post"}
-    assert not an.edge_op_frequency(hcs, 5, 1).empty and not an.size_brackets(df).empty
+    assert not edge_op_frequency(hcs, 5, 1).empty and not size_brackets(df).empty
 
     from calibench.results import query
 
@@ -322,3 +328,31 @@ def test_every_exported_column_has_a_definition():
         assert len(re.findall(r"(?<!\\)\|", row)) == 6, row
     for word in ("divided by K", "unsigned", "NLL", "grid"):
         assert word in doc, word
+
+
+def test_the_results_side_architecture_strings_agree_with_the_source():
+    """calibench.results.archstr (what the import checks and groups by) states the same NATS
+    facts as calibench.sources.nats: every TSS cell in the same isomorphism class, the same
+    strings accepted and refused."""
+    from calibench.results import archstr
+    from calibench.sources.nats.archstr import parse_sss, parse_tss
+    from calibench.sources.nats.population import tss_canonical_form
+
+    cells = tss_strings(15625)
+    assert [archstr.tss_class_key(c) for c in cells] == [tss_canonical_form(c) for c in cells]
+    assert len({archstr.tss_class_key(c) for c in cells}) == 6466
+    assert archstr.TSS_OPS == TSS_OPS and archstr.SSS_CHANNEL_CHOICES == SSS_CHANNEL_CHOICES
+    for s in sss_strings(300):
+        assert archstr.sss_channels(s) == parse_sss(s)
+    for bad in ("|none~0|", "|none~0|+|none~0|none~1|+|none~0|none~1|", "|conv~0|+|none~0|none~1|+|none~0|none~1|none~2|",
+                "none~0|+|none~0|none~1|+|none~0|none~1|none~2|", "|none~0|+|none~1|none~0|+|none~0|none~1|none~2|",
+                "|none~0|+|none~0|none~1|+|none~0|none~1|none~x|"):
+        with pytest.raises(ValueError, match="TSS architecture"):
+            parse_tss(bad)
+        with pytest.raises(ValueError, match=re.escape(repr(bad))):
+            archstr.check("tss", bad)
+    for bad in ("64:32:7:8:8", "8:8:8:8", "a:b:c:d:e", "8:8:8:8:8:8"):
+        with pytest.raises(ValueError, match="SSS architecture"):
+            parse_sss(bad)
+        with pytest.raises(ValueError, match=re.escape(repr(bad))):
+            archstr.check("sss", bad)

@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from calibench import layout
 from calibench.store import logits as store
 from calibench.sources.nats import jobs as nats_jobs
 from calibench.config.settings import INFERENCE_VERSION, inference_settings
@@ -34,7 +35,7 @@ def _write(tmp_path, rng, seeds, labels, dataset="cifar10", index=12):
     settings = inference_settings(_config(tmp_path), "tss")
     key = nats_jobs.logits_key(settings, "tss", "200", dataset, index, "|a~0|", META)
     fields = nats_jobs.key_fields(settings, "tss", "200", dataset, index, "|a~0|", META)
-    path = store.logits_path(tmp_path, "tss", "200", dataset, index)
+    path = layout.logits_path(tmp_path, "tss", "200", dataset, index)
     store.write_network_logits(path, key=key, fields=fields, space="tss", hp="200", dataset=dataset, index=index,
                                arch_str="|a~0|", labels=labels, seeds=seeds)
     return path, key
@@ -60,7 +61,7 @@ def test_readable_with_pyarrow_and_numpy_as_the_readme_shows(tmp_path, rng):
     labels = rng.integers(0, 100, size=40)
     seeds = [_seed(rng, 777, 40, 100)]
     path, _ = _write(tmp_path, rng, seeds, labels, dataset="cifar100")
-    labels_file = store.write_labels(store.labels_path(tmp_path, "cifar100"), labels, dataset="cifar100", key="k",
+    labels_file = store.write_labels(layout.labels_path(tmp_path, "cifar100"), labels, dataset="cifar100", key="k",
                                      source="test")
     # README, "The logits store": no calibench involved below.
     t = pq.read_table(path, filters=[("set", "=", "test"), ("seed", "=", 777)])
@@ -88,7 +89,7 @@ def test_duckdb_reads_the_store_as_one_hive_dataset(tmp_path, rng):
 
 def test_labels_are_stored_once_and_checked(tmp_path, rng):
     labels = rng.integers(0, 120, size=25)
-    path = store.write_labels(store.labels_path(tmp_path, "ImageNet16-120"), labels, dataset="ImageNet16-120",
+    path = store.write_labels(layout.labels_path(tmp_path, "ImageNet16-120"), labels, dataset="ImageNet16-120",
                               key="k", source="x")
     back = store.read_labels(path)
     np.testing.assert_array_equal(back.labels, labels)

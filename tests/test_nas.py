@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from calibench.analysis.nats import nas
-from calibench.analysis.core import hcs
+from calibench.metrics.scores import hcs
 from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS, parse_sss, tss_edge_ops
 
 

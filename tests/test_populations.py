@@ -21,6 +21,7 @@ import torch
 import yaml
 from scipy.stats import kendalltau
 
+from calibench import layout
 from calibench.store import logits as store
 from calibench.config import settings as stage
 from calibench.measure.stages import split_indices
@@ -213,7 +214,7 @@ def test_table_metrics_equal_a_direct_computation_on_the_files(run):
         for b in (5, 15, 50):
             assert table.loc[name, f"pre_ece_{b}"] == pytest.approx(ece(probs[test_idx], y[test_idx], b), abs=1e-9)
         assert table.loc[name, "accuracy"] == pytest.approx((z.argmax(1) == y).mean(), abs=1e-12)
-        stored = store.read_network_logits(store.logits_path(workdir / "results", "zoo", "", "cifar10",
+        stored = store.read_network_logits(layout.logits_path(workdir / "results", "zoo", "", "cifar10",
                                                              list(TEMPERATURES).index(name)))
         np.testing.assert_array_equal(stored.seeds[0].sets["test"], z)  # the store holds the file's logits
     shifted = pd.read_parquet(workdir / "results/tables/zoo_shifted.parquet").set_index("arch_str")
@@ -270,14 +271,14 @@ def test_a_logits_store_is_a_population_too_and_a_second_import_reads_nothing(ru
         assert stage.population_datasets(config, "again") == datasets  # found in the store, per tree
     doc = write_population({**settings, "chunk_size": 4}, "again", results / "population" / "again.json")
     assert doc["layout"] == "store" and doc["arch_strs"] == list(TEMPERATURES)
-    write_labels(settings, "cifar10", store.labels_path(results, "cifar10", space="again"), space="again")
+    write_labels(settings, "cifar10", layout.labels_path(results, "cifar10", space="again"), space="again")
     runs = [infer_chunk({**settings, "inference_version": stage.INFERENCE_VERSION}, {}, "again", "", chunk, results,
                         tmp_path / f"manifest{chunk}.json", progress=False) for chunk in (0, 1) for _ in range(2)]
     assert [(r["computed"], r["skipped"], len(r["failures"])) for r in runs] == [(4, 0, 0), (0, 4, 0), (2, 0, 0),
                                                                                    (0, 2, 0)]
     for i in range(len(TEMPERATURES)):
-        mine = store.read_network_logits(store.logits_path(results, "again", "", "cifar10", i))
-        theirs = store.read_network_logits(store.logits_path(workdir / "results", "zoo", "", "cifar10", i))
+        mine = store.read_network_logits(layout.logits_path(results, "again", "", "cifar10", i))
+        theirs = store.read_network_logits(layout.logits_path(workdir / "results", "zoo", "", "cifar10", i))
         np.testing.assert_array_equal(mine.seeds[0].sets["test"], theirs.seeds[0].sets["test"])
         assert mine.meta["arch_str"] == theirs.meta["arch_str"] and mine.meta["space"] == "again"
 
@@ -308,7 +309,7 @@ def test_torch_logits_equal_running_the_models_directly(run):
     for name in table.index:
         with torch.inference_mode():
             direct = models[name].eval()(data.images).float()
-        stored = store.read_network_logits(store.logits_path(workdir / "results", "tiny", "", "cifar10",
+        stored = store.read_network_logits(layout.logits_path(workdir / "results", "tiny", "", "cifar10",
                                                              names.index(name)))
         np.testing.assert_allclose(stored.seeds[0].sets["test"], direct.numpy(), rtol=1e-5, atol=1e-6)
         acc = (direct.argmax(1) == data.labels).double().mean().item()
@@ -324,7 +325,7 @@ def test_a_transform_replaces_the_standard_normalisation_for_the_test_and_ood_se
 
     raw = load_eval_set("cifar10", workdir / "resources/minibench/datasets")
     model = dict(tinyzoo.more())["tiny2"].eval()
-    stored = store.read_network_logits(store.logits_path(workdir / "results", "raw", "", "cifar10", 0)).seeds[0]
+    stored = store.read_network_logits(layout.logits_path(workdir / "results", "raw", "", "cifar10", 0)).seeds[0]
     with torch.inference_mode():
         direct = model(torch.from_numpy(raw.images).float() / 255.0)
         noisy = model(torch.from_numpy(gaussian_noise(raw.images, severity=5, seed=0)).float() / 255.0)

@@ -10,13 +10,12 @@ import pytest
 import torch
 
 from calibench.recalibration import odir_search
+from calibench.recalibration.lbfgs import _odir_canonical, odir_objective
 from calibench.recalibration.scaling import (
-    _odir_canonical,
     fit_dirichlet,
     fit_matrix_scaling,
     fit_vector_scaling,
     matrix_scaling_map,
-    odir_objective,
     vector_scaling_map,
 )
 from calibench.recalibration.temperature import fit_temperature_scaling

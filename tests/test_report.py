@@ -1,4 +1,4 @@
-"""calibench.report.page: every finding equals a direct computation on the tables, and the report
+"""calibench.report (findings, claims, page): every finding equals a direct computation on the tables, and the report
 has one section per question with its findings and figures."""
 
 from __future__ import annotations
@@ -11,8 +11,11 @@ import pandas as pd
 import pytest
 from scipy.stats import kendalltau
 
-from calibench.analysis import core as an
+from calibench.analysis import tables as at
+from calibench.report.assemble import run_analysis
+from calibench.report import claims as rc
 from calibench.report import page as report
+from calibench.report.findings import FINDING_COLUMNS
 from calibench.analysis import stats
 from test_analysis_methods import BINS, population, settings, _write
 
@@ -22,7 +25,7 @@ def run(tmp_path_factory):
     """One analysis over a small population of all eight stages, with a CIFAR-10-C AUROC
     column on CIFAR-10 and NAS at 4 repeats."""
     rng = np.random.default_rng(21)
-    tables = population(rng, list(an.STAGES), n=40)
+    tables = population(rng, list(at.STAGES), n=40)
     for (space, dataset), t in tables.items():
         if dataset == "cifar10":
             t["pre_ood_auroc_gaussian_noise"] = rng.uniform(0.5, 0.9, len(t))
@@ -34,12 +37,12 @@ def run(tmp_path_factory):
     conf["analysis"]["bootstrap"] = {"resamples": 50, "seed": 1, "level": 0.9}
     conf["analysis"]["nas"] = {"repeats": 4, "budget": 20}
     paths = _write(tables, tmp / "tables")
-    out = an.run_analysis(conf, paths, tmp / "results")
-    return {"out": out, "results": tmp / "results", "df": an.load_tables(paths), "conf": conf}
+    out = run_analysis(conf, paths, tmp / "results")
+    return {"out": out, "results": tmp / "results", "df": at.load_tables(paths), "conf": conf}
 
 
 def _nets(df):
-    nets = an.measured(df)
+    nets = at.measured(df)
     first = nets.groupby(["space", "hp", "dataset", "arch_index"])["seed"].transform("min") == nets["seed"]
     return nets[first]
 
@@ -54,7 +57,7 @@ def _scipy(x, y):
 
 def test_findings_file_and_every_question_present(run):
     found = pd.read_csv(run["out"]["findings"], dtype={"hp": str})
-    assert list(found.columns) == report.FINDING_COLUMNS
+    assert list(found.columns) == FINDING_COLUMNS
     assert {"q1", "q3", "q4", "q5", "q6", "q7", "nas"} <= set(found["question"])
     taus = found.dropna(subset=["value"])
     ok = taus["lo"].notna()
@@ -136,12 +139,13 @@ def test_report_sections_hold_their_figures_and_findings(run):
     assert re.findall(r"href='#(\w+)'", nav) == ids
     sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", html, re.S))
     assert "Every selected network was measured" in sections["failures"]
-    plots = sorted((run["results"] / "plots").glob("*.png"))
+    plots = sorted((run["results"] / "plots").rglob("*.png"))
     assert plots
     for plot in plots:
         where = report.plot_section(plot)
-        assert html.count(f"plots/{plot.name}'") == 1, plot.name
-        assert f"plots/{plot.name}" in sections.get(where, ""), (plot.name, where)
+        rel = plot.relative_to(run["results"]).as_posix()
+        assert html.count(f"{rel}'") == 1, plot.name
+        assert rel in sections.get(where, ""), (plot.name, where)
     assert "ece_vs_accuracy_tss_200.png" in sections["q5"] and "kendall_pre_post_ece_sss_90_cifar10.png" in sections["q4"]
     found = pd.read_csv(run["out"]["findings"], dtype={"hp": str})
     for r in found.itertuples():
@@ -153,7 +157,7 @@ def test_plot_section_and_empty_report(tmp_path):
     assert report.plot_section("x/kendall_datasets_pre_ece_15_tss_200_all.png") == "q1"
     assert report.plot_section("reliability_tss_200_cifar10.png") == "reliability"
     assert report.plot_section("something_new.png") == "other"
-    found = pd.DataFrame(columns=report.FINDING_COLUMNS)
+    found = pd.DataFrame(columns=FINDING_COLUMNS)
     out = report.write_report(tmp_path, [], found, {"t.parquet": 3}, minibench=True)
     text = out.read_text()
     assert "NOT NATS-Bench results" in text and "<section" not in text and "t.parquet (3 rows)" in text
@@ -183,7 +187,7 @@ def test_question_7_tables_plots_and_findings(run):
     sss = nets[(nets["space"] == "sss") & (nets["dataset"] == line.iloc[0]["dataset"])].set_index("arch_str")
     assert line.iloc[0]["value"] == pytest.approx(sss.loc["64:64:64:64:64", "pre_ece_15"] - sss.loc["8:8:8:8:8", "pre_ece_15"],
                                                   abs=1e-12)
-    names = {p.name for p in (run["results"] / "plots").glob("*.png")}
+    names = {p.name for p in (run["results"] / "plots").rglob("*.png")}
     assert {"kernel_parameters_tss.png", "width_progression_sss.png"} <= names
 
 
@@ -207,14 +211,14 @@ def test_two_schedules_are_compared_in_question_6(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         t.to_parquet(path, index=False)
         paths.append(path)
-    out = an.run_analysis(conf, paths, tmp_path / "results")
+    out = run_analysis(conf, paths, tmp_path / "results")
     got = pd.read_parquet(out["hp_comparison"])
-    want = hp_compare.compare_hps(an.load_tables(paths), level=0.95)
+    want = hp_compare.compare_hps(at.load_tables(paths), level=0.95)
     pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False)
     assert len(got) > 0
     html = out["report"].read_text()
     q6 = re.search(r"<section id='q6'>(.*?)</section>", html, re.S).group(1)
-    assert "plots/hp_comparison.png" in q6
+    assert "plots/schedules/hp_comparison.png" in q6
     found = pd.read_csv(out["findings"], dtype={"hp": str})
     extra = hp_compare.findings(want, BINS)
     assert len(extra) > 0 and set(extra["text"]) <= set(found.loc[found["question"] == "q6", "text"])
@@ -226,12 +230,12 @@ def test_the_papers_claims_are_tested_from_the_tables(run):
     question 6 from the medians)."""
     claims = pd.read_csv(run["out"]["claims"])
     assert set(claims["question"]) == {"q1", "q3", "q4", "q5", "q6", "q7"}
-    assert set(claims["claim"]) == {c for c, _ in report.CLAIMS.values()}
+    assert set(claims["claim"]) == {c for c, _ in rc.CLAIMS.values()}
     for r in claims.itertuples():
         undecided = str(r.evidence).count(": undecided")
-        assert r.verdict == report._verdict(r.held, r.tested, undecided)
-    assert report._verdict(1, 1, 5) == "holds in 1 of 6 (5 undecided)" and report._verdict(2, 2) == "holds"
-    assert report._verdict(0, 3) == "does not hold" and report._verdict(0, 0, 2) == "undecided at this level"
+        assert r.verdict == rc._verdict(r.held, r.tested, undecided)
+    assert rc._verdict(1, 1, 5) == "holds in 1 of 6 (5 undecided)" and rc._verdict(2, 2) == "holds"
+    assert rc._verdict(0, 3) == "does not hold" and rc._verdict(0, 0, 2) == "undecided at this level"
     kendall = pd.read_parquet(run["results"] / "analysis" / "kendall.parquet")
     q1 = kendall[(kendall["figure"] == "datasets") & (kendall["population"] == "all")
                  & (kendall["metric"] == "pre_ece_15") & (kendall["row"] < kendall["col"])]

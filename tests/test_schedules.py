@@ -164,7 +164,7 @@ def test_two_pairs_undefined_tau_and_interval():
 
 
 def test_findings_and_html_name_the_schedules():
-    from calibench.report.page import FINDING_COLUMNS
+    from calibench.analysis.findings import FINDING_COLUMNS
 
     out = hp_compare.compare_hps(_two_hp_table())
     found = hp_compare.findings(out, BINS)

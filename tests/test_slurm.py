@@ -18,22 +18,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fixtures import copy_workflow
+from fixtures import SMALL_SSS, copy_workflow
 
 CONF_DIR = Path("/etc/slurm")
-TINY = {
-    "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 2, "n_sss": 2, "n_test": 60, "n_train": 30,
-                  "seed": 3},
-    "spaces": ["sss"],
-    "datasets": ["cifar10"],
-    "bins": [5, 15],
-    "chunk_size": 1,
-    "measure_group": 1,
-    "device": "cpu",  # the fake GPUs have no CUDA: the config says to use the CPU on purpose
-    "analysis": {"hcs_betas": [1], "top_k": [], "top_n": 3},
-    # Every stage; lambda, mu given (the search job is proven in test_workflow.py).
-    "recalibration": {"odir": {"ms": {"lambda": 0.1, "mu": 0.1}, "dir": {"lambda": 0.1, "mu": 0.1}}},
-}
+TINY = SMALL_SSS  # the session's shared local run is the reference (conftest.py)
 SET_RESOURCES = ["infer:mem_mb=2000", "infer:cpus_per_task=1", "measure:mem_mb=1000", "measure:cpus_per_task=1",
                  "analysis:mem_mb=2000", "table:mem_mb=1000"]
 LOCAL_PARTITION = ["--slurm-no-account", "--slurm-status-command", "squeue", "--seconds-between-status-checks", "1",
@@ -159,12 +147,10 @@ def _log_span(job_log: Path) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def local_run(tmp_path_factory):
-    """The same tiny workflow run locally: the reference tables, and a mini benchmark to share."""
-    local = _project(tmp_path_factory.mktemp("local"))
-    proc = _run(SNAKEMAKE + [TABLE, "--cores", "2"] + CONFIG, cwd=local, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return local
+def local_run(small_sss_run):
+    """The same tiny workflow run locally (the session's shared SMALL_SSS run, read-only): the
+    reference tables, and a mini benchmark to share."""
+    return small_sss_run
 
 
 def _cluster_project(tmp: Path, local: Path, population: bool = False) -> Path:

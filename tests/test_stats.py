@@ -13,8 +13,10 @@ import pytest
 import torch
 from scipy.stats import kendalltau
 
-from calibench.analysis import core as an
+from calibench.analysis import kendall as ak
+from calibench.analysis import bootstrap as bs
 from calibench.analysis import stats as st
+from calibench.analysis import tau_b
 
 
 def scipy_tau(x, y) -> float:
@@ -60,7 +62,7 @@ def test_inversions_brute_force(rng):
     for n in [0, 1, 2, 3, 5, 8, 17, 64, 100]:
         s = rng.permutation(n)
         brute = sum(int(s[i] > s[j]) for i in range(n) for j in range(i + 1, n))
-        assert st._inversions(s) == brute
+        assert tau_b._inversions(s) == brute
 
 
 def test_kendall_tau_equals_scipy_with_ties_nan_inf(rng):
@@ -125,19 +127,19 @@ def test_bootstrap_taus_equal_scipy_loop_over_many_blocks(rng, n):
 def test_float64_path_and_wide_counts_give_the_same_taus(rng, monkeypatch):
     x, y = tied_data(rng, 500)
     fast = st.bootstrap_taus(x, y, resamples=20, seed=1)
-    monkeypatch.setattr(st, "_INT32", 1)  # the block histogram's products in float64
+    monkeypatch.setattr(bs, "_INT32", 1)  # the block histogram's products in float64
     assert np.array_equal(fast, st.bootstrap_taus(x, y, resamples=20, seed=1), equal_nan=True)
-    monkeypatch.setattr(st, "_EXACT_F32", 1)  # nothing is exact in float32: all float64
+    monkeypatch.setattr(bs, "_EXACT_F32", 1)  # nothing is exact in float32: all float64
     assert np.array_equal(fast, st.bootstrap_taus(x, y, resamples=20, seed=1), equal_nan=True)
     monkeypatch.undo()
     # a row drawn 300 times (int32 multiplicities), against scipy on the repeated arrays
     keep = np.flatnonzero(~(np.isnan(x) | np.isnan(y)))
-    plan = st._BlockPlan(keep, st._dense_ranks(x[keep]), st._dense_ranks(y[keep]), len(x))
+    plan = bs._BlockPlan(keep, tau_b._dense_ranks(x[keep]), tau_b._dense_ranks(y[keep]), len(x))
     w = np.ones((len(x) + 1, 2), np.int32)
     w[-1] = 0
     w[keep[3], 0] = 300
     w[keep[:50], 1] = 0
-    got = plan.taus(st._Counts(torch.from_numpy(w), 300))
+    got = plan.taus(bs._Counts(torch.from_numpy(w), 300))
     for b in range(2):
         idx = np.repeat(np.arange(len(x)), w[:-1, b])
         assert abs(got[b] - scipy_tau(x[idx], y[idx])) <= 1e-12
@@ -147,10 +149,10 @@ def test_bootstrap_taus_without_resampling_is_tau(rng):
     """All multiplicities 1: the plan gives the sample's own tau."""
     x, y = tied_data(rng, 2000)
     keep = np.flatnonzero(~(np.isnan(x) | np.isnan(y)))
-    plan = st._BlockPlan(keep, st._dense_ranks(x[keep]), st._dense_ranks(y[keep]), len(x))
+    plan = bs._BlockPlan(keep, tau_b._dense_ranks(x[keep]), tau_b._dense_ranks(y[keep]), len(x))
     w = np.ones((len(x) + 1, 1), np.uint8)
     w[-1] = 0
-    assert abs(plan.taus(st._Counts(torch.from_numpy(w), 1))[0] - scipy_tau(x, y)) <= 1e-12
+    assert abs(plan.taus(bs._Counts(torch.from_numpy(w), 1))[0] - scipy_tau(x, y)) <= 1e-12
 
 
 # ---------------------------------------------------------------- intervals
@@ -214,7 +216,7 @@ def test_matrix_ci_matches_kendall_matrix_and_pairwise_bootstrap(rng):
     df = table(rng)
     cols = list(df.columns)
     out = st.kendall_matrix_ci(df, cols, resamples=200, seed=3)
-    ref = an.kendall_matrix(df, cols)
+    ref = ak.kendall_matrix(df, cols)
     assert list(out.columns) == ["row", "col", "tau", "lo", "hi", "n", "interval"]
     assert set(out.interval[out.tau.notna() & (out.row != out.col)]) == {"bootstrap"}
     assert out.interval[(out.row == out.col) | out.tau.isna()].isna().all()
@@ -240,7 +242,7 @@ def test_cross_ci_matches_kendall_cross(rng):
     df = table(rng)
     rows, cols = ["a", "b"], ["b", "c", "const"]
     out = st.kendall_cross_ci(df, rows, cols, resamples=100, seed=2)
-    ref = an.kendall_cross(df, rows, cols)
+    ref = ak.kendall_cross(df, rows, cols)
     assert list(zip(out.row, out.col)) == list(zip(ref.row, ref.col))
     assert same(out.tau, ref.tau) and list(out.n) == list(ref.n)
     full = st.kendall_matrix_ci(df, ["a", "b", "c", "const"], resamples=100, seed=2).set_index(["row", "col"])
@@ -283,7 +285,7 @@ def test_public_names():
     assert set(st.__all__) == {"kendall_tau", "bootstrap_indices", "bootstrap_taus", "kendall_bootstrap",
                                "jackknife_taus", "kendall_jackknife", "kendall_matrix_ci", "kendall_cross_ci"}
     assert all(callable(getattr(st, name)) for name in st.__all__)
-    assert list(itertools.islice(st._index_rows(0, 2, 0), 2))[0].shape == (0,)
+    assert list(itertools.islice(bs._index_rows(0, 2, 0), 2))[0].shape == (0,)
 
 
 # ---------------------------------------------------------------- jackknife
@@ -312,8 +314,8 @@ def test_discordances_per_position_against_loop(rng):
     for n in (2, 3, 7, 64, 65, 200):
         s = rng.permutation(n)
         want = [sum(1 for q in range(n) if (q < p and s[q] > s[p]) or (q > p and s[q] < s[p])) for p in range(n)]
-        got = st._discordant_per_position(s)
-        assert list(got) == want and got.sum() == 2 * st._inversions(s)
+        got = tau_b._discordant_per_position(s)
+        assert list(got) == want and got.sum() == 2 * tau_b._inversions(s)
 
 
 def test_kendall_jackknife_interval_formula_and_agreement_with_bootstrap(rng):

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from calibench import layout
 from calibench.results import shards
 from calibench.results import tables
 
@@ -36,7 +37,7 @@ def oracle_wide_table(long: pd.DataFrame) -> pd.DataFrame:
 
 def oracle_build_table(space, hp, dataset, results, manifests) -> pd.DataFrame:
     results = Path(results)
-    doc = json.loads(tables.population_path(results, space).read_text())
+    doc = json.loads(layout.population_path(results, space).read_text())
     expected = {}
     for m in manifests:
         expected.update({int(i): k for i, k in json.loads(Path(m).read_text())["shards"].items()})
@@ -93,7 +94,7 @@ def key_of(index: int) -> str:
 def write_population(results: Path, space: str, arch_strs, representatives, selected) -> None:
     doc = {"space": space, "arch_strs": list(arch_strs), "representatives": list(representatives),
            "selected": list(selected), "chunks": [list(selected)]}
-    path = tables.population_path(results, space)
+    path = layout.population_path(results, space)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
 
@@ -107,7 +108,7 @@ def write_shard(results: Path, space: str, index: int, seeds, arch_str: str, key
     if reorder:  # another writer: columns in another order, bins as int64
         table = table.select(table.column_names[::-1]).set_column(
             table.column_names[::-1].index("bins"), "bins", table["bins"].cast(pa.int64()))
-    shards.write_atomic_parquet(table, shards.shard_path(results, space, HP, DATASET, index))
+    shards.write_atomic_parquet(table, layout.shard_path(results, space, HP, DATASET, index))
 
 
 def write_manifests(results: Path, space: str, groups: list[list[int]], failed=()) -> list[Path]:
@@ -132,7 +133,7 @@ def check(space: str, results: Path, manifests: list[Path], tmp: Path) -> pd.Dat
     pd.testing.assert_frame_equal(pd.read_parquet(out), pd.read_parquet(old))
     assert pq.read_schema(out).remove_metadata() == pq.read_schema(old).remove_metadata()
     recorded = [f for m in manifests for f in json.loads(m.read_text())["failures"]]
-    selected = json.loads(tables.population_path(results, space).read_text())["selected"]
+    selected = json.loads(layout.population_path(results, space).read_text())["selected"]
     measured = set(got["measured_by"]) if not got.empty else set()
     unexplained = set(selected) - measured - {f["arch_index"] for f in recorded}  # shard deleted or stale
     rows = pq.read_table(failures).to_pandas()

@@ -18,31 +18,24 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from calibench import layout
 from calibench.store import logits as store
 from calibench import metrics
-from calibench.analysis.core import hcs
+from calibench.metrics.scores import hcs
 from calibench.recalibration import STAGES
 from calibench.results.shards import read_reliability
-from fixtures import copy_workflow
+from fixtures import WORKFLOW_TINY, copy_workflow
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 CALIBENCH_RUN = [sys.executable, "-m", "calibench.run.cli", "run"]  # the README's command (`calibench run`)
 DATASETS = ["cifar10", "cifar100", "ImageNet16-120"]
-TINY = {
-    "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 3, "n_sss": 4, "n_test": 60, "n_train": 30,
-                  "seed": 3},
-    "datasets": DATASETS,
-    "bins": [5, 15, 50],
-    "chunk_size": 2,
-    "measure_group": 1,
-    "loader_workers": 2,  # archive loading in worker processes, as on a GPU node
-    "analysis": {"hcs_betas": [1, 2], "top_k": [2], "top_n": 3},
-    # Every stage (the config's default); a small lambda, mu search keeps the test fast.
-    "recalibration": {"odir": {"search": {"networks": 2, "folds": 2, "seed": 0, "grid": [1.0e+1, 1.0e+3]}}},
-}
+TINY = WORKFLOW_TINY
 SELECTED = {"tss": [0, 2], "sss": [0, 1, 2, 3]}  # mini TSS archs 0 and 1 are isomorphic
 N_STORED = (2 + 4) * len(DATASETS)  # logits files (and shards) of a finished run
+# The analysis parts of a NATS-Bench run (calibench.analysis.parts) and the report: one job each.
+PARTS = ("kendall", "overview", "hcs", "methods", "reliability", "groups", "nas", "architecture")
+ANALYSIS_JOBS = {**{f"analysis_{part}": 1 for part in PARTS}, "assemble_report": 1}
 
 
 def _snakemake(workdir: Path, *args, check=True, env=None):
@@ -86,11 +79,9 @@ def _mtimes(root: Path, pattern: str = "*") -> dict[Path, int]:
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    workdir = copy_workflow(tmp_path_factory.mktemp("workflow"), TINY)
-    read_log = workdir / "archive_reads.log"
-    _snakemake(workdir, env={**os.environ, "CALIBENCH_READ_LOG": str(read_log)})
-    return workdir
+def finished_run(workflow_run):
+    """The session's WORKFLOW_TINY run (conftest.py): read-only here; tests that change files clone it."""
+    return workflow_run
 
 
 def test_each_archive_file_is_decompressed_once_for_all_datasets(finished_run):
@@ -111,9 +102,9 @@ def test_the_logits_store_holds_every_network_and_labels_once(finished_run):
     results = finished_run / "results"
     for space, hp in (("tss", "200"), ("sss", "90")):
         for dataset in DATASETS:
-            labels = store.read_labels(store.labels_path(results, dataset))
+            labels = store.read_labels(layout.labels_path(results, dataset))
             for index in SELECTED[space]:
-                stored = store.read_network_logits(store.logits_path(results, space, hp, dataset, index))
+                stored = store.read_network_logits(layout.logits_path(results, space, hp, dataset, index))
                 (seed,) = stored.seeds
                 k = {"cifar10": 10, "cifar100": 100, "ImageNet16-120": 120}[dataset]
                 assert seed.sets["test"].shape == (len(labels.labels), k) and seed.sets["test"].dtype == np.float32
@@ -148,7 +139,7 @@ def test_every_shard_exists_with_the_spec_metric_names_and_its_logits(finished_r
                 assert shard["temperature"].between(0.05, 20).all()
                 # Provenance: which stored logits it measured.
                 logits_file = results / shard["logits_file"].iloc[0]
-                assert logits_file == store.logits_path(results, space, hp, dataset, index)
+                assert logits_file == layout.logits_path(results, space, hp, dataset, index)
                 assert shard["logits_key"].iloc[0] == store.stored_key(logits_file)
 
 
@@ -179,7 +170,7 @@ def test_tables_count_networks_and_expand_tss(finished_run):
             failed = set(failures.loc[failures["stage"] == stage, "arch_index"])
             ok = sss[~sss["arch_index"].isin(failed)]
             assert ok[f"{stage}_ece_15"].between(0, 1).all() and ok[f"{stage}_accuracy"].between(0, 1).all(), stage
-        n = len(store.read_labels(store.labels_path(results, dataset)).labels)
+        n = len(store.read_labels(layout.labels_path(results, dataset)).labels)
         np.testing.assert_allclose(sss["accuracy"], sss["recorded_accuracy"], atol=1.5 / n)
 
 
@@ -215,12 +206,12 @@ def test_report_and_plots_exist(finished_run):
     results = finished_run / "results"
     report = (results / "report.html").read_text()
     assert "NOT NATS-Bench results" in report
-    images = [p for p in (results / "plots").glob("*.png")]
+    images = [p for p in (results / "plots").rglob("*.png")]
     assert len(images) >= 10
     for image in images:
         assert image.read_bytes()[:4] == b"\x89PNG"
-        assert f"plots/{image.name}" in report
-    for job_log in ("logs/analysis.log", "logs/minibench.log", "logs/population/tss.log", "logs/labels/cifar10.log"):
+        assert image.relative_to(results).as_posix() in report
+    for job_log in ("logs/analysis/kendall.log", "logs/report.log", "logs/minibench.log", "logs/population/tss.log", "logs/labels/cifar10.log"):
         assert (results / job_log).is_file()
     assert len(pd.read_csv(results / "analysis" / "top_hcs.csv")) > 0
     # question 4 with bootstrap intervals (analysis.bootstrap of config/config.yaml), one line each
@@ -234,7 +225,7 @@ def test_report_and_plots_exist(finished_run):
     assert {"q1", "q3", "q4", "q5", "q6", "q7", "nas"} <= set(found["question"])
     assert all(f"<section id='{q}'>" in report for q in set(found["question"]))
     # the best and the worst network by HCS of each table, pre and post
-    assert {p.name for p in (results / "plots").glob("reliability_*.png")} == {
+    assert {p.name for p in (results / "plots").rglob("reliability_*.png")} == {
         f"reliability_{space}_{hp}_{d}.png" for space, hp in (("tss", "200"), ("sss", "90")) for d in DATASETS}
 
 
@@ -249,7 +240,7 @@ def test_report_renders_in_a_headless_browser(finished_run, tmp_path):
     except BrowserNotFound as exc:
         pytest.skip(str(exc))
     result = check_rendered(finished_run / "results" / "report.html", tmp_path / "report.png", width=1400)
-    assert result.images == len(list((finished_run / "results" / "plots").glob("*.png")))
+    assert result.images == len(list((finished_run / "results" / "plots").rglob("*.png")))
     assert result.page_height > 3000 and result.colours > 1000
     assert not result.warnings, result.warnings
 
@@ -261,7 +252,7 @@ def test_snakemake_report_holds_every_figure(finished_run, tmp_path):
     _snakemake(finished_run, "--report", str(out))
     with zipfile.ZipFile(out) as z:
         names = z.namelist()
-    figures = {p.name for p in (finished_run / "results" / "plots").glob("*.png")}
+    figures = {p.name for p in (finished_run / "results" / "plots").rglob("*.png")}
     assert figures and all(any(n.endswith("/" + f) for n in names) for f in figures), (sorted(figures), names[:40])
     assert any(n.endswith("report.html") for n in names)
 
@@ -335,7 +326,7 @@ def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp
     _set_config(workdir, minibench={**TINY["minibench"], "build": False}, bins=[5, 15, 30], stages=["pre", "post"])
     logits_before = _mtimes(results / "logits")
     planned = _planned_jobs(workdir)
-    assert planned == {"measure": 3 * 3, "table": 6, "analysis": 1, "all": 1}, planned  # 1 + 2 chunks, 3 datasets
+    assert planned == {"measure": 3 * 3, "table": 6, **ANALYSIS_JOBS, "all": 1}, planned  # 1 + 2 chunks, 3 datasets
     infer_records = _mtimes(results / "benchmarks" / "infer")
     # Run up to the tables (the plan above includes the analysis; it is tested elsewhere).
     tables = [f"results/tables/{space}_{hp}_{d}.parquet" for space, hp in (("tss", "200"), ("sss", "90"))
@@ -346,13 +337,13 @@ def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp
         assert "pre_ece_30" in table.columns and "post_ece_30" in table.columns
         assert "pre_ece_50" not in table.columns
         for _, row in table.iterrows():
-            assert row["logits_key"] == store.stored_key(store.logits_path(results, "sss", "90", dataset,
+            assert row["logits_key"] == store.stored_key(layout.logits_path(results, "sss", "90", dataset,
                                                                            row["arch_index"]))
     assert _mtimes(results / "logits") == logits_before  # the store was read, not rewritten
 
     ece_before = pd.read_parquet(results / "tables" / "tss_200_cifar100.parquet")["post_ece_15"]
     _set_config(workdir, temperature={"method": "grid_ece", "val_fraction": 0.2, "seed": 42})
-    assert set(_planned_jobs(workdir)) == {"measure", "table", "analysis", "all"}
+    assert set(_planned_jobs(workdir)) == {"measure", "table", *ANALYSIS_JOBS, "all"}
     _snakemake(workdir, *tables)
     ece_after = pd.read_parquet(results / "tables" / "tss_200_cifar100.parquet")["post_ece_15"]
     assert not np.allclose(ece_before, ece_after)  # a different temperature fit, measured from the same logits
@@ -388,11 +379,16 @@ def test_analysis_settings_rerun_only_the_analysis_and_no_change_reruns_nothing(
     assert _planned_jobs(workdir) == {}
     before = _mtimes(results)
     _set_config(workdir, analysis={**TINY["analysis"], "top_n": 2})
-    assert _planned_jobs(workdir) == {"analysis": 1, "all": 1}
+    # top_n: the HCS part (top_hcs.csv) and the architecture part (edge operations of the top n);
+    # the reliability diagrams read hcs.parquet, which the HCS part writes again; then the report
+    rerun = {"analysis_hcs": 1, "analysis_architecture": 1, "analysis_reliability": 1, "assemble_report": 1}
+    assert _planned_jobs(workdir) == {**rerun, "all": 1}
     _snakemake(workdir)
     changed = {p.relative_to(results) for p, t in _mtimes(results).items() if before.get(p) != t}
     assert {p.parts[0] for p in changed} == {"analysis", "plots", "report.html", "benchmarks"}
-    assert {p for p in changed if p.parts[0] == "benchmarks"} == {Path("benchmarks/analysis.tsv")}
+    assert {p for p in changed if p.parts[0] == "benchmarks"} == {
+        Path("benchmarks/analysis/hcs.tsv"), Path("benchmarks/analysis/architecture.tsv"),
+        Path("benchmarks/analysis/reliability.tsv"), Path("benchmarks/report.tsv")}
     assert len(pd.read_csv(results / "analysis" / "top_hcs.csv")) == 2 * 6  # top 2 of each of 6 tables
     assert _planned_jobs(workdir) == {}
 
@@ -416,7 +412,7 @@ def test_keep_logits_false_leaves_no_store_and_the_same_results(tmp_path, finish
     assert not list((results / "chunks" / "infer").rglob("*.json"))  # temporary: removed once measured
     pd.testing.assert_frame_equal(pd.read_parquet(finished_run / "results" / "tables" / "sss_90_cifar100.parquet"),
                                   pd.read_parquet(results / "tables" / "sss_90_cifar100.parquet"))
-    assert _planned_jobs(workdir) == {"analysis": 1, "all": 1}  # finished tables stay finished
+    assert _planned_jobs(workdir) == {**ANALYSIS_JOBS, "all": 1}  # finished tables stay finished
 
 
 def _start_run(workdir: Path) -> subprocess.Popen:
@@ -520,7 +516,7 @@ def test_provenance_command_on_a_finished_run(finished_run):
     # each row: size and mtime of the archive file its logits came from
     table = pd.read_parquet(finished_run / "results/tables/sss_90_cifar10.parquet")
     for index, size, mtime in zip(table["arch_index"], table["source_bytes"], table["source_mtime"]):
-        source = store.read_network_logits(store.logits_path(finished_run / "results", "sss", "90", "cifar10",
+        source = store.read_network_logits(layout.logits_path(finished_run / "results", "sss", "90", "cifar10",
                                                              int(index))).meta["networks"][0]["source"]
         stat = (finished_run / source).stat()
         assert source.endswith(".pickle.pbz2") and size == stat.st_size

@@ -18,15 +18,18 @@ takes the results directory first; passing Snakemake wildcards as strings (``"{t
   tables/{target}_{dataset}.parquet                         the wide result tables
   failures/{target}_{dataset}.parquet                       what failed, per table
   analysis/{part}/...  plots/{part}/...                     the analysis parts
+  reliability/{target}_{dataset}_arch{index:06d}.png        `calibench reliability`'s diagrams
   report.html                                               the report
   logs/, benchmarks/                                        one per job
 ```
 
+A ``"*"`` for any part gives a glob pattern; :func:`matching` lists the files it matches.
 No imports beyond the standard library: the Snakefile reads this at every parse.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 # The post-hoc stages (recalibration-spec.md, "Common rules"): ``pre`` is the network's own
@@ -49,8 +52,15 @@ def _chunk(chunk: int | str) -> str:
 
 
 def target_name(space: str, hp: str) -> str:
-    """A table family: ``tss_200`` (a NATS-Bench space and schedule) or a population's name."""
+    """A table family: ``tss_200`` (a NATS-Bench space and schedule) or a population's name;
+    it names the family's result tables, chunks and logs."""
     return f"{space}_{hp}" if hp else space
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """:func:`target_name` undone: ``tss_200`` -> (tss, 200); ``zoo`` -> (zoo, "")."""
+    found = re.fullmatch(r"(tss|sss)_([0-9]+)", target)
+    return (found[1], found[2]) if found else (target, "")
 
 
 def partition(space: str, hp: str) -> Path:
@@ -153,6 +163,11 @@ def report_path(results: str | Path) -> Path:
     return Path(results) / "report.html"
 
 
+def reliability_path(results: str | Path, target: str, dataset: str, index: int) -> Path:
+    """One network's reliability diagram (``calibench reliability``)."""
+    return Path(results) / "reliability" / f"{target}_{dataset}_arch{int(index):06d}.png"
+
+
 # ---------------------------------------------------------------- every job
 
 def log_path(results: str | Path, name: str) -> Path:
@@ -162,3 +177,16 @@ def log_path(results: str | Path, name: str) -> Path:
 
 def benchmark_path(results: str | Path, name: str) -> Path:
     return Path(results) / "benchmarks" / f"{name}.tsv"
+
+
+# ---------------------------------------------------------------- patterns
+
+def matching(pattern: str | Path) -> list[Path]:
+    """The files a path of these functions matches where some parts are ``"*"``, sorted:
+    ``matching(measure_manifest(results, "*", "*", "*"))`` lists every measurement manifest."""
+    parts = Path(pattern).parts
+    fixed = next((i for i, part in enumerate(parts) if any(c in part for c in "*?[")), len(parts))
+    base = Path(*parts[:fixed]) if fixed else Path()
+    if fixed == len(parts):
+        return [base] if base.exists() else []
+    return sorted(base.glob(str(Path(*parts[fixed:]))))

@@ -4,10 +4,29 @@ import re
 import sys
 from pathlib import Path
 
-from calibench import provenance
-from calibench import settings as stage
+from calibench import layout
+from calibench.results import provenance
+from calibench.config import settings as stage
 
 RESULTS = config["results"]
+# Every path under RESULTS comes from calibench.layout (the jobs, queries and repair check use
+# the same functions); Snakemake wildcards passed as strings ("{target}") give the patterns.
+
+
+def results_path(path_of, *parts, **named):
+    """``path_of(RESULTS, *parts)``, a function of calibench.layout, as the string a rule declares."""
+    return str(path_of(RESULTS, *parts, **named))
+
+
+def log_file(name):
+    """``{RESULTS}/logs/{name}.log``."""
+    return results_path(layout.log_path, name)
+
+
+def benchmark_file(name):
+    """``{RESULTS}/benchmarks/{name}.tsv``."""
+    return results_path(layout.benchmark_path, name)
+
 # Every job records the config files and the effective config it ran under (shard provenance);
 # an environment variable, not a param, so a new comment in a config file reruns nothing.
 os.environ[provenance.CONFIG_ENV] = json.dumps(provenance.config_record(CONFIG_FILES, config))
@@ -25,7 +44,7 @@ RUNTIME = (
 # restored, run again (calibench.run.repair): their manifests and tables are set aside, so
 # Snakemake rebuilds them. Only the driving Snakemake checks, not its jobs.
 if not (workflow.remote_exec or workflow.subprocess_exec):
-    from calibench import repair, runlock
+    from calibench.run import repair, runlock
 
     _live = runlock.live_run(Path.cwd(), RESULTS, sys.argv[1:])
     if _live is not None:  # before anything is touched; Snakemake would suggest --unlock
@@ -69,7 +88,7 @@ def results_of(levels):
 # result table per (space, hp, dataset), and per (population, dataset) beyond NATS-Bench. A
 # schedule the mini benchmark being built holds no weights for stopped the run above.
 def all_tables():
-    return [f"{RESULTS}/tables/{target}_{dataset}.parquet" for target, (space, _) in TARGETS.items()
+    return [results_path(layout.table_path, target, dataset) for target, (space, _) in TARGETS.items()
             for dataset in DATASETS[space]]
 
 
@@ -95,8 +114,8 @@ def population_input(wildcards):
 def labels_file(wildcards):
     """NATS-Bench's labels are shared by its spaces; a population has its own."""
     if hp_of(wildcards):
-        return f"{RESULTS}/logits/labels/dataset={wildcards.dataset}.parquet"
-    return f"{RESULTS}/logits/labels/space={space_of(wildcards)}/dataset={wildcards.dataset}.parquet"
+        return results_path(layout.labels_path, wildcards.dataset)
+    return results_path(layout.labels_path, wildcards.dataset, space=space_of(wildcards))
 
 
 def eval_data_input(space):
@@ -124,7 +143,7 @@ def chunk_files(wildcards):
     spec = POPULATIONS.get(space)
     if not spec or spec["source"] != "logits":
         return eval_data_input(space)
-    labels = [f"{RESULTS}/logits/labels/space={space}/dataset={d}.parquet" for d in DATASETS[space]]
+    labels = [results_path(layout.labels_path, d, space=space) for d in DATASETS[space]]
     if not Path(spec["path"], "models.csv").is_file():
         return labels
     population = checkpoints.population.get(space=space).output[0]
@@ -148,7 +167,7 @@ def n_chunks(space):
 def measure_manifests(wildcards):
     """The measurement jobs of one (space, hp, dataset)."""
     return [
-        f"{RESULTS}/chunks/measure/{wildcards.target}_{wildcards.dataset}/chunk{i:05d}.json"
+        results_path(layout.measure_manifest, wildcards.target, wildcards.dataset, i)
         for i in range(n_chunks(space_of(wildcards)))
     ]
 
@@ -191,11 +210,11 @@ def odir_manifests(wildcards):
     search = stage.odir_search_settings(config)
     sample = set(stage.search_sample(doc["selected"], search["networks"], search["seed"]))
     chunks = [i for i, chunk in enumerate(doc["chunks"]) if sample & set(chunk)]
-    return [f"{RESULTS}/chunks/infer/{wildcards.target}/chunk{i:05d}.json" for i in chunks]
+    return [results_path(layout.infer_manifest, wildcards.target, i) for i in chunks]
 
 
 def odir_input(wildcards):
     """The lambda, mu search's result, where the config leaves it to the search."""
     if not stage.odir_searched_stages(config):
         return {}
-    return {"odir": f"{RESULTS}/recalibration/odir_{wildcards.target}_{wildcards.dataset}.json"}
+    return {"odir": results_path(layout.odir_path, wildcards.target, wildcards.dataset)}

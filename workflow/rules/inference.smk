@@ -2,11 +2,11 @@ rule labels:
     """One evaluation set's labels, once per dataset, into the logits store (NATS-Bench's,
     shared by its spaces)."""
     output:
-        maybe_temp(f"{RESULTS}/logits/labels/dataset={{dataset}}.parquet"),
+        maybe_temp(results_path(layout.labels_path, "{dataset}")),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/labels/{{dataset}}.log",
+        log_file("labels/{dataset}"),
     params:
         python=PYTHON,
         settings=stage_json(stage.labels_settings(config)),
@@ -20,11 +20,11 @@ rule population_labels:
     input:
         labels_input,
     output:
-        maybe_temp(f"{RESULTS}/logits/labels/space={{space}}/dataset={{dataset}}.parquet"),
+        maybe_temp(results_path(layout.labels_path, "{dataset}", space="{space}")),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/labels/{{space}}_{{dataset}}.log",
+        log_file("labels/{space}_{dataset}"),
     params:
         python=PYTHON,
         settings=lambda wildcards: stage_json(stage.labels_settings(config, wildcards.space)),
@@ -40,16 +40,16 @@ rule infer:
     models run). Logits already stored with the current key are skipped, so a killed job
     resumes where it stopped and an unchanged chunk opens no archive."""
     input:
-        population=lambda wildcards: f"{RESULTS}/population/{space_of(wildcards)}.json",
+        population=lambda wildcards: results_path(layout.population_path, space_of(wildcards)),
         files=chunk_files,
     output:
-        maybe_temp(f"{RESULTS}/chunks/infer/{{target}}/chunk{{chunk}}.json"),
+        maybe_temp(results_path(layout.infer_manifest, "{target}", "{chunk}")),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/infer/{{target}}_chunk{{chunk}}.log",
+        log_file("infer/{target}_chunk{chunk}"),
     benchmark:  # wall time and peak memory (max_rss, MB) per job: size cluster requests from these
-        f"{RESULTS}/benchmarks/infer/{{target}}_chunk{{chunk}}.tsv"
+        benchmark_file("infer/{target}_chunk{chunk}")
     resources:
         runtime=infer_runtime,
         gpu=infer_gpus,

@@ -5,16 +5,16 @@ rule measure:
     already valid are skipped."""
     input:
         unpack(odir_input),
-        logits=f"{RESULTS}/chunks/infer/{{target}}/chunk{{chunk}}.json",
+        logits=results_path(layout.infer_manifest, "{target}", "{chunk}"),
         labels=labels_file,
     output:
-        f"{RESULTS}/chunks/measure/{{target}}_{{dataset}}/chunk{{chunk}}.json",
+        results_path(layout.measure_manifest, "{target}", "{dataset}", "{chunk}"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/measure/{{target}}_{{dataset}}_chunk{{chunk}}.log",
+        log_file("measure/{target}_{dataset}_chunk{chunk}"),
     benchmark:
-        f"{RESULTS}/benchmarks/measure/{{target}}_{{dataset}}_chunk{{chunk}}.tsv"
+        benchmark_file("measure/{target}_{dataset}_chunk{chunk}")
     params:
         settings=stage_json(stage.measurement_settings(config)),
         results=results_of(3),

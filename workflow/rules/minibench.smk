@@ -11,7 +11,7 @@ if MINI["build"]:
         conda:
             "../../environment.yml"
         log:
-            f"{RESULTS}/logs/minibench.log",
+            log_file("minibench"),
         params:
             python=PYTHON,
             out=lambda wildcards, output: str(Path(output[2]).parent),

@@ -4,11 +4,11 @@ checkpoint population:
     input:
         population_input,
     output:
-        f"{RESULTS}/population/{{space}}.json",
+        results_path(layout.population_path, "{space}"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/population/{{space}}.log",
+        log_file("population/{space}"),
     params:
         python=PYTHON,
         settings=lambda wildcards: stage_json(stage.population_settings(config, wildcards.space)),

@@ -7,13 +7,13 @@ rule odir_search:
         logits=odir_manifests,
         labels=labels_file,
     output:
-        f"{RESULTS}/recalibration/odir_{{target}}_{{dataset}}.json",
+        results_path(layout.odir_path, "{target}", "{dataset}"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/odir_search/{{target}}_{{dataset}}.log",
+        log_file("odir_search/{target}_{dataset}"),
     benchmark:
-        f"{RESULTS}/benchmarks/odir_search/{{target}}_{{dataset}}.tsv"
+        benchmark_file("odir_search/{target}_{dataset}")
     params:
         settings=stage_json(stage.odir_search_settings(config)),
         results=results_of(1),

@@ -2,17 +2,17 @@ rule table:
     """The wide result table of one (space, hp, dataset): one row per network, from the
     shards its measurement manifests name."""
     input:
-        population=lambda wildcards: f"{RESULTS}/population/{space_of(wildcards)}.json",
+        population=lambda wildcards: results_path(layout.population_path, space_of(wildcards)),
         manifests=measure_manifests,
     output:
-        table=f"{RESULTS}/tables/{{target}}_{{dataset}}.parquet",
-        failures=f"{RESULTS}/failures/{{target}}_{{dataset}}.parquet",
+        table=results_path(layout.table_path, "{target}", "{dataset}"),
+        failures=results_path(layout.failures_path, "{target}", "{dataset}"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/tables/{{target}}_{{dataset}}.log",
+        log_file("tables/{target}_{dataset}"),
     benchmark:
-        f"{RESULTS}/benchmarks/tables/{{target}}_{{dataset}}.tsv"
+        benchmark_file("tables/{target}_{dataset}")
     params:
         results=results_of(1),
         python=PYTHON,

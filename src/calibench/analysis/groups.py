@@ -3,8 +3,10 @@ transformers; ResNets, WRN and DenseNet trained with cross-entropy, focal and MM
 CLIP models): per group, ECE before and after each post-hoc method, a test of whether the
 groups differ, and each group's Kendall matrices (Figs. 11-19).
 
-Pure functions over the wide result tables (:func:`calibench.analysis.core.load_tables`) with
-the population's ``models.csv`` columns in them.
+Pure functions over the wide result tables (:func:`calibench.analysis.tables.load_tables`) with
+the population's ``models.csv`` columns in them; :func:`run` is the groups part
+(``analysis/groups.csv``, ``analysis/kendall_groups.parquet``, ``plots/groups/``), which
+always runs and writes empty outputs when no population is grouped.
 """
 
 from __future__ import annotations
@@ -17,6 +19,13 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from calibench.analysis.kendall import kendall_all
+from calibench.analysis.plots import heatmap_panels, pyplot, save
+from calibench.analysis.stats import kendall_tau
+from calibench.analysis.tables import (first_seed, load_tables, measured, metric_candidates, nearest_bins,
+                                       stages_present)
+from calibench.layout import analysis_dir
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +44,12 @@ def _check_column(df: pd.DataFrame, group_by: str) -> None:
 
 
 def _first_seed_measured(df: pd.DataFrame) -> pd.DataFrame:
-    from calibench.analysis.core import _first_seed, measured
-
-    return _first_seed(measured(df))
+    return first_seed(measured(df))
 
 
 def group_kendall(df: pd.DataFrame, group_by: str, settings: Mapping) -> pd.DataFrame:
-    """:func:`calibench.analysis.core.kendall_all` on each group's networks, with columns ``group_by``
+    """:func:`calibench.analysis.kendall.kendall_all` on each group's networks, with columns ``group_by``
     and ``group``; groups of fewer than :data:`MIN_GROUP` networks are skipped (logged)."""
-    from calibench.analysis.core import kendall_all
-
     _check_column(df, group_by)
     out = []
     for group, part in df.dropna(subset=[group_by]).groupby(group_by, sort=True):
@@ -67,8 +72,6 @@ def group_summary(df: pd.DataFrame, group_by: str, bins: Sequence[int]) -> pd.Da
     ECE across the groups of the (space, hp, dataset, stage) (NaN with fewer than two groups of
     two or more networks)."""
     from scipy.stats import kruskal
-
-    from calibench.analysis.core import nearest_bins, stages_present
 
     _check_column(df, group_by)
     b = nearest_bins(bins)
@@ -108,14 +111,7 @@ def plot_groups(df: pd.DataFrame, group_by: str, bins: Sequence[int], plots: Pat
     """Per (space, hp): pre and post ECE (nearest 15 bins) by group, a panel per dataset (boxes,
     with the networks as points where a group has at most 200); and the groups' Kendall tau
     across datasets of pre ECE side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from calibench.analysis.core import _heatmap_panels, _save, nearest_bins
-    from calibench.analysis.stats import kendall_tau
-
+    plt = pyplot()
     _check_column(df, group_by)
     b = nearest_bins(bins)
     nets = _first_seed_measured(df).dropna(subset=[group_by])
@@ -148,7 +144,7 @@ def plot_groups(df: pd.DataFrame, group_by: str, bins: Sequence[int], plots: Pat
             ax.set_title(f"{dataset}: {rows['arch_index'].nunique()} networks", fontsize=9)
         axes[0][0].set_ylabel(f"ECE ({b} bins; orange: pre, blue: post)")
         fig.suptitle(f"ECE by {group_by} ({label}){demo}", fontsize=10)
-        made.append((f"ECE by {group_by}, {label}", _save(fig, plots / f"groups_{_slug(group_by)}_{name}.png")))
+        made.append((f"ECE by {group_by}, {label}", save(fig, plots / f"groups_{_slug(group_by)}_{name}.png")))
         if len(datasets) < 2:
             continue
         blocks = []
@@ -163,7 +159,7 @@ def plot_groups(df: pd.DataFrame, group_by: str, bins: Sequence[int], plots: Pat
             blocks.append((f"{group_by} = {g}", tidy))
         if blocks:
             path = plots / f"groups_kendall_{_slug(group_by)}_{name}.png"
-            _heatmap_panels(blocks, f"Kendall tau of pre ECE ({b} bins) across datasets by {group_by} ({label}){demo}",
+            heatmap_panels(blocks, f"Kendall tau of pre ECE ({b} bins) across datasets by {group_by} ({label}){demo}",
                             path)
             made.append((f"Kendall tau across datasets by {group_by}, {label}", path))
     return made
@@ -181,3 +177,52 @@ def groups_html(summary: pd.DataFrame) -> str:
     shown = s[["dataset", "stage", "group", "n", "accuracy (median)", "ECE median [q25, q75]",
                "p (Kruskal-Wallis across groups)"]]
     return shown.to_html(index=False, escape=True)
+
+
+# ---------------------------------------------------------------- the groups part
+
+OUTPUTS = ("groups.csv", "kendall_groups.parquet")
+KENDALL_GROUP_COLUMNS = ["row", "col", "tau", "lo", "hi", "n", "figure", "metric", "space", "hp", "dataset",
+                         "population", "stage", "group_by", "group"]
+
+
+def population_groups(df: pd.DataFrame, settings: Mapping, plots: Path
+                      ) -> tuple[pd.DataFrame, pd.DataFrame, list[tuple[str, Path]], str]:
+    """Populations beyond NATS-Bench compared by their metadata (``populations.<name>.group_by``;
+    Tao et al. App. A-C): per group, ECE before and after temperature scaling and a test
+    across groups, the Kendall matrices of each group, plots and the report's HTML."""
+    wanted = settings.get("groups") or {}
+    made, parts, summaries, matrices = [], [], [], []
+    for space, columns in wanted.items():
+        part = df[df["space"] == space] if not df.empty else df
+        if part.empty:
+            continue
+        for column in columns:
+            if column not in part.columns:
+                log.warning("populations.%s.group_by: no column %r in its tables; skipped", space, column)
+                parts.append(f"<p>{html.escape(space)}: no metadata column {html.escape(column)!r} to group by.</p>")
+                continue
+            summary = group_summary(part, column, settings["bins"])
+            summaries.append(summary)
+            matrices.append(group_kendall(part, column, settings))
+            made += plot_groups(part, column, settings["bins"], plots)
+            parts.append(f"<h3>{html.escape(space)}, by {html.escape(column)}</h3>" + groups_html(summary))
+    summary = pd.concat(summaries, ignore_index=True) if summaries else pd.DataFrame(columns=SUMMARY_COLUMNS)
+    kendall = (pd.concat(matrices, ignore_index=True) if matrices
+               else pd.DataFrame(columns=KENDALL_GROUP_COLUMNS))
+    return summary, kendall, made, "".join(parts)
+
+
+def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
+    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``groups``."""
+    wanted = settings.get("groups") or {}
+    df = pd.DataFrame()
+    if wanted:  # the Kendall columns, the grouping columns and every metadata column (no "_" in its name)
+        columns = {c for cs in wanted.values() for c in cs}
+        candidate = metric_candidates(settings["bins"])
+        df = load_tables(tables, lambda c: candidate(c) or c in columns or "_" not in c)
+    summary, kendall, made, block = population_groups(df, settings, plots)
+    out = analysis_dir(results)
+    summary.to_csv(out / "groups.csv", index=False)
+    kendall.to_parquet(out / "kendall_groups.parquet", index=False)
+    return {"plots": made, "blocks": [("populations", 10, block)]}

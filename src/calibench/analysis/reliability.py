@@ -15,15 +15,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from calibench import layout
 from calibench.results import shards
 
 
 def _hp_of(results: Path, space: str, dataset: str, hp: str | None) -> str:
     if hp is not None:
         return str(hp)
-    if (results / "shards" / f"space={space}" / f"dataset={dataset}").is_dir():
+    if layout.shard_dir(results, space, "", dataset).is_dir():
         return ""  # a population beyond NATS-Bench: no schedule
-    found = sorted(p.name.split("=", 1)[1] for p in (results / "shards" / f"space={space}").glob("hp=*")
+    found = sorted(p.name.split("=", 1)[1] for p in (layout.shards_dir(results) / f"space={space}").glob("hp=*")
                    if (p / f"dataset={dataset}").is_dir())
     if len(found) != 1:
         raise ValueError(f"{results}/shards/space={space}: {'no hp holds' if not found else f'hps {found} hold'} "
@@ -33,7 +34,7 @@ def _hp_of(results: Path, space: str, dataset: str, hp: str | None) -> str:
 
 def _measured_by(results: Path, space: str, hp: str, dataset: str, arch: int) -> int:
     """The index whose shard holds ``arch`` (TSS: the class representative), from the table."""
-    table = results / "tables" / f"{space}_{hp}_{dataset}.parquet" if hp else results / "tables" / f"{space}_{dataset}.parquet"
+    table = layout.table_path(results, layout.target_name(space, hp), dataset)
     if not table.is_file():
         return arch
     rows = pq.read_table(table, columns=["arch_index", "measured_by"],
@@ -50,7 +51,7 @@ def load(results: str | Path, space: str, dataset: str, arch: int, hp: str | Non
     results = Path(results)
     hp = _hp_of(results, space, dataset, hp)
     source = _measured_by(results, space, hp, dataset, int(arch))
-    path = shards.shard_path(results, space, hp, dataset, source)
+    path = layout.shard_path(results, space, hp, dataset, source)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no shard for architecture {arch} ({space}, hp {hp}, {dataset})")
     by_seed = shards.read_reliability(path)
@@ -157,3 +158,47 @@ def plot_network(found: Mapping, path: str | Path, stages: Sequence[str] | None 
         raise KeyError(f"{found['shard']}: no stage {missing} (has {list(found['stages'])})")
     title = f"{found['space']} {found['dataset']} architecture {found['arch']} (hp {found['hp']}, seed {found['seed']})"
     return figure([(s, found["stages"][s]) for s in chosen], title, path)
+
+
+# ---------------------------------------------------------------- the reliability part
+
+OUTPUTS = ()
+
+
+def best_and_worst(hcs_df, results: str | Path, beta: float, plots: Path) -> list[tuple[str, Path]]:
+    """Reliability diagrams of the best and the worst network by HCS_beta of every table, pre
+    and post side by side (from the shards' bins; a table without shards, e.g. imported, has
+    none). ``hcs_df``: the HCS part's ``analysis/hcs.parquet``."""
+    import logging
+
+    col = f"hcs_{beta:g}"
+    out = []
+    for (space, hp, dataset), part in hcs_df.dropna(subset=[col]).groupby(["space", "hp", "dataset"]):
+        ranked = part.sort_values([col, "arch_index"], ascending=[False, True], kind="stable")
+        panels = []
+        for label, row in (("best", ranked.iloc[0]), ("worst", ranked.iloc[-1])):
+            try:
+                found = load(results, space, dataset, int(row["arch_index"]), hp=str(hp))
+            except (OSError, KeyError, ValueError) as exc:
+                logging.getLogger(__name__).info("no reliability diagram for %s %s %s: %s", space, hp, dataset, exc)
+                panels = []
+                break
+            for stage in ("pre", "post"):
+                if stage in found["stages"]:
+                    panels.append((f"{label} by HCS_{beta:g}: arch {int(row['arch_index'])}, {stage}\n"
+                                   f"acc {row['accuracy']:.3f}, HCS {row[col]:.3f}", found["stages"][stage]))
+        if panels:
+            where = f"{space}, hp {hp}" if hp else str(space)
+            path = figure(panels, f"{where}, {dataset}: reliability of the best and worst network",
+                          plots / f"reliability_{layout.target_name(space, hp)}_{dataset}.png")
+            out.append((f"Reliability, best and worst by HCS: {space} {dataset}", path))
+    return out
+
+
+def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
+    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``reliability``
+    (the beta of the ranking); reads the HCS part's ``analysis/hcs.parquet``."""
+    import pandas as pd
+
+    hcs_df = pd.read_parquet(layout.analysis_dir(results) / "hcs.parquet")
+    return {"plots": best_and_worst(hcs_df, results, settings["beta"], plots), "blocks": []}

@@ -2,14 +2,22 @@
 a YAML syntax error with its file, line and column; a value the schema rejects (or a
 missing required key) with the config file that set it, instead of Snakemake's dump of
 schema and config. Used by ``calibench run`` before Snakemake starts, and by the Snakefile.
+
+The schema's defaults are the only defaults (architecture.md): Snakemake fills them into the
+workflow's config, and code that reads a setting a config may leave out takes its default
+from :func:`schema_defaults`, never from a literal of its own.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 SCHEMA = "workflow/schemas/config.schema.yaml"
+# calibench's own schema, found beside the package (a checkout), else in the working directory
+_SCHEMA_FILES = (Path(__file__).resolve().parents[3] / SCHEMA, Path(SCHEMA))
 
 
 class ConfigError(ValueError):
@@ -94,3 +102,43 @@ def check(config: Mapping, files: Sequence[str | Path] = (), schema: str | Path 
     more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
     names = ", ".join(str(f) for f in files) or "the config"
     raise ConfigError(f"invalid config ({names}), schema {schema}:\n" + "\n".join(lines) + more)
+
+
+# ---------------------------------------------------------------- defaults
+
+def _defaults(node: Mapping) -> dict:
+    """The defaults a schema node gives its properties, nested as the config nests them."""
+    out: dict = {}
+    for name, sub in (node.get("properties") or {}).items():
+        nested = _defaults(sub) if isinstance(sub, Mapping) else {}
+        if isinstance(sub, Mapping) and "default" in sub:
+            value = sub["default"]
+            out[name] = {**value, **nested} if isinstance(value, dict) else value
+        elif nested:
+            out[name] = nested
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _schema_defaults() -> dict:
+    import yaml
+
+    for path in _SCHEMA_FILES:
+        if path.is_file():
+            return _defaults(yaml.safe_load(path.read_text()))
+    raise ConfigError(f"calibench's config schema ({SCHEMA}) is not beside the package nor in {Path.cwd()}")
+
+
+def schema_defaults() -> dict:
+    """Every default of calibench's config schema, nested as the config is (a fresh copy):
+    ``schema_defaults()["recalibration"]["max_iterations"]`` is 1000."""
+    return copy.deepcopy(_schema_defaults())
+
+
+def schema_default(*keys: str):
+    """One default: ``schema_default("recalibration", "odir", "search", "grid")``; KeyError if
+    the schema gives none."""
+    node = _schema_defaults()
+    for key in keys:
+        node = node[key]
+    return copy.deepcopy(node)

@@ -18,14 +18,14 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from calibench import layout
+from calibench.config.check import schema_default
+from calibench.layout import NATS_SPACES, ODIR_STAGES, split_target, target_name  # noqa: F401 (split_target: for callers)
+
 # Bump when inference changes the logits it produces (network forms, data pipeline):
 # every stored logits file's key changes with it (calibench.store.logits), and so do the
 # inference jobs' params, so old logits are recomputed.
 INFERENCE_VERSION = 1
-
-# Post-hoc stages that need the ODIR lambda, mu (recalibration-spec.md), and the search grid.
-ODIR_STAGES = ("ms", "dir")
-DEFAULT_ODIR_GRID = (1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3)
 
 
 # The training schedules (hp) whose weights the embedded mini benchmark stores
@@ -70,7 +70,6 @@ def check_hps(config: Mapping) -> None:
 
 # ---------------------------------------------------------------- populations
 
-NATS_SPACES = ("tss", "sss")
 # A population's name and a user dataset's name: no underscore, so that a target name
 # ``{population}_{dataset}`` (and NATS-Bench's ``{space}_{hp}_{dataset}``) splits one way only.
 NAME_PATTERN = r"[A-Za-z][A-Za-z0-9-]*"
@@ -106,25 +105,13 @@ def population_datasets(config: Mapping, space: str) -> list[str]:
     if not root.is_dir():
         raise ValueError(f"populations.{space}.path: {root} is not a directory")
     if not (root / "models.csv").is_file():  # a logits store, or a results directory holding one
-        tree = f"space={spec['space']}" if spec.get("space") else "space=*"
-        hp = f"hp={spec['hp']}" if spec.get("hp") else "hp=*"
-        store = [p for base in (root, root / "logits")
-                 for p in [*base.glob(f"{tree}/{hp}/dataset=*"), *base.glob(f"{tree}/dataset=*")]]
+        space_of, hp_of = str(spec.get("space") or "*"), str(spec.get("hp") or "*")
+        trees = [layout.logits_path("", space_of, hp, "*", 0).parent.relative_to(layout.logits_dir(""))
+                 for hp in (hp_of, "")]  # space=*/hp=*/dataset=* and space=*/dataset=*
+        store = [p for base in (root, layout.logits_dir(root)) for tree in trees for p in base.glob(str(tree))]
         if store:
             return sorted({p.name.split("=", 1)[1] for p in store})
     return sorted(d.name for d in root.iterdir() if d.is_dir() and any(d.glob("*.npz")))
-
-
-def target_name(space: str, hp: str) -> str:
-    """The name of a population's result tables, chunks and logs: ``tss_200`` for a NATS space
-    and schedule, the population's own name for the others (``hp`` empty)."""
-    return f"{space}_{hp}" if hp else space
-
-
-def split_target(target: str) -> tuple[str, str]:
-    """:func:`target_name` undone: ``tss_200`` -> (tss, 200); ``zoo`` -> (zoo, "")."""
-    found = re.fullmatch(r"(tss|sss)_([0-9]+)", target)
-    return (found[1], found[2]) if found else (target, "")
 
 
 def targets(config: Mapping) -> dict[str, tuple[str, str]]:
@@ -212,22 +199,23 @@ def labels_settings(config: Mapping, space: str | None = None) -> dict:
 def recalibration_settings(config: Mapping) -> dict:
     """The options of the configured post-hoc methods that change their numbers
     (recalibration-spec.md); a method that does not run contributes nothing. ``ms`` / ``dir``
-    lambda and mu are ``None`` where the search chooses them (:func:`odir_search_settings`)."""
+    lambda and mu are ``None`` where the search chooses them (:func:`odir_search_settings`);
+    an option the config leaves out takes the schema's default."""
     stages = list(config["stages"])
-    rec = config.get("recalibration", {})
+    rec = {**schema_default("recalibration"), **config.get("recalibration", {})}
     out: dict = {}
-    if any(s in stages for s in ("vs", "ms", "dir")):
-        out["max_iterations"] = int(rec.get("max_iterations", 1000))
-        out["tolerance"] = float(rec.get("tolerance", 1e-6))
-    odir = rec.get("odir", {})
+    if any(s in stages for s in ("vs", *ODIR_STAGES)):
+        out["max_iterations"] = int(rec["max_iterations"])
+        out["tolerance"] = float(rec["tolerance"])
+    odir = config.get("recalibration", {}).get("odir", {})
     for s in ODIR_STAGES:
         if s in stages:
             given = odir.get(s) or {}
             out[s] = {"lambda": given.get("lambda"), "mu": given.get("mu")}
     if "hist" in stages:
-        out["hist_bins"] = int(rec.get("hist_bins", 15))
+        out["hist_bins"] = int(rec["hist_bins"])
     if "spline" in stages:
-        out["spline_knots"] = int(rec.get("spline_knots", 6))
+        out["spline_knots"] = int(rec["spline_knots"])
     return out
 
 
@@ -250,15 +238,16 @@ def odir_searched_stages(config: Mapping) -> list[str]:
 def odir_search_settings(config: Mapping) -> dict:
     """What the lambda, mu search of one (space, hp, dataset) depends on besides the logits:
     the searched stages, the sample, folds and grid, the split (validation parts) and the
-    fit's iteration limits (recalibration-spec.md, "Choosing lambda and mu")."""
-    search = dict(config.get("recalibration", {}).get("odir", {}).get("search", {}))
-    rec = recalibration_settings(config)
+    fit's iteration limits (recalibration-spec.md, "Choosing lambda and mu"); what the config
+    leaves out takes the schema's default."""
+    search = {**schema_default("recalibration", "odir", "search"),
+              **config.get("recalibration", {}).get("odir", {}).get("search", {})}
+    rec = {**schema_default("recalibration"), **recalibration_settings(config)}
     return {"stages": odir_searched_stages(config),
-            "networks": int(search.get("networks", 64)), "folds": int(search.get("folds", 5)),
-            "seed": int(search.get("seed", 0)),
-            "grid": [float(g) for g in search.get("grid", DEFAULT_ODIR_GRID)],
+            "networks": int(search["networks"]), "folds": int(search["folds"]), "seed": int(search["seed"]),
+            "grid": [float(g) for g in search["grid"]],
             "split": {"val_fraction": config["temperature"]["val_fraction"], "seed": config["temperature"]["seed"]},
-            "max_iterations": rec.get("max_iterations", 1000), "tolerance": rec.get("tolerance", 1e-6)}
+            "max_iterations": rec["max_iterations"], "tolerance": rec["tolerance"]}
 
 
 def search_sample(selected: list[int], networks: int, seed: int) -> list[int]:
@@ -280,6 +269,60 @@ def analysis_settings(config: Mapping) -> dict:
     groups = {name: list(spec.get("group_by") or []) for name, spec in populations(config).items()}
     if any(groups.values()):  # metadata columns to compare a population's models by
         out["groups"] = {name: columns for name, columns in groups.items() if columns}
+    return out
+
+
+def analysis_parts(config: Mapping) -> list[str]:
+    """The analysis parts a run has (calibench.analysis.parts), in report order: every run the
+    general ones; with a NATS-Bench space NAS and the architecture figures, with two or more
+    schedules of a space their comparison, with ``robustness.path`` question 2."""
+    nats = [s for s in config.get("spaces") or [] if s in NATS_SPACES]
+    out = ["kendall", "overview", "hcs", "methods", "reliability", "groups"]
+    if nats:
+        out += ["nas", "architecture"]
+    if any(len(hps(config, s)) > 1 for s in nats):
+        out.append("schedules")
+    if (config.get("robustness") or {}).get("path"):
+        out.append("robustness")
+    return out
+
+
+def part_settings(settings: Mapping, part: str) -> dict:
+    """What one analysis part's outputs depend on, out of :func:`analysis_settings`; ``report``:
+    what the report adds (bins, the interval level, the demo flag)."""
+    analysis = settings["analysis"]
+
+    def pick(*keys):
+        return {k: analysis[k] for k in keys if k in analysis}
+
+    bins, demo = list(settings["bins"]), bool(settings["demo"])
+    level = (analysis.get("bootstrap") or {}).get("level", 0.95)
+    chosen = {
+        "kendall": lambda: {"analysis": pick("top_k", "bootstrap"), "bins": bins, "demo": demo},
+        "overview": lambda: {"bins": bins, "demo": demo},
+        "hcs": lambda: {"analysis": pick("hcs_betas", "top_n"), "demo": demo},
+        "methods": lambda: {"bins": bins, "demo": demo},
+        "reliability": lambda: {"beta": analysis["hcs_betas"][0]},
+        "groups": lambda: {"analysis": pick("top_k", "bootstrap"), "bins": bins,
+                           "groups": dict(settings.get("groups") or {})},
+        "nas": lambda: {"analysis": pick("nas")},
+        "architecture": lambda: {"analysis": {"hcs_betas": analysis["hcs_betas"][:1], **pick("top_n")},
+                                 "bins": bins, "demo": demo},
+        "schedules": lambda: {"level": level, "demo": demo},
+        "robustness": lambda: {"robustness": dict(settings.get("robustness") or {}), "analysis": pick("top_k"),
+                               "bins": bins, "demo": demo},
+        "report": lambda: {"bins": bins, "level": level, "demo": demo},
+    }
+    if part not in chosen:
+        raise ValueError(f"unknown analysis part {part!r}")
+    return chosen[part]()
+
+
+def analysis_part_settings(config: Mapping, part: str) -> dict:
+    """:func:`part_settings` of the config: a part's rule params (the report's with the parts it assembles)."""
+    out = part_settings(analysis_settings(config), part)
+    if part == "report":
+        out["parts"] = analysis_parts(config)
     return out
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calibench import layout
 from calibench.atomic import file_state, write_json_atomic
 from calibench.store import logits as store
 
@@ -48,7 +49,7 @@ def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, man
     a dataset's labels (loaded only if something is computed)."""
     results = Path(results)
     keys = {pair: store.digest(f) for pair, f in fields.items()}
-    todo = {i: [d for d in datasets if not store.is_valid(store.logits_path(results, space, hp, d, i), keys[i, d])]
+    todo = {i: [d for d in datasets if not store.is_valid(layout.logits_path(results, space, hp, d, i), keys[i, d])]
             for i in indices}
     todo = {i: needed for i, needed in todo.items() if needed}
     log_slurm()
@@ -71,7 +72,7 @@ def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, man
                 continue
             if dataset not in labels:
                 labels[dataset] = labels_of(dataset)
-            store.write_network_logits(store.logits_path(results, space, hp, dataset, index), key=keys[index, dataset],
+            store.write_network_logits(layout.logits_path(results, space, hp, dataset, index), key=keys[index, dataset],
                                        fields=fields[index, dataset], space=space, hp=hp, dataset=dataset, index=index,
                                        arch_str=names[index], labels=labels[dataset], seeds=out)
             computed += 1
@@ -79,7 +80,7 @@ def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, man
     summary = {
         "space": space, "hp": hp, "chunk": chunk, "indices": indices, "datasets": {
             d: {str(i): keys[i, d] for i in indices if (i, d) not in failed} for d in datasets},
-        "files": {d: {str(i): file_state(store.logits_path(results, space, hp, d, i)) for i in indices
+        "files": {d: {str(i): file_state(layout.logits_path(results, space, hp, d, i)) for i in indices
                       if (i, d) not in failed} for d in datasets},
         "skipped": n_pairs - n_todo, "computed": computed, "archive_files_read": len(todo), "failures": failures,
         "seconds": round(time.perf_counter() - start, 3),

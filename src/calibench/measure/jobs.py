@@ -28,13 +28,14 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from calibench import layout
+from calibench.config.check import schema_default
 from calibench.store import logits as store
 from calibench.results import provenance as prov
 from calibench.results import shards
 from calibench.atomic import atomic_write, file_state, write_json_atomic
 from calibench.inference.jobs import log_slurm, progress_bar
 from calibench.metrics.scores import auroc
-from calibench.results.tables import population_path
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
     from calibench.config.settings import search_sample
 
     results = Path(results)
-    doc = json.loads(population_path(results, space).read_text())
+    doc = json.loads(layout.population_path(results, space).read_text())
     sample = set(search_sample(doc["selected"], settings["networks"], settings["seed"]))
     keys: dict[int, str] = {}
     for m in infer_manifests:
@@ -204,7 +205,7 @@ def shard_key(settings: Mapping, logits_key: str) -> str:
 
 def _read_stored(results: Path, space: str, hp: str, dataset: str, index: int, expected_key: str,
                  labels: store.Labels) -> list[StoredNetwork]:
-    path = store.logits_path(results, space, hp, dataset, index)
+    path = layout.logits_path(results, space, hp, dataset, index)
     if not path.is_file():
         raise store.StoreError(path, "logits file missing (deleted under keep_logits: false, or moved); rerun its "
                                      f"inference: snakemake --forcerun infer (or delete results/chunks/infer)")
@@ -240,7 +241,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     failures = [dict(f) for f in inferred["failures"] if f["dataset"] == dataset]  # carried into the table
     keys = {i: shard_key(settings, k) for i, k in logits_keys.items()}
     todo = [i for i in indices if i in keys and
-            not shards.is_valid_shard(shards.shard_path(results, space, hp, dataset, i), keys[i])]
+            not shards.is_valid_shard(layout.shard_path(results, space, hp, dataset, i), keys[i])]
     skipped = len(keys) - len(todo)
     log.info("%s hp=%s %s chunk %d: %d architectures, %d already measured (skipped), %d to measure, %d without "
              "logits (failed inference)", space, hp, dataset, chunk, len(indices), skipped, len(todo),
@@ -251,7 +252,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     if todo:
         labels_read = store.read_labels(labels_file)
         labels = torch.from_numpy(labels_read.labels)
-        group_size = max(1, int(runtime.get("measure_group", 8)))
+        group_size = max(1, int(runtime.get("measure_group", schema_default("measure_group"))))
         pending: list[StoredNetwork] = []
 
         def flush():
@@ -276,7 +277,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                 measured_with = prov.measurement("cpu", {"calibench_version": written.get(index)})
                 metadata[prov.PROVENANCE_KEY] = prov.dumps(measured_with)
                 table = table.replace_schema_metadata(metadata)
-                shards.write_atomic_parquet(table, shards.shard_path(results, space, hp, dataset, index))
+                shards.write_atomic_parquet(table, layout.shard_path(results, space, hp, dataset, index))
                 measured.add(index)
             pending.clear()
 
@@ -285,7 +286,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                 networks = _read_stored(results, space, hp, dataset, index, logits_keys[index], labels_read)
             except (store.StoreError, OSError, KeyError, ValueError) as exc:
                 log.warning("architecture %d: %s", index, exc)
-                source = store.logits_path(results, space, hp, dataset, index)
+                source = layout.logits_path(results, space, hp, dataset, index)
                 failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index, "seed": None,
                                  "source": str(source), "reason": str(exc), "stage": "measurement",
                                  "source_state": file_state(source)})
@@ -296,12 +297,12 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
         if pending:
             flush()
     for index in set(keys) - set(todo):  # valid shards kept from an earlier run: their NaN stages' reasons
-        stage_failures += shards.read_stage_failures(shards.shard_path(results, space, hp, dataset, index))
+        stage_failures += shards.read_stage_failures(layout.shard_path(results, space, hp, dataset, index))
     computed = len(measured)
     removed = 0
     if not keep_logits:  # the logits of every valid shard (found valid, or just written) have served
         for index in (set(keys) - set(todo)) | measured:
-            path = store.logits_path(results, space, hp, dataset, index)
+            path = layout.logits_path(results, space, hp, dataset, index)
             if path.is_file():
                 path.unlink()
                 removed += 1
@@ -309,7 +310,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     summary = {"space": space, "hp": hp, "dataset": dataset, "chunk": chunk, "indices": indices,
                "skipped": skipped, "computed": computed, "failed": failed, "failures": failures + stage_failures,
                "shards": {str(i): k for i, k in keys.items() if i not in failed},
-               "files": {str(i): file_state(shards.shard_path(results, space, hp, dataset, i))
+               "files": {str(i): file_state(layout.shard_path(results, space, hp, dataset, i))
                          for i in keys if i not in failed},
                "logits_removed": removed, "seconds": round(time.perf_counter() - start, 3)}
     log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s", chunk, computed, skipped, len(failed),

@@ -19,11 +19,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
+from calibench.layout import STAGES
 from calibench.metrics._arrays import check_bins, check_logits
 from calibench.metrics.reliability import RELIABILITY_BINS, reliability_from_logits
 from calibench.metrics.scores import auroc
 from calibench.metrics.suite import DEFAULT_BINS, DEFAULT_TACE_THRESHOLD, measure_validated
-from calibench.recalibration import STAGES, fit_stage
+from calibench.recalibration import fit_stage
 from calibench.recalibration.temperature import T_MAX, T_MIN, fit_temperature, fit_temperature_batch  # noqa: F401 (API)
 
 log = logging.getLogger(__name__)

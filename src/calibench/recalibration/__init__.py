@@ -6,14 +6,11 @@ returns a :class:`Fitted` whose ``probs(logits)`` gives full probability vectors
 ``info`` holds the per-network fitted parameters (:mod:`.base`).
 """
 
+from calibench.layout import ODIR_STAGES, STAGES
 from calibench.recalibration.base import Fitted
 from calibench.recalibration.temperature import fit_temperature, fit_temperature_batch, fit_temperature_scaling
 
 __all__ = ["STAGES", "ODIR_STAGES", "fit_stage", "Fitted", "fit_temperature", "fit_temperature_batch", "fit_temperature_scaling"]
-
-# Stage names in shards and tables (recalibration-spec.md, "Common rules"), in table order.
-STAGES = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")
-ODIR_STAGES = ("ms", "dir")
 
 
 def fit_stage(stage: str, logits_val, labels_val, options=None) -> Fitted:
@@ -21,12 +18,14 @@ def fit_stage(stage: str, logits_val, labels_val, options=None) -> Fitted:
 
     ``options`` (all optional): ``temperature: {method}``; ``max_iterations``, ``tolerance``
     (vs, ms, dir); ``ms`` / ``dir``: ``{lambda, mu}`` (required for those stages);
-    ``hist_bins`` (15); ``spline_knots`` (6).
+    ``hist_bins``; ``spline_knots`` (left out: the method's own default).
     """
     options = dict(options or {})
     iterations = {k: options[k] for k in ("max_iterations", "tolerance") if options.get(k) is not None}
     if stage == "post":
-        return fit_temperature_scaling(logits_val, labels_val, options.get("temperature", {}).get("method", "nll"))
+        method = (options.get("temperature") or {}).get("method")
+        given = {"method": method} if method is not None else {}
+        return fit_temperature_scaling(logits_val, labels_val, **given)
     if stage == "vs":
         from calibench.recalibration.scaling import fit_vector_scaling
 
@@ -46,9 +45,11 @@ def fit_stage(stage: str, logits_val, labels_val, options=None) -> Fitted:
     if stage == "hist":
         from calibench.recalibration.nonparametric import fit_histogram_binning
 
-        return fit_histogram_binning(logits_val, labels_val, n_bins=int(options.get("hist_bins", 15)))
+        given = {"n_bins": int(options["hist_bins"])} if options.get("hist_bins") is not None else {}
+        return fit_histogram_binning(logits_val, labels_val, **given)
     if stage == "spline":
         from calibench.recalibration.spline import fit_spline
 
-        return fit_spline(logits_val, labels_val, n_knots=int(options.get("spline_knots", 6)))
+        given = {"n_knots": int(options["spline_knots"])} if options.get("spline_knots") is not None else {}
+        return fit_spline(logits_val, labels_val, **given)
     raise ValueError(f"stage: {stage!r} is not a recalibration method; expected one of {STAGES[1:]}")

@@ -17,11 +17,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from calibench.recalibration.scaling import (DEFAULT_TOLERANCE, _check_batch, _fit_odir, _label_rows)
+from calibench.layout import ODIR_STAGES
+from calibench.recalibration.batched import _label_rows
+from calibench.recalibration.lbfgs import _fit_odir
+from calibench.recalibration.scaling import DEFAULT_TOLERANCE, _check_batch
 
 DEFAULT_GRID = (1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3)
 DEFAULT_FOLDS = 5
-METHODS = ("ms", "dir")
+METHODS = ODIR_STAGES
 CPU_CHUNK = 10
 
 

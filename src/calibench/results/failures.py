@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from calibench import layout
+
 SHOWN = 10  # failures listed one by one; the rest are counted
 
 
 def collect(results: str | Path) -> pd.DataFrame:
     """Every failure row of the run, with the table (``{target}_{dataset}``) it belongs to."""
     frames = []
-    for path in sorted((Path(results) / "failures").glob("*.parquet")):
+    for path in sorted(layout.failures_dir(results).glob("*.parquet")):
         try:
             frame = pd.read_parquet(path)
         except Exception as exc:  # noqa: BLE001 - a damaged failures file is itself reported
@@ -74,7 +76,7 @@ def terminal_summary(results: str | Path, tables: Sequence[str | Path]) -> str:
         lines.append(f"  {_network(row)} [{row['stage']}] {row['source']}: {str(row['reason'])[:300]}")
     if len(found) > SHOWN:
         lines.append(f"  ... and {len(found) - SHOWN} more: calibench query \"SELECT * FROM "
-                     f"read_parquet('{Path(results) / 'failures' / '*.parquet'}')\"")
+                     f"read_parquet('{layout.failures_dir(results) / '*.parquet'}')\"")
     if len(pairs) or short:
         lines.append("  Repair the file named and run again: changed or restored inputs are retried.")
     return "\n".join(lines)

@@ -39,7 +39,6 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,10 +46,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from calibench import __version__
-from calibench.sources.nats.archstr import parse_sss
+from calibench import __version__, layout
 from calibench.atomic import atomic_write
-from calibench.sources.nats.population import tss_canonical_form
+from calibench.results import archstr
+from calibench.results.interop_columns import (  # noqa: F401 (the column table, importable from here too)
+    ASSUMED, CODE, COLUMNS, EXTENSION, ISSUE, README, Column, definition_of, definitions_markdown)
+from calibench.results.interop_columns import (ALIASES, BINNED, OUR_BINNED, PER_ROW, RANGES, REQUIRED, SCALARS,
+                                               UNBINNED, our_name)
 from calibench.results.tables import FIRST, METADATA_KEY, PROVENANCE, table_metadata
 
 log = logging.getLogger(__name__)
@@ -64,115 +66,14 @@ _FILE_DATASET = {"ImageNet16-120": "ImageNet"}  # our dataset name -> the file n
 _DATASET_OF_FILE = {"cifar10": "cifar10", "cifar10-valid": "cifar10-valid", "cifar100": "cifar100",
                     "imagenet": "ImageNet16-120", "imagenet16-120": "ImageNet16-120"}  # lower-case file prefix
 _FILE_NAME = re.compile(r"^(?P<dataset>.+?)_(?P<space>tss|sss)(?:_hp(?P<hp>[0-9]+))?\.csv$", re.IGNORECASE)
-STAGES = ("pre", "post")  # the stages of the published files: the network's softmax, temperature scaling
+# The stages the published files hold (the network's softmax, temperature scaling): two of
+# calibench.layout.STAGES, the only ones a tao2024 file can carry.
+PUBLISHED_STAGES = ("pre", "post")
 
 # Our metric orders (metrics/suite.py, not imported here: it needs torch).
 _BINNED_ORDER = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace")
 _UNBINNED_ORDER = ("ksce", "ks_top2", "ks_within_top2", "kdece", "mmce", "nll", "brier", "accuracy",
                    "mean_conf_correct", "mean_conf_incorrect")
-
-# How sure a column name of the published layout is.
-README = "README of the published dataset"
-ISSUE = "calibench issue (their layout), their evaluation code's metric keys"
-CODE = "their analysis scripts, which read cifar10_tss.csv"
-ASSUMED = "assumed: their naming pattern, name not seen in their files"
-EXTENSION = "calibench extension, not in the published files"
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column (or family ``{stage}_{NAME}_{B}``) of the published layout and its link to ours."""
-
-    theirs: str  # name in the published layout; {stage} and {B} are placeholders
-    ours: str | None  # our column (same placeholders); None: we do not measure it
-    source: str  # README, ISSUE, CODE or ASSUMED
-    definition: str  # what calibench writes there (metrics-spec.md)
-    difference: str  # where their definition differs from ours ("" if none known)
-
-
-_PRE_SET = ("ours on the test part (80 %) of the seeded 20/80 split; theirs on the whole test set")
-_POST = ("ours: T = argmin NLL on the validation part (20 %), T in [0.05, 20] (metrics-spec.md); theirs: T on the "
-         "grid 0.1..10.0 minimising 15-bin ECE. Both measure post on the 80 % test part")
-COLUMNS: tuple[Column, ...] = (
-    Column("config", "arch_index", README, "the architecture's NATS-Bench index", ""),
-    Column("acc", "accuracy", README, "top-1 accuracy on the whole evaluation (test) set, a fraction in [0, 1]",
-           "none in meaning (theirs: \"accuracy at epoch 200\", a fraction); import also accepts percent"),
-    Column("correct_confidence", "pre_mean_conf_correct", README,
-           "mean max-softmax confidence over the correctly classified samples (pre stage)", _PRE_SET),
-    Column("incorrect_confidence", "pre_mean_conf_incorrect", README,
-           "mean max-softmax confidence over the misclassified samples (pre stage); empty if none", _PRE_SET),
-    Column("arch", "arch_str", README, "the architecture string (TSS |op~0|+..., SSS c1:c2:c3:c4:c5)", ""),
-    Column("{stage}_ECE_{B}", "{stage}_ece_{B}", README,
-           "ECE, B equal-width bins (lo, hi], first bin closed; empty bins add nothing",
-           "pre: " + _PRE_SET + "; post: " + _POST),
-    Column("{stage}_ECE_em_{B}", "{stage}_ece_em_{B}", ISSUE,
-           "ECE with B equal-mass bins (Kumar et al. 2019 get_equal_bins edges)", "pre/post sets and T as for ECE"),
-    Column("{stage}_cwCE_{B}", "{stage}_cwce_{B}", ISSUE,
-           "classwise ECE (Nixon's SCE), B equal-width bins, averaged over all K classes",
-           "pre/post sets and T as for ECE"),
-    Column("{stage}_cwCE_em_{B}", "{stage}_cwce_em_{B}", ISSUE,
-           "classwise ECE with B equal-mass bins per class (marginal, p = 1, no debiasing)",
-           "pre/post sets and T as for ECE; some of their tables put an adaptive classwise error (ACE-like) "
-           "under this name"),
-    Column("{stage}_MCE_{B}", "{stage}_mce_{B}", ASSUMED,
-           "MCE, B equal-width bins: max over non-empty bins of |acc - conf| (unsigned)",
-           "theirs signed: an underconfident network got 0; plus the sets and T as for ECE"),
-    Column("{stage}_NLL", "{stage}_nll", ASSUMED, "mean negative log-likelihood from the logits (may be inf)",
-           "pre/post sets and T as for ECE"),
-    Column("{stage}_Brier", "{stage}_brier", ASSUMED,
-           "Brier score divided by K, as theirs: mean_i sum_k (p_ik - 1[y_i = k])^2 / K. Our tables hold it "
-           "undivided (range [0, 2]): export divides by K, import multiplies by K",
-           "converted exactly; pre/post sets and T as for ECE"),
-    Column("{stage}_KSCE", "{stage}_ksce", ASSUMED, "top-1 KS calibration error (Gupta et al. 2021), ties grouped",
-           "theirs returned 0 on any exception; pre/post sets and T as for ECE"),
-    Column("{stage}_KDECE", "{stage}_kdece", ASSUMED,
-           "KDE-ECE (Zhang et al. 2020, triweight kernel, reflection at 0 and 1)",
-           "theirs returned 0 on any exception; pre/post sets and T as for ECE"),
-    Column("{stage}_MMCE", "{stage}_mmce", ASSUMED, "MMCE, Laplacian kernel width 0.4 (Kumar et al. 2018)",
-           "theirs returned 0 on any exception; pre/post sets and T as for ECE"),
-    Column("auc_cifar10c", "pre_ood_auroc_gaussian_noise", CODE,
-           "OoD AUROC of the max softmax probability, CIFAR-10 test set against CIFAR-10-C Gaussian noise "
-           "(severity 5 by default); CIFAR-10 tables only",
-           "their corrupted set and severity are not documented (the README credits the robustness data to "
-           "Jung et al., \"Neural Architecture Design and Robustness: A Dataset\"); ours is one corruption"),
-    Column("auc_svhn", "pre_ood_auroc_svhn", ASSUMED,
-           "OoD AUROC of the max softmax probability, CIFAR-10 test set against the SVHN test set; CIFAR-10 "
-           "tables only", "their code named it pre_auc_svhn; import accepts both names"),
-    Column("seed", "seed", EXTENSION,
-           "the NATS-Bench training seed of the weights; written only when it is not 777 (import: 777 when absent)",
-           "the published files hold seed 777 (hp 200 TSS, hp 90 SSS) and have no such column"),
-)
-_ALIASES = {"pre_auc_cifar10c": "auc_cifar10c", "pre_auc_svhn": "auc_svhn"}  # lower-case alias -> lower-case name
-_FRACTIONS = ("acc", "correct_confidence", "incorrect_confidence")  # percent accepted on import, converted
-REQUIRED = ("config", "acc", "arch", "pre_ECE_15", "post_ECE_15")  # HCS and the analysis need the last two
-# Value ranges checked on import (lower-case family -> (low, high)).
-_RANGES = {"ece": (0.0, 1.0), "ece_em": (0.0, 1.0), "cwce": (0.0, 1.0), "cwce_em": (0.0, 1.0), "mce": (0.0, 1.0),
-           "ksce": (0.0, 1.0), "kdece": (0.0, 1.0), "mmce": (0.0, math.inf), "nll": (0.0, math.inf),
-           "brier": (0.0, 2.0), "auc_cifar10c": (0.0, 1.0), "auc_svhn": (0.0, 1.0)}
-_BINNED = {c.ours.split("_", 1)[1].rsplit("_", 1)[0]: c for c in COLUMNS if c.theirs.endswith("_{B}")}  # ece -> Column
-_UNBINNED = {c.ours.split("_", 1)[1]: c for c in COLUMNS if c.theirs.startswith("{stage}_") and "{B}" not in c.theirs}
-_SCALARS = {c.theirs: c for c in COLUMNS if "{stage}" not in c.theirs}  # config, acc, ..., auc_*, seed
-_PER_ROW = ("config", "acc", "correct_confidence", "incorrect_confidence", "arch")  # the leading columns, in order
-
-
-def definitions_markdown() -> str:
-    """The column definitions table (markdown) of the tao2024 layout, from :data:`COLUMNS`."""
-    lines = ["| Column (tao2024) | Our column | What calibench writes there | Where their definition differs "
-             "| Name from |", "|---|---|---|---|---|"]
-    for c in COLUMNS:
-        cells = [f"`{c.theirs}`", f"`{c.ours}`", c.definition, c.difference or "—", c.source]
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def definition_of(name: str) -> Column | None:
-    """The :data:`COLUMNS` entry a published column name belongs to (case-insensitive), or None."""
-    key = _ALIASES.get(name.lower(), name.lower())
-    for c in COLUMNS:
-        pattern = re.escape(c.theirs.lower()).replace(r"\{stage\}", "(pre|post)").replace(r"\{b\}", "[0-9]+")
-        if re.fullmatch(pattern, key):
-            return c
-    return None
 
 
 # ---------------------------------------------------------------- export
@@ -206,9 +107,9 @@ def _table_paths(tables) -> list[Path]:
     if isinstance(tables, (str, Path)):
         root = Path(tables)
         if root.is_dir():
-            found = sorted(root.glob("*.parquet")) or sorted((root / "tables").glob("*.parquet"))
+            found = sorted(root.glob("*.parquet")) or layout.result_tables(root)
             if not found:
-                raise ValueError(f"no result tables (*.parquet) in {root} or {root / 'tables'}")
+                raise ValueError(f"no result tables (*.parquet) in {root} or {layout.tables_dir(root)}")
             return found
         return [root]
     return [Path(t) for t in tables]
@@ -257,17 +158,17 @@ def export_frame(table: pd.DataFrame, source: str = "table") -> pd.DataFrame | N
     out: dict[str, pd.Series] = {}
     omitted: list[str] = []
     used: set[str] = set()
-    for name in _PER_ROW:
-        ours = _SCALARS[name].ours
+    for name in PER_ROW:
+        ours = SCALARS[name].ours
         if ours in table.columns:
             out[name] = table[ours].astype("int64") if name == "config" else table[ours]
             used.add(ours)
         else:
             omitted.append(name)
-    bins = sorted({int(m.group(3)) for c in table.columns if (m := _OUR_BINNED.match(c))})
-    for col in _BINNED.values():
+    bins = sorted({int(m.group(3)) for c in table.columns if (m := OUR_BINNED.match(c))})
+    for col in BINNED.values():
         for b in bins:
-            for stage in STAGES:
+            for stage in PUBLISHED_STAGES:
                 ours = col.ours.format(stage=stage, B=b)
                 theirs = col.theirs.format(stage=stage, B=b)
                 if ours in table.columns:
@@ -275,8 +176,8 @@ def export_frame(table: pd.DataFrame, source: str = "table") -> pd.DataFrame | N
                     used.add(ours)
                 else:
                     omitted.append(theirs)
-    for metric, col in _UNBINNED.items():
-        for stage in STAGES:
+    for metric, col in UNBINNED.items():
+        for stage in PUBLISHED_STAGES:
             ours, theirs = col.ours.format(stage=stage), col.theirs.format(stage=stage)
             if ours not in table.columns:
                 omitted.append(theirs)
@@ -291,7 +192,7 @@ def export_frame(table: pd.DataFrame, source: str = "table") -> pd.DataFrame | N
             out[theirs] = values
             used.add(ours)
     for name in ("auc_cifar10c", "auc_svhn"):
-        ours = _SCALARS[name].ours
+        ours = SCALARS[name].ours
         if ours in table.columns:
             out[name] = table[ours]
             used.add(ours)
@@ -312,9 +213,6 @@ def export_frame(table: pd.DataFrame, source: str = "table") -> pd.DataFrame | N
     return pd.DataFrame(out)
 
 
-_OUR_BINNED = re.compile(r"^(pre|post)_(" + "|".join(sorted(_BINNED, key=len, reverse=True)) + r")_([0-9]+)$")
-
-
 # ---------------------------------------------------------------- import
 
 def import_tao2024(src: str | Path | Iterable[str | Path], results_dir: str | Path, *,
@@ -332,7 +230,7 @@ def import_tao2024(src: str | Path | Iterable[str | Path], results_dir: str | Pa
     planned: dict[Path, tuple[Path, tuple[str, str, str]]] = {}
     for f in files:
         key = parse_file_name(f)
-        target = results_dir / "tables" / f"{key[0]}_{key[1]}_{key[2]}.parquet"
+        target = layout.table_path(results_dir, layout.target_name(key[0], key[1]), key[2])
         if target in planned:
             raise ValueError(f"{f} and {planned[target][0]} are both (space, hp, dataset) = {key}")
         planned[target] = (f, key)
@@ -397,7 +295,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
     raw = raw.drop(columns=dropped)
     lower: dict[str, str] = {}
     for c in raw.columns:
-        key = _ALIASES.get(c.lower(), c.lower())
+        key = ALIASES.get(c.lower(), c.lower())
         if key in lower:
             raise ValueError(f"{path}: columns {lower[key]!r} and {c!r} are the same column (names are matched "
                              f"without case)")
@@ -441,7 +339,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
             raise ValueError(f"{path}: column {lower['arch']!r}, line {line(i)}: no architecture string")
         a = a.strip()
         try:
-            tss_canonical_form(a) if space == "tss" else parse_sss(a)
+            archstr.check(space, a)
         except ValueError as exc:
             raise ValueError(f"{path}: column {lower['arch']!r}, line {line(i)}: {exc}") from None
         arch_strs.append(a)
@@ -455,24 +353,24 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
         finite = values[np.isfinite(values)]
         if len(finite) and finite.max() > 1 and finite.max() <= 100 and finite.min() >= 0:
             values = values / 100
-            meta_notes[_SCALARS[name].ours] = f"{lower[name]} in percent, divided by 100"
+            meta_notes[SCALARS[name].ours] = f"{lower[name]} in percent, divided by 100"
             log.warning("%s: column %r is in percent: divided by 100", path, lower[name])
         wrong = np.flatnonzero((values < 0) | (values > 1) | np.isinf(values) | (np.isnan(values) & (name == "acc")))
         if len(wrong):
             raise ValueError(f"{path}: column {lower[name]!r}, line {line(wrong[0])}: "
                              f"{_shown(raw[lower[name]].iloc[wrong[0]])} is not a fraction in [0, 1] (or percent)")
-        out[_SCALARS[name].ours] = values
+        out[SCALARS[name].ours] = values
     metrics: dict[str, np.ndarray] = {}
     dropped_unknown = []
     for key, column in lower.items():
-        if key in _PER_ROW or key == "seed":
+        if key in PER_ROW or key == "seed":
             continue
-        ours, family = _our_name(key)
+        ours, family = our_name(key)
         if ours is None:
             dropped_unknown.append(column)
             continue
         values = numeric(key)
-        low, high = _RANGES[family]
+        low, high = RANGES[family]
         wrong = np.flatnonzero((values < low) | (values > high))
         if len(wrong):
             raise ValueError(f"{path}: column {column!r}, line {line(wrong[0])}: {_shown(values[wrong[0]])} is outside "
@@ -508,7 +406,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
                                 "post part is not published)"}
     if "seed" not in lower:
         derived["seed"] = f"{DEFAULT_SEED}, the first seed the published files evaluated"
-    for stage in STAGES:
+    for stage in PUBLISHED_STAGES:
         for metric in _BINNED_ORDER:
             for name in sorted((m for m in metrics if _stage_metric(m) == (stage, metric)), key=_bins_of):
                 columns[name] = metrics[name]
@@ -528,10 +426,10 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
     frame["measured_by"] = _measured_by(space, frame, values)
     frame = frame[FIRST + PROVENANCE + [c for c in frame.columns if c not in FIRST + PROVENANCE]]
     unavailable = [c for c in PROVENANCE if c not in ("arch_str", "accuracy")]
-    meta = {"stages": list(STAGES), "constants": {}, "source": FORMAT, "source_file": path.name,
+    meta = {"stages": list(PUBLISHED_STAGES), "constants": {}, "source": FORMAT, "source_file": path.name,
             "source_sha256": hashlib.sha256(data).hexdigest(), "imported_by": f"calibench {__version__}",
             "derived": derived, "unavailable": unavailable, "converted": {**meta_notes,
-            **({f"{s}_brier": "theirs times K" for s in STAGES if f"{s}_brier" in metrics})},
+            **({f"{s}_brier": "theirs times K" for s in PUBLISHED_STAGES if f"{s}_brier" in metrics})},
             "not_imported": dropped + dropped_unknown}
     return frame, meta
 
@@ -558,24 +456,6 @@ def _no_duplicates(path: Path, column: str, values: np.ndarray, line) -> None:
         seen[v] = i
 
 
-_THEIR_BINNED = re.compile(r"^(pre|post)_(" + "|".join(sorted((c.theirs.split("_", 1)[1].rsplit("_", 1)[0].lower()
-                                                              for c in _BINNED.values()), key=len, reverse=True))
-                           + r")_([0-9]+)$")
-_THEIR_UNBINNED = re.compile(r"^(pre|post)_(" + "|".join(c.theirs.split("_", 1)[1].lower() for c in _UNBINNED.values())
-                             + r")$")
-
-
-def _our_name(key: str) -> tuple[str | None, str | None]:
-    """Our column and metric family for a lower-case published column name (None: unknown)."""
-    if m := _THEIR_BINNED.match(key):
-        return f"{m.group(1)}_{m.group(2)}_{int(m.group(3))}", m.group(2)
-    if m := _THEIR_UNBINNED.match(key):
-        return f"{m.group(1)}_{m.group(2)}", m.group(2)
-    if key in ("auc_cifar10c", "auc_svhn"):
-        return _SCALARS[key].ours, key
-    return None, None
-
-
 def _stage_metric(name: str) -> tuple[str, str]:
     stage, rest = name.split("_", 1)
     head, _, tail = rest.rpartition("_")
@@ -598,7 +478,7 @@ def _measured_by(space: str, frame: pd.DataFrame, value_columns: Sequence[str]) 
     first: dict[tuple, int] = {}
     out = np.empty(len(index), np.int32)
     for i, arch in enumerate(frame["arch_str"]):
-        out[i] = first.setdefault((tss_canonical_form(arch), values[i].tobytes()), int(index[i]))
+        out[i] = first.setdefault((archstr.tss_class_key(arch), values[i].tobytes()), int(index[i]))
     return out
 
 

@@ -5,7 +5,8 @@ keys of its logits and measurement (columns ``logits_key`` and ``config_hash``).
 Every shard carries its provenance as JSON in its parquet schema metadata (no column, so a
 shard written before provenance existed stays valid); a table records how many of its rows
 came with each distinct provenance, and the table build warns when there is more than one
-(:func:`calibench.results.tables.build_table`). ``calibench provenance TABLE`` prints it.
+(:func:`calibench.results.tables.build_table`). ``calibench provenance TABLE`` prints it
+(:func:`calibench.results.tables.provenance_summary`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ UNKNOWN = {"calibench_version": None, "note": "written before shards recorded th
 def _git_commit() -> str | None:
     """The commit of the checkout calibench runs from (``-dirty`` with uncommitted changes to
     tracked files); None for an installed package."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]  # src/calibench/results/provenance.py
     if not (root / ".git").exists():
         return None
     try:
@@ -108,37 +109,3 @@ def of_shard(schema_metadata: Mapping | None) -> dict:
     """The provenance a shard recorded (:data:`UNKNOWN` for one written without it)."""
     raw = (schema_metadata or {}).get(PROVENANCE_KEY)
     return json.loads(raw) if raw else dict(UNKNOWN)
-
-
-def summary(table: str | Path) -> str:
-    """A table's provenance as text: its rows, and each distinct provenance with its row count."""
-    from calibench.results.tables import table_metadata
-
-    meta = table_metadata(table)
-    groups = meta.get("provenance")
-    lines = [f"{table}"]
-    if groups is None:
-        return "\n".join(lines + ["  built before tables recorded provenance: rebuild it to see"])
-    total = sum(g["rows"] for g in groups)
-    lines.append(f"  {total} rows; {len(groups)} distinct provenance{'s' if len(groups) != 1 else ''}"
-                 + (" (MIXED)" if len(groups) > 1 else ""))
-    built = meta.get("built_by")
-    if built:
-        lines.append("  table built by: " + ", ".join(f"{k} {v}" for k, v in built.items() if v is not None))
-    for g in groups:
-        lines.append(f"  {g['rows']} rows measured with:")
-        lines += [f"    {k}: {v}" for k, v in sorted(g["provenance"].items())]
-    for c in meta.get("configs", []):
-        record = c["config"]
-        if record is None:
-            lines.append(f"  {c['rows']} rows: config not recorded (measured outside the workflow or before it was)")
-            continue
-        files = ", ".join(f"{f['path']} (sha256 {str(f['sha256'])[:16]})" for f in record.get("files", []))
-        lines.append(f"  {c['rows']} rows under config {record.get('effective_sha256', '')[:16]}: {files or 'no file'}")
-    sources = meta.get("sources")
-    if sources:
-        lines.append(f"  source files (size and mtime per row: source_bytes, source_mtime columns): {sources['rows']} "
-                     f"rows recorded, {sources['missing']} without, modified {sources['first_mtime']} to "
-                     f"{sources['last_mtime']}")
-    lines.append("  per row: logits_key (the logits measured) and config_hash (the measurement settings) columns")
-    return "\n".join(lines)

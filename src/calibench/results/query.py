@@ -1,25 +1,57 @@
-"""SQL over the results with DuckDB: ``networks`` (one row per network and dataset) and
-``metrics`` (the long shards)."""
+"""SQL over the results with DuckDB: ``networks`` (one row per network and dataset, with
+``hcs_{beta}`` columns) and ``metrics`` (the long shards).
+
+The ``hcs_{beta}`` columns are :func:`calibench.metrics.scores.hcs` itself, registered as the
+SQL function ``hcs(accuracy, ece, beta)``: queries and the analysis share one formula.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-HCS_SQL = "(1 + {b}) * accuracy * (1 - pre_ece_15) / ({b} * accuracy + (1 - pre_ece_15)) AS hcs_{n}"
+from calibench import layout
+from calibench.config.check import schema_default
+
+HCS_ECE = "pre_ece_15"  # the ECE of HCS (metrics-spec.md: the pre stage's 15-bin ECE)
 
 
-def connect(results: str | Path = "results", betas=(1, 2, 3)):
-    """A DuckDB connection with the views ``networks`` and ``metrics``; ValueError if no results."""
+def _hcs_arrow(accuracy, ece, beta):
+    """:func:`calibench.metrics.scores.hcs` over DuckDB's arrow vectors; NULL in, NULL out."""
+    import numpy as np
+    import pyarrow as pa
+
+    from calibench.metrics.scores import hcs  # here, not at the top: only a query using HCS pays for torch
+
+    columns = [c.to_numpy(zero_copy_only=False).astype(float) for c in (accuracy, ece, beta)]
+    nulls = np.zeros(len(accuracy), bool)
+    for c in (accuracy, ece, beta):
+        nulls |= c.is_null().to_numpy(zero_copy_only=False)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = hcs(*columns)
+    return pa.array(values, pa.float64(), mask=nulls)
+
+
+def register_hcs(con) -> None:
+    """The SQL function ``hcs(accuracy, ece, beta)`` on ``con``: :func:`calibench.metrics.scores.hcs`."""
+    con.create_function("hcs", _hcs_arrow, ["DOUBLE", "DOUBLE", "DOUBLE"], "DOUBLE", type="arrow",
+                        null_handling="special")
+
+
+def connect(results: str | Path = "results", betas=None):
+    """A DuckDB connection with the views ``networks`` and ``metrics``; ValueError if no results.
+    ``betas``: the ``hcs_{beta}`` columns (default: the config schema's ``analysis.hcs_betas``)."""
     import duckdb
 
     results = Path(results)
-    tables = sorted((results / "tables").glob("*.parquet"))
-    shards = results / "shards"
+    tables = layout.result_tables(results)
+    shards = layout.shards_dir(results)
     if not tables:
-        raise ValueError(f"no result tables under {results / 'tables'}: run the workflow first")
+        raise ValueError(f"no result tables under {layout.tables_dir(results)}: run the workflow first")
     con = duckdb.connect()
+    register_hcs(con)
     files = ", ".join(f"'{t}'" for t in tables)
-    hcs = ", ".join(HCS_SQL.format(b=b, n=f"{b:g}") for b in betas)
+    betas = schema_default("analysis", "hcs_betas") if betas is None else betas
+    hcs = ", ".join(f'hcs(accuracy, {HCS_ECE}, {float(b)!r}) AS "hcs_{b:g}"' for b in betas)
     con.execute(f"CREATE VIEW networks AS SELECT *, {hcs} FROM read_parquet([{files}], union_by_name = true)")
     if any(shards.rglob("*.parquet")):
         try:
@@ -49,7 +81,7 @@ def _leave_out_damaged(con, results: Path, exc: Exception) -> bool:
 def damaged_shards(results: str | Path) -> list[Path]:
     """Shards that are not parquet files (no PAR1 magic at both ends): a damaged or foreign file."""
     bad = []
-    for path in sorted((Path(results) / "shards").rglob("*.parquet")):
+    for path in sorted(layout.shards_dir(results).rglob("*.parquet")):
         try:
             with open(path, "rb") as f:
                 head = f.read(4)
@@ -66,7 +98,7 @@ def damaged_shards(results: str | Path) -> list[Path]:
 def _without(con, results: Path, bad: list[Path]) -> None:
     """The ``metrics`` view over every shard but ``bad``."""
     bad = set(bad)
-    good = [p for p in sorted((results / "shards").rglob("*.parquet")) if p not in bad]
+    good = [p for p in sorted(layout.shards_dir(results).rglob("*.parquet")) if p not in bad]
     files = ", ".join(f"'{p}'" for p in good)
     con.execute(f"CREATE OR REPLACE VIEW metrics AS SELECT * FROM read_parquet([{files}], hive_partitioning = false, "
                 "union_by_name = true)")

@@ -1,7 +1,7 @@
 """One parquet shard per measured network: the pipeline's unit of storage and of resume.
 
 Layout: ``{results}/shards/space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet``
-(hive-style, so DuckDB and pyarrow read the tree as one dataset). Long format, one
+(:func:`calibench.layout.shard_path`; hive-style, so DuckDB and pyarrow read the tree as one dataset). Long format, one
 row per (seed, stage, metric, bins) with the provenance a reader needs repeated on
 every row. Writes are atomic (temporary file, then rename); a shard that exists,
 reads, and carries the expected key (``config_hash``: the measurement settings plus the
@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from calibench import __version__
 from calibench.atomic import atomic_write
+from calibench import layout
 from calibench.layout import ROW_COLUMNS
 
 _TYPES = dict(
@@ -64,16 +65,6 @@ def config_hash(settings: Mapping) -> str:
     """A short stable hash of the settings that change a shard's numbers."""
     blob = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def shard_dir(results: str | Path, space: str, hp: str, dataset: str) -> Path:
-    from calibench.store.logits import partition
-
-    return Path(results) / "shards" / partition(space, hp) / f"dataset={dataset}"
-
-
-def shard_path(results: str | Path, space: str, hp: str, dataset: str, index: int) -> Path:
-    return shard_dir(results, space, hp, dataset) / f"arch={index:06d}.parquet"
 
 
 def split_metric_name(name: str) -> tuple[str, int | None]:
@@ -178,11 +169,10 @@ def is_valid_shard(path: str | Path, expected_hash: str) -> bool:
 def read_shards(results: str | Path, space: str, hp: str, dataset: str, indices=None) -> pa.Table:
     """The shards of one (space, hp, dataset) (those of ``indices`` if given), concatenated
     (an empty table if none)."""
-    directory = shard_dir(results, space, hp, dataset)
     if indices is None:
-        files = sorted(directory.glob("arch=*.parquet"))
+        files = layout.matching(layout.shard_path(results, space, hp, dataset, "*"))
     else:
-        files = [p for p in (shard_path(results, space, hp, dataset, i) for i in indices) if p.is_file()]
+        files = [p for p in (layout.shard_path(results, space, hp, dataset, i) for i in indices) if p.is_file()]
     if not files:
         return SHARD_SCHEMA.empty_table()
     return pa.concat_tables([_with_all_columns(pq.read_table(f)) for f in files])

@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from calibench import layout
 from calibench.results import shards
 from calibench.atomic import atomic_write
 from calibench.results.provenance import PROVENANCE_KEY, environment, of_shard, split
@@ -45,10 +46,6 @@ _COLUMNS = ["space", "hp", "dataset", "arch_index", "seed", "stage", "metric", "
             "calibench_version"]
 _TYPES = {f.name: f.type for f in shards.SHARD_SCHEMA}
 METADATA_KEY = b"calibench"  # the wide table's schema metadata: JSON with its stages and per-stage constants
-
-
-def population_path(results: str | Path, space: str) -> Path:
-    return Path(results) / "population" / f"{space}.json"
 
 
 # ---------------------------------------------------------------- one shard, digested
@@ -461,14 +458,14 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
     network's row comes from the shard with the key its manifest recorded, so a stale
     shard never enters; reports how many networks are missing."""
     results = Path(results)
-    doc = json.loads(population_path(results, space).read_text())
+    doc = json.loads(layout.population_path(results, space).read_text())
     expected: dict[int, str] = {}
     failed = []
     for m in manifests:
         summary = json.loads(Path(m).read_text())
         expected.update({int(i): k for i, k in summary["shards"].items()})
         failed += summary["failures"]
-    files = [p for p in (shards.shard_path(results, space, hp, dataset, i) for i in sorted(expected)) if p.is_file()]
+    files = [p for p in (layout.shard_path(results, space, hp, dataset, i) for i in sorted(expected)) if p.is_file()]
     digester = _Digester(expected, doc["selected"])
     merged = _Wide()
     unreadable: dict[int, str] = {}
@@ -517,7 +514,7 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
     for index in missing:  # no shard and no failure: deleted or damaged since it was measured
         if index in explained:
             continue
-        path = shards.shard_path(results, space, hp, dataset, index)
+        path = layout.shard_path(results, space, hp, dataset, index)
         why = ("deleted" if not path.exists() else f"unreadable ({unreadable[index]})" if index in unreadable
                else "not the shard its chunk recorded")
         failed.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": int(index), "seed": None,
@@ -529,7 +526,7 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
     meta["coverage"] = {"selected": len(doc["selected"]), "measured": len(measured), "missing": missing}
     wide = _finish(wide, space, doc, measured)
     atomic_write(out, lambda f: _write_parquet(wide, f, meta))
-    fail_out = failures_out or results / "failures" / (f"{space}_{hp}_{dataset}.parquet" if hp else f"{space}_{dataset}.parquet")
+    fail_out = failures_out or layout.failures_path(results, layout.target_name(space, hp), dataset)
     shards.write_atomic_parquet(shards.failures_table(failed), fail_out)  # creates the directory
     log.info("%s: %d rows (%d measured networks, %d missing, %d failed)", out, len(wide), len(measured),
              len(missing), len(failed))
@@ -547,3 +544,35 @@ def table_metadata(path: str | Path) -> dict:
     """The metadata a wide table was written with: ``stages``, ``constants`` ({stage: {fit_*: value}})."""
     meta = pq.read_schema(path).metadata or {}
     return json.loads(meta[METADATA_KEY]) if METADATA_KEY in meta else {}
+
+
+def provenance_summary(table: str | Path) -> str:
+    """A table's provenance as text: its rows, and each distinct provenance with its row count."""
+    meta = table_metadata(table)
+    groups = meta.get("provenance")
+    lines = [f"{table}"]
+    if groups is None:
+        return "\n".join(lines + ["  built before tables recorded provenance: rebuild it to see"])
+    total = sum(g["rows"] for g in groups)
+    lines.append(f"  {total} rows; {len(groups)} distinct provenance{'s' if len(groups) != 1 else ''}"
+                 + (" (MIXED)" if len(groups) > 1 else ""))
+    built = meta.get("built_by")
+    if built:
+        lines.append("  table built by: " + ", ".join(f"{k} {v}" for k, v in built.items() if v is not None))
+    for g in groups:
+        lines.append(f"  {g['rows']} rows measured with:")
+        lines += [f"    {k}: {v}" for k, v in sorted(g["provenance"].items())]
+    for c in meta.get("configs", []):
+        record = c["config"]
+        if record is None:
+            lines.append(f"  {c['rows']} rows: config not recorded (measured outside the workflow or before it was)")
+            continue
+        files = ", ".join(f"{f['path']} (sha256 {str(f['sha256'])[:16]})" for f in record.get("files", []))
+        lines.append(f"  {c['rows']} rows under config {record.get('effective_sha256', '')[:16]}: {files or 'no file'}")
+    sources = meta.get("sources")
+    if sources:
+        lines.append(f"  source files (size and mtime per row: source_bytes, source_mtime columns): {sources['rows']} "
+                     f"rows recorded, {sources['missing']} without, modified {sources['first_mtime']} to "
+                     f"{sources['last_mtime']}")
+    lines.append("  per row: logits_key (the logits measured) and config_hash (the measurement settings) columns")
+    return "\n".join(lines)

@@ -1,7 +1,7 @@
 """Command line: ``run``, ``query``, ``top``, ``make-minibench``, and the workflow's job steps.
 
 The job steps (``population``, ``labels``, ``infer-chunk``, ``measure-chunk``,
-``build-table``, ``analyze``) are what the Snakemake rules call; each receives exactly
+``build-table``, ``analysis-part``, ``report``) are what the Snakemake rules call; each receives exactly
 its stage's settings as JSON (:mod:`calibench.config.settings`) and runtime options as flags.
 """
 
@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from calibench import __version__
+from calibench import __version__, layout
 
 
 def _setup_logging() -> None:
@@ -92,11 +92,11 @@ def _build_table(args: argparse.Namespace) -> int:
 
 def _logits(args: argparse.Namespace) -> int:
     """What the logits store holds: one line per (space, hp, dataset), or every file."""
-    from calibench.store.logits import list_store, store_dir
+    from calibench.store.logits import list_store
 
     df = list_store(args.results)
     if df.empty:
-        print(f"no logits stored under {store_dir(args.results)}")
+        print(f"no logits stored under {layout.logits_dir(args.results)}")
         return 0
     if "problem" in df.columns:
         for _, row in df[df["problem"].notna()].iterrows():
@@ -111,20 +111,32 @@ def _logits(args: argparse.Namespace) -> int:
             sets=("sets", "first"), n_test=("n_test", "first"), classes=("classes", "first"),
             mb=("bytes", lambda b: round(b.sum() / 1e6, 2)), mb_per_network=("bytes", lambda b: round(b.mean() / 1e6, 3)))
         print(summary.reset_index().to_string(index=False))
-    print(f"total: {len(df)} files, {df['bytes'].sum() / 1e6:.1f} MB under {store_dir(args.results)}")
+    print(f"total: {len(df)} files, {df['bytes'].sum() / 1e6:.1f} MB under {layout.logits_dir(args.results)}")
     return 0
 
 
-def _analyze(args: argparse.Namespace) -> int:
-    from calibench.analysis.core import run_analysis
+def _analysis_part(args: argparse.Namespace) -> int:
+    from calibench.analysis.parts import run_part
 
-    out = run_analysis(json.loads(args.settings), args.tables, args.results)
+    try:
+        manifest = run_part(args.part, json.loads(args.settings), args.tables, args.results)
+    except (OSError, ValueError) as exc:  # a bad input named in one line (the job's log), not a traceback
+        print(f"calibench analysis-part {args.part}: {exc}", file=sys.stderr)
+        return 1
+    print(f"analysis part {args.part}: {manifest}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from calibench.report.assemble import write
+
+    out = write(json.loads(args.settings), args.tables, args.results)
     print(f"report: {out['report']}")
     return 0
 
 
 def _provenance(args: argparse.Namespace) -> int:
-    from calibench.results.provenance import summary
+    from calibench.results.tables import provenance_summary as summary
 
     for table in args.tables:
         if not Path(table).is_file():
@@ -195,13 +207,13 @@ def _run(args: argparse.Namespace) -> int:
     unknown = sorted(set(args.space or []) - set(known))
     if unknown:
         raise SystemExit(f"--space {', '.join(unknown)}: not in this config (spaces and populations: {', '.join(known)})")
-    targets = [f"{results}/tables/{name}_{d}.parquet" for name, (space, _) in named.items()
+    targets = [str(layout.table_path(results, name, d)) for name, (space, _) in named.items()
                if not args.space or space in args.space
                for d in population_datasets(config, space) if not args.dataset or d in args.dataset]
     if not targets:
         raise SystemExit("no result table matches --space/--dataset in this config")
     if not args.space and not args.dataset:
-        targets.append(f"{results}/report.html")
+        targets.append(str(layout.report_path(results)))
     cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", str(args.cores)]
     if args.profile:
         cmd += ["--profile", args.profile]
@@ -221,8 +233,8 @@ def _run(args: argparse.Namespace) -> int:
     for text in told:
         if text:
             print(text, file=sys.stderr, flush=True)
-    if code == 0 and f"{results}/report.html" in targets:
-        print(f"report: {Path(results, 'report.html').resolve()}")
+    if code == 0 and str(layout.report_path(results)) in targets:
+        print(f"report: {layout.report_path(results).resolve()}")
     return code
 
 
@@ -249,8 +261,8 @@ def _reliability(args: argparse.Namespace) -> int:
     try:
         found = reliability.load(args.results, args.space, args.dataset, args.arch, hp=args.hp, seed=args.seed)
         stages = args.stages.split(",") if args.stages else None
-        out = args.out or (Path(args.results) / "reliability"
-                           / f"{args.space}_{found['hp']}_{args.dataset}_arch{args.arch:06d}.png")
+        out = args.out or layout.reliability_path(args.results, layout.target_name(args.space, found["hp"]),
+                                                  args.dataset, args.arch)
         path = reliability.plot_network(found, out, stages)
     except (OSError, KeyError, ValueError) as exc:
         print(f"calibench reliability: {exc}", file=sys.stderr)
@@ -283,11 +295,11 @@ def _screenshot(args: argparse.Namespace) -> int:
 def _nas(args: argparse.Namespace) -> int:
     from calibench.analysis.nats import nas
 
-    tables = [Path(t) for t in args.tables] or sorted((Path(args.results) / "tables").glob("*.parquet"))
+    tables = [Path(t) for t in args.tables] or layout.result_tables(args.results)
     if not tables:
-        print(f"calibench nas: no result tables under {args.results}/tables", file=sys.stderr)
+        print(f"calibench nas: no result tables under {layout.tables_dir(args.results)}", file=sys.stderr)
         return 2
-    out_dir = Path(args.out or Path(args.results) / "analysis" / "nas")
+    out_dir = Path(args.out or layout.analysis_dir(args.results) / "nas")
     for table in tables:
         try:
             result = nas.run_nas(table, out_dir / f"nas_{table.stem}.csv", objectives=args.objectives.split(","),
@@ -328,7 +340,10 @@ def _import(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    # No package imports here: `calibench query` must not pay for importing torch.
+    # No package imports here but the config schema's defaults: `calibench query` must not pay
+    # for importing torch.
+    from calibench.config.check import schema_default
+
     parser = argparse.ArgumentParser(prog="calibench", description="Calibration of NATS-Bench populations.")
     parser.add_argument("--version", action="version", version=f"calibench {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -394,9 +409,11 @@ def build_parser() -> argparse.ArgumentParser:
     ns.add_argument("--out", default=None, help="directory (default: results/analysis/nas)")
     ns.add_argument("--objectives", default="accuracy,hcs_1,hcs_2,hcs_3", help="comma-separated columns")
     ns.add_argument("--algorithms", default="evolution,local,random")
-    ns.add_argument("--budget", type=int, default=100, help="distinct architectures queried per search")
-    ns.add_argument("--repeats", type=int, default=100, help="seeded repeats (seed + r)")
-    ns.add_argument("--seed", type=int, default=0)
+    ns.add_argument("--budget", type=int, default=schema_default("analysis", "nas", "budget"),
+                    help="distinct architectures queried per search")
+    ns.add_argument("--repeats", type=int, default=schema_default("analysis", "nas", "repeats"),
+                    help="seeded repeats (seed + r)")
+    ns.add_argument("--seed", type=int, default=schema_default("analysis", "nas", "seed"))
     ns.add_argument("--population", type=int, default=20, help="regularised evolution's population")
     ns.add_argument("--sample", type=int, default=5, help="regularised evolution's tournament size")
     ns.set_defaults(func=_nas)
@@ -431,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
             ("odir-search", _odir_search, "job: the ms/dir lambda, mu of one (space, hp, dataset) from stored logits"),
             ("measure-chunk", _measure_chunk, "job: measure one chunk of one dataset from the store into shards"),
             ("build-table", _build_table, "job: aggregate shards into a wide table"),
-            ("analyze", _analyze, "job: Kendall, HCS, plots, report"))
+            ("analysis-part", _analysis_part, "job: one part of the analysis (tables, figures, report blocks)"),
+            ("report", _report, "job: report.html, findings and claims from the analysis parts"))
     for name, func, helptext in jobs:
         p = sub.add_parser(name, help=helptext)
         p.set_defaults(func=func)
@@ -447,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name in ("labels", "odir-search", "measure-chunk", "build-table"):
             p.add_argument("--dataset", required=True)
             p.add_argument("--hp", default="", help="the schedule; empty outside NATS-Bench")
-        if name in ("infer-chunk", "odir-search", "measure-chunk", "build-table", "analyze"):
+        if name in ("infer-chunk", "odir-search", "measure-chunk", "build-table", "analysis-part", "report"):
             p.add_argument("--results", required=True)
         if name in ("population", "labels", "odir-search", "build-table"):
             p.add_argument("--out", required=True)
@@ -456,9 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--manifest", required=True)
             p.add_argument("--quiet", action="store_true")
             p.add_argument("--device", default="auto")
-            p.add_argument("--batch-size", type=int, default=1000)
-            p.add_argument("--loader-workers", default="auto")
-            p.add_argument("--measure-group", type=int, default=8)
+            p.add_argument("--batch-size", type=int, default=schema_default("batch_size"))
+            p.add_argument("--loader-workers", default=schema_default("loader_workers"))
+            p.add_argument("--measure-group", type=int, default=schema_default("measure_group"))
         if name == "measure-chunk":
             p.add_argument("--logits-manifest", required=True, help="the chunk's inference manifest")
             p.add_argument("--labels", required=True, help="the dataset's labels file in the store")
@@ -470,7 +488,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "build-table":
             p.add_argument("--failures", default=None)
             p.add_argument("--manifests", nargs="*", default=[])
-        if name == "analyze":
+        if name == "analysis-part":
+            p.add_argument("--part", required=True, help="kendall, hcs, methods, ... (calibench.analysis.parts)")
+        if name in ("analysis-part", "report"):
             p.add_argument("--tables", nargs="+", required=True)
     return parser
 

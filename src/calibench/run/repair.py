@@ -20,24 +20,22 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from calibench import layout
 from calibench.atomic import file_state
 
 
 def _written(summary: dict, results: Path, logits: bool) -> Iterable[tuple[Path, list[int] | None]]:
     """(file, recorded state) of every file the chunk's job wrote, from its manifest (logits
     files only if ``logits``: under keep_logits: false the measurement deletes them)."""
-    from calibench.store import logits as store
-    from calibench.results import shards
-
     files = summary.get("files") or {}
     if "shards" in summary:  # a measurement manifest
         for index in summary["shards"]:
-            yield (shards.shard_path(results, summary["space"], summary["hp"], summary["dataset"], int(index)),
+            yield (layout.shard_path(results, summary["space"], summary["hp"], summary["dataset"], int(index)),
                    files.get(index))
     elif logits:  # an inference manifest
         for dataset, members in (summary.get("datasets") or {}).items():
             for index in members:
-                yield (store.logits_path(results, summary["space"], summary["hp"], dataset, int(index)),
+                yield (layout.logits_path(results, summary["space"], summary["hp"], dataset, int(index)),
                        (files.get(dataset) or {}).get(index))
 
 
@@ -70,7 +68,8 @@ def changed_chunks(results: str | os.PathLike, logits: bool = True) -> list[tupl
     """(manifest, reasons) of every chunk that must run again (:func:`changes`)."""
     results = Path(results)
     out = []
-    for manifest in sorted((results / "chunks").glob("*/*/chunk*.json")):
+    for manifest in sorted([*layout.matching(layout.infer_manifest(results, "*", "*")),
+                            *layout.matching(layout.measure_manifest(results, "*", "*", "*"))]):
         reasons = changes(manifest, results, logits)
         if reasons:
             out.append((manifest, reasons))
@@ -91,15 +90,17 @@ def set_aside(results: str | os.PathLike, changed: list[tuple[Path, list[str]]])
     results = Path(results)
     moved: list[Path] = []
     measure: set[Path] = set()
+    infer = str(layout.infer_manifest(".", "*", "*"))  # chunks/infer/*/chunk*.json
     for manifest, _ in changed:
-        if manifest.parent.parent.name == "infer":
-            target = manifest.parent.name
-            measure.update(p for p in (results / "chunks" / "measure").glob(f"{target}_*/{manifest.name}"))
+        if manifest.match(infer):  # the measurement chunks of every dataset read its logits
+            chunk = manifest.stem.removeprefix("chunk")
+            measure.update(layout.matching(layout.measure_manifest(results, manifest.parent.name, "*", chunk)))
         else:
             measure.add(manifest)
         moved.append(manifest)
     moved += sorted(measure - set(moved))
-    tables = {results / "tables" / f"{m.parent.name}.parquet" for m in measure}
+    # a measurement manifest's folder is {target}_{dataset}; a dataset's name has no "_"
+    tables = {layout.table_path(results, *m.parent.name.rpartition("_")[::2]) for m in measure}
     renamed = []
     for path in moved + sorted(tables):
         if path.exists():

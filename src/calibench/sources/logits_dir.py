@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from calibench.store import logits as store
-from calibench.layout import ROW_COLUMNS, STAGES, TABLE_EXTRA_COLUMNS, population_path
+from calibench.layout import ROW_COLUMNS, STAGES, TABLE_EXTRA_COLUMNS, labels_path, population_path
 from calibench.config.settings import INFERENCE_VERSION
 from calibench.sources import SourceError
 
@@ -275,7 +275,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     fields = {(i, d): {"source": "logits", "model": names[i], "dataset": d, "file": file_of(i, d).name,
                        "content": identity(file_of(i, d)), "inference_version": INFERENCE_VERSION}
               for i in indices for d in datasets}
-    labels_files = {d: store.labels_path(results, d, space=space) for d in datasets}
+    labels_files = {d: labels_path(results, d, space=space) for d in datasets}
     labels = {}
 
     def labels_of(dataset: str) -> np.ndarray:

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calibench.config.check import schema_default
 from calibench.store import logits as store
 from calibench.sources import SourceError, keys
 
@@ -274,7 +275,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
         default = (resolve(settings["transform"]["callable"], "transform", settings.get("python_path") or [])
                    if settings.get("transform") else None)
         cache: dict = {}
-        batch_size = int(runtime.get("batch_size", 1000))
+        batch_size = int(runtime.get("batch_size", schema_default("batch_size")))
         for index, needed in todo.items():
             name = names[index]
             for dataset in needed:

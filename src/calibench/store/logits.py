@@ -2,7 +2,8 @@
 
 Inference (the expensive, once-only work) ends here; recalibration, metrics, tables and
 analysis start here and never open an archive. Layout under ``{results}/logits/``
-(hive-style, so pyarrow and DuckDB read each tree as one dataset)::
+(hive-style, so pyarrow and DuckDB read each tree as one dataset; the paths are
+:func:`calibench.layout.logits_path` and :func:`calibench.layout.labels_path`)::
 
     labels/dataset={dataset}.parquet                         labels, once per dataset
     space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet   one network's logits
@@ -38,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from calibench import layout
 from calibench.atomic import atomic_write
 
 
@@ -52,28 +54,6 @@ class StoreError(ValueError):
     def __init__(self, path: str | Path, reason: str):
         super().__init__(f"{path}: {reason}")
         self.path, self.reason = str(path), reason
-
-
-# ---------------------------------------------------------------- layout
-
-def store_dir(results: str | Path) -> Path:
-    return Path(results) / "logits"
-
-
-def partition(space: str, hp: str) -> Path:
-    """``space=tss/hp=200`` for a NATS-Bench space and schedule; ``space={name}`` for any other
-    population (no schedule)."""
-    return Path(f"space={space}") / f"hp={hp}" if hp else Path(f"space={space}")
-
-
-def logits_path(results: str | Path, space: str, hp: str, dataset: str, index: int) -> Path:
-    return store_dir(results) / partition(space, hp) / f"dataset={dataset}" / f"arch={int(index):06d}.parquet"
-
-
-def labels_path(results: str | Path, dataset: str, space: str | None = None) -> Path:
-    """NATS-Bench's labels, shared by its spaces; a population's own labels under ``space={name}``."""
-    base = store_dir(results) / "labels"
-    return (base / f"space={space}" if space else base) / f"dataset={dataset}.parquet"
 
 
 # ---------------------------------------------------------------- keys
@@ -282,8 +262,8 @@ def list_store(results: str | Path):
     import pandas as pd
 
     rows = []
-    root = store_dir(results)
-    for path in sorted([*root.glob("space=*/hp=*/dataset=*/arch=*.parquet"), *root.glob("space=*/dataset=*/arch=*.parquet")]):
+    for path in sorted([*layout.matching(layout.logits_path(results, "*", "*", "*", "*")),
+                        *layout.matching(layout.logits_path(results, "*", "", "*", "*"))]):
         try:
             meta = _metadata(path)
         except (OSError, StoreError, ValueError) as exc:

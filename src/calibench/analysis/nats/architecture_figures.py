@@ -33,15 +33,15 @@ cannot reach the cell output (which NATS-Bench's isomorphism, ``to_unique_str(co
 
 Populations: one row per measured network and seed (``arch_index == measured_by``; TSS
 isomorph copies, which repeat their representative's values under another string, are
-dropped as in :func:`calibench.analysis.core.measured`), unless ``include_copies=True`` asks for
+dropped as in :func:`calibench.analysis.tables.measured`), unless ``include_copies=True`` asks for
 the paper's population (all 15,625 TSS indices, each under its own string). Tables without a
 ``measured_by`` column are used as they are.
 
 Pure functions over the wide result tables; plots with matplotlib's Agg backend. Every
 function copes with a table that has no rows of its space (an empty table, and a plot
 function that writes nothing and returns None). The stage order, bin choice and
-statistics are :mod:`calibench.analysis.core`'s (which imports this module only inside
-``run_analysis``).
+statistics are the analysis's (:mod:`calibench.analysis.tables`, :mod:`calibench.analysis.methods`);
+the architecture part (:mod:`calibench.analysis.nats.architecture`) writes the tables and plots.
 """
 
 from __future__ import annotations
@@ -52,12 +52,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibench.analysis.core import STAGE_NAMES, STAGES, describe_values, nearest_bins
-from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, parse_sss, tss_edge_ops
+from calibench.analysis.methods import describe_values
+from calibench.analysis.nats.archstr import SSS_CHANNEL_CHOICES, parse_sss, tss_edge_ops
+from calibench.analysis.tables import STAGE_NAMES, STAGES, nearest_bins
 
 
 def _describe(values) -> dict:
-    """:func:`calibench.analysis.core.describe_values` without its infinity count."""
+    """:func:`calibench.analysis.methods.describe_values` without its infinity count."""
     d = describe_values(values)
     d.pop("n_inf")
     return d
@@ -223,7 +224,7 @@ def plot_kernel_parameters(table: pd.DataFrame, path: str | Path, title: str | N
     sized by the number of networks) and the interquartile range (shaded band). Writes
     ``path`` (PNG) and returns it; None (nothing written) if the table has no finite median.
     ``title`` replaces the figure title; ``suffix`` is appended to it (e.g. to mark a mini
-    benchmark, as :func:`calibench.analysis.core.make_plots` does)."""
+    benchmark, as every analysis part does)."""
     if table is None or table.empty:
         return None
     counts = table.drop_duplicates(["hp", "dataset", "kernel_params"]).groupby(["hp", "dataset"])["n"].sum()

@@ -24,7 +24,7 @@ tournament sample 5; local search from random starts; 100 repeats, repeat ``r`` 
 algorithm and objective). Objectives are maximised except the error-like columns (a name
 part ece, mce, cwce, ace, tace, ksce, ks, kdece, mmce, nll, brier, error or loss), which
 are minimised; ``maximize`` overrides. ``hcs_<beta>`` is
-``analysis.hcs(accuracy, pre_ece_15, beta)`` (metrics-spec.md) unless the table holds a
+``calibench.metrics.scores.hcs(accuracy, pre_ece_15, beta)`` (metrics-spec.md) unless the table holds a
 column of that name.
 
 Architectures the table lacks: a mutation or neighbour that is not in the table (or
@@ -35,7 +35,7 @@ architecture of the table. Evolution cannot stall: after ``population`` children
 row that were all queried before, the next child is a random unqueried architecture. A
 run stops after ``min(budget, architectures in the table)`` distinct queries. A table
 with several rows per architecture (seeds) is reduced to the mean over its rows, HCS
-computed per row first (as ``analysis.hcs_table``).
+computed per row first (as ``calibench.analysis.hcs.hcs_table``).
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibench.analysis.core import HCS_ECE, hcs
-from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS, parse_sss, parse_tss
+from calibench.analysis.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS, parse_sss, parse_tss
+from calibench.analysis.tables import HCS_ECE
 from calibench.atomic import atomic_write
+from calibench.metrics.scores import hcs
 
 log = logging.getLogger(__name__)
 
@@ -494,5 +495,50 @@ def run_nas(table_path: str | Path, out_path: str | Path, *, objectives: Sequenc
     return result
 
 
+# ---------------------------------------------------------------- the NAS part
+
+OUTPUTS = ("nas.csv",)
+
+
+def nas_tables(df: pd.DataFrame, options: Mapping | None = None) -> pd.DataFrame:
+    """Tao et al. Table 1 for every result table (:func:`nas_table` over all its
+    architectures): space, hp, dataset, then the NAS columns. ``options`` (``analysis.nas``):
+    repeats, budget, seed; the protocol's defaults otherwise."""
+    options = dict(options or {})
+    out = []
+    for (space, hp, dataset), part in df.groupby(["space", "hp", "dataset"]):
+        if part["accuracy"].notna().sum() < 2:
+            continue
+        t = nas_table(part, repeats=int(options.get("repeats", REPEATS)), budget=int(options.get("budget", BUDGET)),
+                      seed=int(options.get("seed", SEED)))
+        out.append(t.assign(space=space, hp=str(hp), dataset=dataset))
+    if not out:
+        return pd.DataFrame(columns=["space", "hp", "dataset"])
+    res = pd.concat(out, ignore_index=True)
+    return res[["space", "hp", "dataset", *[c for c in res.columns if c not in ("space", "hp", "dataset")]]]
+
+
+def nas_tables_html(result: pd.DataFrame) -> str:
+    """:func:`nas_html` of every table of :func:`nas_tables`, in (space, hp, dataset) order."""
+    if result.empty:
+        return ""
+    return "".join(nas_html(part.drop(columns=["space", "hp", "dataset"]), f"{space} hp {hp}, {dataset}")
+                   for (space, hp, dataset), part in result.groupby(["space", "hp", "dataset"], sort=True))
+
+
+def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
+    """The NAS part (NATS-Bench spaces only): ``analysis/nas.csv`` and the report's tables.
+    ``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``nas``."""
+    from calibench.analysis.tables import KEYS, load_tables
+    from calibench.layout import NATS_SPACES, analysis_dir
+
+    wanted = {*KEYS, "accuracy", HCS_ECE, *METRICS, *OBJECTIVES}
+    df = load_tables(tables, wanted)
+    nats = df[df["space"].isin(NATS_SPACES)] if not df.empty else pd.DataFrame(columns=["space", "hp", "dataset"])
+    result = nas_tables(nats, settings["analysis"].get("nas", {}))
+    result.to_csv(analysis_dir(results) / "nas.csv", index=False)
+    return {"plots": [], "blocks": [("nas", 20, nas_tables_html(result))]}
+
+
 __all__ = ["ALGORITHMS", "OBJECTIVES", "METRICS", "SearchResult", "neighbours", "search", "nas_table",
-           "nas_markdown", "nas_html", "run_nas"]
+           "nas_markdown", "nas_html", "run_nas", "nas_tables", "nas_tables_html", "run"]

@@ -14,7 +14,7 @@ robustness column, per top-k-by-accuracy population.
 Keys. ``arch_index``: the file's ``arch_index`` column (any row order) if it has one;
 otherwise the file has no key column and data row i (0-based, after the header) is
 architecture i, the layout of the Jung et al. export. ``arch_str``: the file's ``arch_str``
-column, TSS cell strings (:func:`calibench.sources.nats.archstr.parse_tss`; compared in canonical
+column, TSS cell strings (:func:`calibench.analysis.nats.archstr.parse_tss`; compared in canonical
 form, so spacing variants of one cell are one key). Either way a key must name a TSS
 architecture (an index in ``0 .. 15624``, a valid cell string) and appear once.
 
@@ -22,7 +22,7 @@ Which robustness value a network gets. The result tables hold one row per TSS in
 copies of an isomorphism class repeating the measured representative (``measured_by``).
 The join gives every row its own index's robustness values; the correlations use the
 measured rows only (``arch_index == measured_by``, first seed, as
-:func:`calibench.analysis.core.kendall_all`), i.e. the representative's own robustness values,
+:func:`calibench.analysis.kendall.kendall_all`), i.e. the representative's own robustness values,
 measured on the same weights as its calibration. A class whose representative has no
 robustness row is left out (its copies' rows are still in the join).
 """
@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from calibench.analysis import stats
-from calibench.sources.nats.archstr import TSS_OPS, format_tss, parse_tss
+from calibench.analysis.nats.archstr import TSS_OPS, format_tss, parse_tss
 
 log = logging.getLogger(__name__)
 
@@ -288,7 +288,7 @@ def robustness_kendall(joined: pd.DataFrame, metrics: Sequence[str], robustness_
     ``all`` of them, or the top k by ``by`` (``nlargest`` after sorting by ``arch_index``,
     so ties at the cut go to the lower index; networks with ``by`` NaN are in ``all``
     only; a top k only for k < the number of networks, as
-    :func:`calibench.analysis.core.kendall_all`). Rows, tidy (``KENDALL_COLUMNS``):
+    :func:`calibench.analysis.kendall.kendall_all`). Rows, tidy (``KENDALL_COLUMNS``):
 
     * ``kind = "robustness"``: every ``metric`` of ``metrics`` (calibration metrics, the
       OoD AUROC columns...) against every ``robustness`` column;
@@ -489,3 +489,51 @@ def robustness_plot(kendall_df: pd.DataFrame, path: str | Path, reference: str =
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+# ---------------------------------------------------------------- the robustness part
+
+OUTPUTS = ("robustness_kendall.parquet",)
+
+
+def _named(exc: Exception, path: str, key: str) -> ValueError:
+    """``exc``'s message, naming the configured file and key if it does not already."""
+    text = str(exc).strip("'\"") if isinstance(exc, KeyError) else str(exc)
+    if str(path) not in text or f"key {key}" not in text:
+        text = f"robustness table {str(path)!r} (key {key}): {text}"
+    return ValueError(text)
+
+
+def run(settings, tables, results: Path, plots: Path) -> dict:
+    """Question 2 (Fig. 3), only with ``robustness.path`` configured: the robustness table
+    joined to the TSS tables of ``robustness.datasets`` (default CIFAR-10, where robustness
+    datasets are measured), every calibration metric against every robustness column per
+    top-k population (``analysis/robustness_kendall.parquet``) and Fig. 3 under
+    ``plots/robustness/``. A bad file, key or join raises ValueError naming the file and key."""
+    from calibench.analysis.tables import load_tables, metric_candidates, metric_columns, nearest_bins
+    from calibench.layout import analysis_dir
+
+    options, bins = settings["robustness"], settings["bins"]
+    path, key = options["path"], options.get("key", "arch_index")
+    datasets = options.get("datasets") or ["cifar10"]
+    try:
+        table = load_robustness(path, key)
+    except (OSError, ValueError) as exc:
+        raise _named(exc, path, key) from None
+    candidate = metric_candidates(bins)
+    named = set(table.columns)  # a robustness column named like a table column is renamed in the join
+    df = load_tables(tables, lambda c: candidate(c) or c in named)
+    tss = df[df["space"] == "tss"] if not df.empty else df
+    try:
+        joined = join_robustness(tss, table, datasets=datasets)
+    except (KeyError, ValueError) as exc:
+        raise _named(exc, path, key) from None
+    metrics = list(dict.fromkeys([*metric_columns(joined, bins), f"post_ece_{nearest_bins(bins)}"]))
+    metrics = [m for m in metrics if m in joined.columns]
+    kendall = robustness_kendall(joined, metrics, populations=(*settings["analysis"]["top_k"], "all"),
+                                 resamples=int(options.get("resamples", 0)), seed=int(options.get("seed", 0)))
+    kendall.to_parquet(analysis_dir(results) / "robustness_kendall.parquet", index=False)
+    title = " [mini benchmark: not NATS-Bench results]" if settings.get("demo") else ""
+    figure = robustness_plot(kendall, plots / "robustness_kendall.png", title=title)
+    return {"plots": [(f"Question 2: Kendall tau of each metric and robustness column against ECE, by population "
+                       f"size ({', '.join(datasets)})", figure)], "blocks": []}

@@ -4,7 +4,7 @@ calibration of the same architectures differs between two training schedules ``h
 before and after temperature scaling and after any other post-hoc stage in the tables.
 
 Pure functions over the concatenated wide result tables
-(:func:`calibench.analysis.core.load_tables`: one row per (space, hp, dataset, arch_index,
+(:func:`calibench.analysis.tables.load_tables`: one row per (space, hp, dataset, arch_index,
 seed), binned metrics in columns ``{stage}_{metric}_{bins}``, e.g. ``pre_ece_15``,
 ``post_ece_15``). A config gives several schedules per space with a list,
 ``hp: {tss: ["12", "200"]}``; a space with one schedule has nothing to compare and adds
@@ -49,6 +49,8 @@ import numpy as np
 import pandas as pd
 
 from calibench.analysis import stats
+from calibench.analysis.findings import FINDING_COLUMNS
+from calibench.analysis.tables import nearest_bins
 
 __all__ = ["COLUMNS", "schedules", "hp_pairs", "binned_columns", "paired", "compare_hps", "findings",
            "comparison_html", "plot_hp_comparison"]
@@ -219,16 +221,12 @@ def _ordered(part: pd.DataFrame, stages: Sequence[str]) -> pd.DataFrame:
 
 def findings(comparison: pd.DataFrame, bins: Sequence[int] | None = None,
              stages: Sequence[str] = ("pre", "post")) -> pd.DataFrame:
-    """The report's question-6 sentences on the schedules (``calibench.report.page.FINDING_COLUMNS``),
+    """The report's question-6 sentences on the schedules (``calibench.analysis.findings.FINDING_COLUMNS``),
     one per (space, dataset, pair, stage) at the bin count nearest 15 among ``bins``
     (default: those of ``comparison``): the two medians, the median paired difference and
     tau with its interval. ``hp`` reads "12 vs 200"; ``value`` is tau."""
-    from calibench.report.page import FINDING_COLUMNS
-
     if comparison.empty:
         return pd.DataFrame(columns=FINDING_COLUMNS)
-    from calibench.analysis.core import nearest_bins  # here: analysis imports this module
-
     b = nearest_bins(list(bins) if bins else sorted(set(comparison["bins"])))
     part = _ordered(comparison[(comparison["bins"] == b) & comparison["stage"].isin(list(stages))], stages)
     rows = []
@@ -362,3 +360,27 @@ def plot_hp_comparison(table: pd.DataFrame, path: str | Path, metric: str = "ece
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# ---------------------------------------------------------------- the schedules part
+
+OUTPUTS = ("hp_comparison.parquet", "hp_comparison.csv")
+
+
+def run(settings, tables, results: Path, plots: Path) -> dict:
+    """The schedules part (only in a run with two or more schedules of a space):
+    ``analysis/hp_comparison.parquet``/``.csv`` (:func:`compare_hps`, jackknife intervals at
+    ``settings["level"]``), Fig. 6c under ``plots/schedules/`` and the report's table."""
+    from calibench.analysis.tables import KEYS, load_tables
+    from calibench.layout import NATS_SPACES, analysis_dir
+
+    binned = re.compile(r"^[a-z]+_ece_\d+$")
+    df = load_tables(tables, lambda c: c in KEYS or bool(binned.match(c)))
+    nats = df[df["space"].isin(NATS_SPACES)] if not df.empty else df
+    comparison = compare_hps(nats, level=settings["level"])
+    comparison.to_parquet(analysis_dir(results) / "hp_comparison.parquet", index=False)
+    comparison.to_csv(analysis_dir(results) / "hp_comparison.csv", index=False)
+    path = plot_hp_comparison(nats, plots / "hp_comparison.png", demo=bool(settings["demo"])) if not nats.empty \
+        else None
+    made = [("ECE by bin count across training schedules, same architectures (Fig. 6c)", path)] if path else []
+    return {"plots": made, "blocks": [("q6", 20, comparison_html(comparison))]}

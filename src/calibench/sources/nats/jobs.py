@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from calibench.config.check import schema_default
 from calibench.config.settings import INFERENCE_VERSION
 from calibench.sources import keys
 from calibench.store import logits as store
@@ -106,9 +107,10 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                                             svhn_path=ood.get("svhn"), noise_severity=ood["noise_severity"])
                           for d in needed})
         archive = NatsArchive(settings["archive"], space, hp)
-        workers = loader_workers(runtime.get("loader_workers", "auto"), device)
+        workers = loader_workers(runtime.get("loader_workers", schema_default("loader_workers")), device)
         log.info("device %s, %d archive loader(s), datasets %s", device, workers, ", ".join(needed))
-        stream = chunk_logits(archive, todo, eval_sets, device, _seeds(settings), int(runtime.get("batch_size", 1000)),
+        batch_size = int(runtime.get("batch_size", schema_default("batch_size")))
+        stream = chunk_logits(archive, todo, eval_sets, device, _seeds(settings), batch_size,
                               prefetch_depth=max(4, 2 * workers), loader_workers=workers)
         for index, dataset, out in stream:
             if not isinstance(out, list):

@@ -1,0 +1,301 @@
+"""The Kendall part: tau-b matrices with intervals (Tao et al., ICLR 2024, questions 1, 3, 4).
+
+Outputs (under ``{results}/analysis/``): ``kendall.parquet`` (every matrix, tidy),
+``question4.csv`` (question 4 at the bin count nearest 15), and the heatmaps under
+``plots/kendall/``: Fig. 2 for four metrics, Fig. 4a before recalibration, Fig. 4b for
+temperature scaling and, with more methods than temperature scaling, question 4 for every
+method. The report's table of question 4 per method goes to the methods section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import kendalltau
+
+from calibench.analysis import stats
+from calibench.analysis.plots import heatmap, heatmap_panels, pyplot
+from calibench.analysis.tables import (STAGE_NAMES, binned, demo_suffix, first_seed, label, load_tables,
+                                       measured, method_stages, metric_candidates, metric_columns, nearest_bins,
+                                       stage_order, top_populations)
+from calibench.layout import analysis_dir, target_name
+
+OUTPUTS = ("kendall.parquet", "question4.csv")
+
+
+def _tau(x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+    """Kendall tau-b over the rows where neither value is NaN, and their count."""
+    keep = ~(np.isnan(x) | np.isnan(y))
+    n = int(keep.sum())
+    return (float(kendalltau(x[keep], y[keep]).statistic) if n > 1 else np.nan), n
+
+
+def kendall_matrix(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """Tidy tau-b matrix over pairwise-complete rows: columns row, col, tau, n."""
+    values = {c: df[c].to_numpy(dtype=float) for c in columns}
+    rows, done = [], {}
+    for a in columns:
+        for b in columns:
+            if (b, a) in done:  # tau-b is symmetric: each pair is computed once
+                tau, n = done[(b, a)]
+            else:
+                if a == b:
+                    n = int((~np.isnan(values[a])).sum())
+                    tau = 1.0 if n > 1 else np.nan
+                else:
+                    tau, n = _tau(values[a], values[b])
+                done[(a, b)] = tau, n
+            rows.append({"row": a, "col": b, "tau": float(tau), "n": n})
+    return pd.DataFrame(rows)
+
+
+def kendall_cross(df: pd.DataFrame, rows: Sequence[str], cols: Sequence[str]) -> pd.DataFrame:
+    """The rectangular block ``rows`` x ``cols`` of :func:`kendall_matrix` (same columns: row,
+    col, tau, n; pairwise-complete rows), without the pairs inside ``rows`` or inside ``cols``."""
+    values = {c: df[c].to_numpy(dtype=float) for c in dict.fromkeys([*rows, *cols])}
+    out = []
+    for a in rows:
+        for b in cols:
+            tau, n = _tau(values[a], values[b])
+            out.append({"row": a, "col": b, "tau": tau, "n": n})
+    return pd.DataFrame(out, columns=["row", "col", "tau", "n"])
+
+
+def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
+    """Every Kendall matrix, tidy: row, col, tau, lo, hi, n, figure, metric, space, hp,
+    dataset, population, stage.
+
+    ``lo``, ``hi``, ``interval``: each tau's interval at ``analysis.bootstrap.level`` and how
+    it was computed (:mod:`calibench.analysis.stats`): "bootstrap", the percentile bootstrap over
+    resampled networks (resamples, seed; every pair of one matrix shares the resamples), or
+    "jackknife", the leave-one-network-out normal interval (O(n log n) per pair, about 20x
+    cheaper at 32,768 networks, and within a few per cent of the bootstrap's width there:
+    BENCHMARKS.md). ``analysis.bootstrap.scope``: ``findings`` (default) bootstraps the taus
+    the report states as findings (Fig. 2 of pre and post ECE and question 4, at the bin
+    count nearest 15) and gives every other tau its jackknife interval; ``all`` bootstraps every tau
+    (about 1 s per pair at 32,768 networks); ``resamples: 0`` jackknifes every tau.
+
+    ``figure``: ``datasets`` (Fig. 2, question 1: every metric of :func:`metric_columns` and
+    each method's ECE across datasets), ``metrics`` (Fig. 4a, question 3: every metric
+    against every other, before and after each method) or ``pre_post`` (Fig. 4b,
+    question 4: rows ``pre_ece_{B}``, columns ``{stage}_ece_{B}`` for every bin count B).
+    ``stage`` names the post-hoc method of a ``pre_post`` or ``metrics`` block (``post`` is
+    temperature scaling) and is null for the metrics before recalibration and for Fig. 2.
+    """
+    bins = settings["bins"]
+    top_k = settings["analysis"]["top_k"]
+    boot = {"resamples": 0, "seed": 0, "level": 0.95, "scope": "findings", **settings["analysis"].get("bootstrap", {})}
+    methods = method_stages(df)
+    out = []
+
+    def rule(finding):
+        """The interval of a pair: bootstrap where ``finding(row, col)`` or scope is all."""
+        if boot["resamples"] <= 0:
+            return "jackknife"
+        if boot["scope"] == "all":
+            return "bootstrap"
+        return lambda a, b: "bootstrap" if finding(a, b) else "jackknife"
+
+    def matrix(part, cols, finding=lambda a, b: False):
+        return stats.kendall_matrix_ci(part, cols, max(1, boot["resamples"]), boot["seed"], boot["level"],
+                                       rule(finding))
+
+    def cross(part, rows, cols, finding=lambda a, b: False):
+        return stats.kendall_cross_ci(part, rows, cols, max(1, boot["resamples"]), boot["seed"], boot["level"],
+                                      rule(finding))
+
+    stated = f"_ece_{nearest_bins(bins)}"
+
+    def q4_finding(a, b):  # pre_ece_15 against {method}_ece_15: the report's question-4 lines
+        return a.endswith(stated) and b.endswith(stated)
+
+    def usable(part, cols):
+        return [c for c in cols if c in part.columns and part[c].notna().sum() > 1]
+
+    # Only the columns a tau is taken of: the copies below (per space, dataset, population)
+    # would otherwise hold every column of the tables.
+    wanted = {"space", "hp", "dataset", "arch_index", "measured_by", "seed", "accuracy"}
+    for stage in ("pre", *methods):
+        wanted.update(metric_columns(df, bins, stage), binned(bins, "ece", stage))
+    df = df[[c for c in df.columns if c in wanted]]
+    for (space, hp), group in df.groupby(["space", "hp"]):
+        nets = first_seed(measured(group))
+        # Fig. 2 (question 1): every metric across datasets, pre and each method's ECE.
+        b = nearest_bins(bins)
+        across = [*metric_columns(nets, bins), *(f"{s}_ece_{b}" for s in methods)]
+        acc = nets.pivot_table(index="arch_index", columns="dataset", values="accuracy").mean(axis=1)
+        for metric in dict.fromkeys(across):
+            if metric not in nets.columns:
+                continue
+            wide = nets.pivot_table(index="arch_index", columns="dataset", values=metric)
+            wide = wide.loc[:, wide.notna().sum() > 1]  # a dataset where the metric is (nearly) all NaN
+            if wide.shape[1] < 2:  # e.g. the OoD AUROCs, measured on CIFAR-10 only
+                continue
+            wide = wide.assign(_acc=acc)
+            for population, part in top_populations(wide, top_k, "_acc"):
+                cols = usable(part, [c for c in wide.columns if c != "_acc"])
+                if len(cols) < 2:
+                    continue
+                m = matrix(part, cols, finding=lambda a, b, metric=metric: metric in (f"pre{stated}", f"post{stated}"))
+                out.append(m.assign(figure="datasets", metric=metric, space=space, hp=hp, dataset="*",
+                                    population=population, stage=None))
+        for dataset, part_all in nets.groupby("dataset"):
+            for population, part in top_populations(part_all, top_k):
+                # Fig. 4a (question 3): every metric against every other, before (stage null)
+                # and after each post-hoc method.
+                for stage in ("pre", *methods):
+                    m = matrix(part, metric_columns(part, bins, stage))
+                    out.append(m.assign(figure="metrics", metric="*", space=space, hp=hp, dataset=dataset,
+                                        population=population, stage=None if stage == "pre" else stage))
+                # Fig. 4b, the paper's question 4, for every post-hoc method in the tables.
+                pre_cols = usable(part, binned(bins, "ece", "pre"))
+                for stage in methods:
+                    cols = usable(part, binned(bins, "ece", stage))
+                    if pre_cols and cols:
+                        m = cross(part, pre_cols, cols, finding=q4_finding)
+                        out.append(m.assign(figure="pre_post", metric="ece", space=space, hp=hp, dataset=dataset,
+                                            population=population, stage=stage))
+    out = [m for m in out if not m.empty]  # e.g. a population of one network: no pair (an empty block is untyped)
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def question4_findings(kendall: pd.DataFrame, bins: Sequence[int]) -> pd.DataFrame:
+    """Question 4 at one bin count (15, or the nearest configured), population ``all``: Kendall
+    tau of pre- against post-method ECE per space, dataset and method, with its interval."""
+    if kendall.empty or "pre_post" not in set(kendall["figure"]):
+        return pd.DataFrame()
+    b = nearest_bins(bins)
+    q4 = kendall[(kendall["figure"] == "pre_post") & (kendall["population"] == "all")
+                 & (kendall["row"] == f"pre_ece_{b}")]
+    q4 = q4[q4["col"] == q4["stage"] + f"_ece_{b}"]
+    return q4[["space", "hp", "dataset", "stage", "tau", "lo", "hi", "n", "interval"]].reset_index(drop=True)
+
+
+def q4_html(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
+    """Kendall tau of pre- against post-method ECE at the same bin count (nearest 15), all
+    networks: one row per table, one column per method."""
+    if kendall.empty or "stage" not in kendall.columns:
+        return ""
+    b = nearest_bins(bins)
+    q4 = kendall[(kendall["figure"] == "pre_post") & (kendall["population"] == "all")
+                 & (kendall["row"] == f"pre_ece_{b}") & (kendall["col"] == kendall["stage"] + f"_ece_{b}")]
+    if q4.empty:
+        return ""
+    grid = q4.pivot(index=["space", "hp", "dataset"], columns="stage", values="tau")
+    grid = grid[stage_order(grid.columns)]
+    grid.columns.name = None
+    return grid.to_html(float_format=lambda x: f"{x:.3f}", na_rep="–")
+
+
+def q4_block(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
+    """Question 4 per method for the report's methods section ('' if there is none)."""
+    table = q4_html(kendall, bins)
+    if not table:
+        return ""
+    b = nearest_bins(bins)
+    return (f"<h3>Question 4: does a method affect all networks uniformly?</h3><p>Kendall tau-b between "
+            f"the networks' ECE before and after each method ({b} bins, all networks). Near 1: the method "
+            f"keeps the networks' calibration ranking; low: it reorders them. The full matrices across bin "
+            f"counts are the heatmaps below (<code>analysis/kendall.parquet</code>, figure "
+            f"<code>pre_post</code>, column <code>stage</code>).</p>" + table)
+
+
+# ---------------------------------------------------------------- plots
+
+def make_plots(kendall: pd.DataFrame, demo: str, plots: Path) -> list[tuple[str, Path]]:
+    """One heatmap each: Fig. 2 for four metrics, Fig. 4a before recalibration, Fig. 4b for
+    temperature scaling (every other block is in kendall.parquet)."""
+    made: list[tuple[str, Path]] = []
+    if kendall.empty:
+        return made
+    figure2 = kendall["metric"].isin(["pre_ece_15", "post_ece_15", "pre_nll", "accuracy"])
+    single = (kendall["population"] == "all") & (
+        ((kendall["figure"] == "datasets") & figure2) | ((kendall["figure"] == "metrics") & kendall["stage"].isna())
+        | ((kendall["figure"] == "pre_post") & (kendall["stage"] == "post")))
+    for (space, hp), part in kendall[single & (kendall["figure"] == "datasets")].groupby(["space", "hp"]):
+        blocks = [(metric, part[part["metric"] == metric]) for metric in dict.fromkeys(part["metric"])]
+        title = f"Kendall tau across datasets ({label(space, hp)}){demo}"
+        path = plots / f"kendall_datasets_{target_name(space, hp)}.png"
+        heatmap_panels(blocks, title, path)
+        made.append((f"Metrics across datasets ({label(space, hp)})", path))
+    for (figure, metric, space, hp, dataset), m in kendall[single & (kendall["figure"] != "datasets")].groupby(
+            ["figure", "metric", "space", "hp", "dataset"]):  # the other methods: method_plots
+        name = f"kendall_{figure}_{metric}_{target_name(space, hp)}_{dataset}".replace("*", "all").replace("-", "_")
+        title = ({"metrics": f"metrics, {dataset}", "pre_post": f"ECE pre vs post scaling, {dataset}"}[figure]
+                 + f" ({label(space, hp)})" + demo)
+        path = plots / f"{name}.png"
+        heatmap(m, title, path)
+        made.append((title, path))
+    return made
+
+
+def _methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path: Path) -> None:
+    """Question 4 for every method of one table: one pre-vs-method heatmap per stage."""
+    plt = pyplot()
+    ncols = min(4, len(stages))
+    nrows = -(-len(stages) // ncols)
+    size = int(block.groupby("stage")["col"].nunique().max())  # bin counts of a panel
+    side = 1.0 + 0.3 * max(size, 3)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols + 0.8, side * nrows + 0.5), squeeze=False,
+                             layout="constrained")
+    im = None
+    for ax, stage in zip(axes.flat, stages):
+        m = block[block["stage"] == stage]
+        rows, cols = list(dict.fromkeys(m["row"])), list(dict.fromkeys(m["col"]))
+        grid = m.pivot(index="row", columns="col", values="tau").loc[rows, cols]
+        im = ax.imshow(grid.values, vmin=-1, vmax=1, cmap="RdBu_r")
+        ax.set_xticks(range(len(cols)), [c.rpartition("_")[2] for c in cols], fontsize=7)
+        ax.set_yticks(range(len(rows)), [r.rpartition("_")[2] for r in rows], fontsize=7)
+        ax.set_xlabel(f"{stage} ECE, bins", fontsize=8)
+        ax.set_ylabel("pre ECE, bins", fontsize=8)
+        ax.set_title(f"{stage}: {STAGE_NAMES.get(stage, stage)}", fontsize=8)
+        if size <= 12:
+            for i in range(len(rows)):
+                for j in range(len(cols)):
+                    v = grid.values[i, j]
+                    if np.isfinite(v):
+                        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
+                                color="white" if abs(v) > 0.6 else "black")
+    for ax in list(axes.flat)[len(stages):]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    if im is not None:
+        fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="Kendall tau-b")
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing clipped: long titles, legends below
+    plt.close(fig)
+
+
+def method_plots(kendall: pd.DataFrame, methods: Sequence[str], demo: str, plots: Path) -> list[tuple[str, Path]]:
+    """Question 4 for every method, when there is more than temperature scaling (whose
+    heatmap :func:`make_plots` draws)."""
+    made: list[tuple[str, Path]] = []
+    if len(methods) <= 1 or kendall.empty:
+        return made
+    q4 = kendall[(kendall["figure"] == "pre_post") & (kendall["population"] == "all")]
+    for (space, hp, dataset), block in q4.groupby(["space", "hp", "dataset"]):
+        stages = [s for s in methods if s in set(block["stage"])]
+        if not stages:
+            continue
+        title = f"Question 4: ECE pre vs after each method, {dataset} ({label(space, hp)}){demo}"
+        path = plots / f"kendall_pre_methods_{target_name(space, hp)}_{dataset}.png".replace("-", "_")
+        _methods_figure(block, stages, title, path)
+        made.append((f"Question 4 for every method: Kendall tau of pre- against post-method ECE across bin "
+                     f"counts, {dataset} ({label(space, hp)})", path))
+    return made
+
+
+# ---------------------------------------------------------------- the part
+
+def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
+    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``kendall``."""
+    out_dir = analysis_dir(results)
+    df = load_tables(tables, metric_candidates(settings["bins"]))
+    kendall = kendall_all(df, settings)
+    kendall.to_parquet(out_dir / "kendall.parquet", index=False)
+    question4_findings(kendall, settings["bins"]).to_csv(out_dir / "question4.csv", index=False)
+    demo = demo_suffix(settings)
+    made = make_plots(kendall, demo, plots) + method_plots(kendall, method_stages(df), demo, plots)
+    return {"plots": made, "blocks": [("methods", 20, q4_block(kendall, settings["bins"]))]}

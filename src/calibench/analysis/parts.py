@@ -1,0 +1,104 @@
+"""The analysis as parts: each part is one Snakemake job (``calibench analysis-part --part
+NAME``) with its own outputs, so that one failing part loses nothing of the others.
+
+A part reads the result tables (only the columns it uses), writes its files under
+``{results}/analysis/``, its figures under ``{results}/plots/{part}/`` and, last, its
+manifest ``{results}/analysis/parts/{part}.json``: the figures (title, path relative to
+the results directory) and the HTML blocks it contributes to the report (section, order,
+HTML). The report (:mod:`calibench.report.assemble`) reads the manifests of the parts a
+run has, in :data:`PARTS` order.
+
+Parts (module; outputs besides the manifest and figures):
+
+* ``kendall`` (:mod:`.kendall`): ``kendall.parquet``, ``question4.csv``;
+* ``overview`` (:mod:`.overview`): figures only (ECE by bin count, ECE against accuracy);
+* ``hcs`` (:mod:`.hcs`): ``hcs.parquet``, ``top_hcs.csv``;
+* ``methods`` (:mod:`.methods`): ``methods_summary.parquet``/``.csv``, ``method_wins.parquet``;
+* ``reliability`` (:mod:`.reliability`): figures from the shards, after ``hcs``;
+* ``groups`` (:mod:`.groups`): ``groups.csv``, ``kendall_groups.parquet`` (empty without groups);
+* NATS-Bench only (:mod:`.nats`): ``nas`` (``nas.csv``), ``architecture`` (``tss_edge_ops``,
+  ``sss_size_brackets``, ``tss_kernel_parameters``, ``sss_width_progression``),
+  ``schedules`` (``hp_comparison.parquet``/``.csv``; with two schedules of a space),
+  ``robustness`` (``robustness_kendall.parquet``; with ``robustness.path``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from calibench.atomic import write_json_atomic
+from calibench.layout import NATS_SPACES, analysis_dir, plots_dir
+
+log = logging.getLogger(__name__)
+
+MODULES = {"kendall": "kendall", "overview": "overview", "hcs": "hcs", "methods": "methods",
+           "reliability": "reliability", "groups": "groups", "nas": "nats.nas", "architecture": "nats.architecture",
+           "schedules": "nats.schedules", "robustness": "nats.robustness"}
+PARTS = tuple(MODULES)  # the report's order
+NATS_PARTS = ("nas", "architecture", "schedules", "robustness")
+
+
+def manifest_path(results: str | Path, part: str) -> Path:
+    return analysis_dir(results) / "parts" / f"{part}.json"
+
+
+def part_plots_dir(results: str | Path, part: str) -> Path:
+    return plots_dir(results) / part
+
+
+def module(part: str):
+    if part not in MODULES:
+        raise ValueError(f"unknown analysis part {part!r}; parts: {', '.join(PARTS)}")
+    return importlib.import_module(f"calibench.analysis.{MODULES[part]}")
+
+
+def outputs(results: str | Path, part: str) -> list[Path]:
+    """The files a part writes under ``analysis/`` (its manifest and figures aside)."""
+    return [analysis_dir(results) / name for name in module(part).OUTPUTS]
+
+
+def run_part(part: str, settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> Path:
+    """Run one part; returns its manifest. ``settings``:
+    :func:`calibench.config.settings.analysis_part_settings` of the part."""
+    results = Path(results)
+    runner = module(part).run
+    analysis_dir(results).mkdir(parents=True, exist_ok=True)
+    plots = part_plots_dir(results, part)
+    plots.mkdir(parents=True, exist_ok=True)
+    for old in plots.glob("*.png"):  # figures of an earlier configuration must not outlive it
+        old.unlink()
+    made = runner(settings, list(tables), results, plots)
+    doc = {"part": part,
+           "plots": [{"title": title, "path": Path(path).relative_to(results).as_posix()}
+                     for title, path in made["plots"]],
+           "blocks": [{"section": section, "order": order, "html": text}
+                      for section, order, text in made["blocks"] if text]}
+    path = manifest_path(results, part)
+    write_json_atomic(doc, path)
+    log.info("analysis part %s: %d figures, %d report blocks", part, len(doc["plots"]), len(doc["blocks"]))
+    return path
+
+
+def read_manifest(results: str | Path, part: str) -> dict:
+    with open(manifest_path(results, part)) as f:
+        return json.load(f)
+
+
+def parts_of(settings: Mapping, table_keys: Sequence[tuple[str, str, str]]) -> list[str]:
+    """The parts a run has, from its analysis settings
+    (:func:`calibench.config.settings.analysis_settings`) and the (space, hp, dataset) of its
+    tables; what :func:`calibench.config.settings.analysis_parts` says from the config."""
+    nats = {space: {hp for s, hp, _ in table_keys if s == space} for space, _, _ in table_keys
+            if space in NATS_SPACES}
+    out = ["kendall", "overview", "hcs", "methods", "reliability", "groups"]
+    if nats:
+        out += ["nas", "architecture"]
+    if any(len(hps) > 1 for hps in nats.values()):
+        out.append("schedules")
+    if (settings.get("robustness") or {}).get("path"):
+        out.append("robustness")
+    return out

@@ -1,0 +1,118 @@
+"""The report job: ``report.html``, ``analysis/findings.csv`` and ``analysis/claims.csv``
+assembled from the analysis parts a run has (:mod:`calibench.analysis.parts`).
+
+It reads each part's manifest (its figures and HTML blocks) and outputs, and the tables
+for the findings on networks (questions 5 and 6, the claims); it computes nothing a part
+computes. It runs only once every part of the run has succeeded, so a failing part leaves
+the last good report in place.
+
+:func:`run_analysis` runs every part of a set of tables and then the report in one
+process (tests, scripts); the workflow runs each part as its own job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from calibench.analysis import parts as analysis_parts
+from calibench.analysis.kendall import question4_findings
+from calibench.analysis.nats import architecture, schedules
+from calibench.analysis.tables import KEYS, first_seed, load_tables, measured, nearest_bins, table_stages
+from calibench.config.settings import part_settings
+from calibench.layout import analysis_dir, report_path
+from calibench.report.claims import claims, claims_html
+from calibench.report.findings import findings
+from calibench.report.page import SECTIONS, write_report
+from calibench.results.failures import html as failures_html
+
+log = logging.getLogger(__name__)
+
+CLAIMED = ("q1", "q3", "q4", "q5", "q6", "q7")  # sections that open with the paper's claims
+
+
+def _read(results: Path, name: str, parts: Sequence[str], part: str) -> pd.DataFrame | None:
+    """A part's output, or None if the run has no such part."""
+    if part not in parts:
+        return None
+    path = analysis_dir(results) / name
+    if name.endswith(".csv"):  # exact floats back; hp as text (a schedule, "" for a population)
+        return pd.read_csv(path, dtype={"hp": str}, keep_default_na=True, float_precision="round_trip")
+    return pd.read_parquet(path)
+
+
+def _networks(tables: Sequence[str | Path], bins: Sequence[int]) -> pd.DataFrame:
+    """The measured networks (first seed) with the columns the findings on networks use."""
+    lo, hi, b = min(bins), max(bins), nearest_bins(bins)
+    wanted = {*KEYS, "accuracy", f"pre_ece_{b}", *(f"{s}_ece_{x}" for s in ("pre", "post") for x in (lo, hi))}
+    df = load_tables(tables, wanted)
+    return first_seed(measured(df))
+
+
+def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
+    """The report of the parts ``settings["parts"]`` (``settings``:
+    :func:`calibench.config.settings.analysis_part_settings` of ``report``)."""
+    results = Path(results)
+    parts = [p for p in analysis_parts.PARTS if p in set(settings["parts"])]
+    bins, level = settings["bins"], settings["level"]
+    manifests = {p: analysis_parts.read_manifest(results, p) for p in parts}
+    out = analysis_dir(results)
+    nets = _networks(tables, bins)
+    kendall = _read(results, "kendall.parquet", parts, "kendall")
+    kendall = pd.DataFrame() if kendall is None else kendall
+    q4 = question4_findings(kendall, bins)
+    kernel = _read(results, "tss_kernel_parameters.parquet", parts, "architecture")
+    width = _read(results, "sss_width_progression.parquet", parts, "architecture")
+    brackets = _read(results, "sss_size_brackets.parquet", parts, "architecture")
+    edges = _read(results, "tss_edge_ops.parquet", parts, "architecture")
+    found = findings(nets, kendall, q4, pd.DataFrame() if brackets is None else brackets,
+                     pd.DataFrame() if edges is None else edges, bins, level,
+                     robustness=_read(results, "robustness_kendall.parquet", parts, "robustness"),
+                     nas=_read(results, "nas.csv", parts, "nas"),
+                     architecture=architecture.findings(kernel, width, bins) if kernel is not None else ())
+    comparison = _read(results, "hp_comparison.parquet", parts, "schedules")
+    if comparison is not None:
+        extra = schedules.findings(comparison, bins)
+        if not extra.empty:
+            found = pd.concat([found, extra], ignore_index=True)
+    found.to_csv(out / "findings.csv", index=False)
+    claimed = claims(nets, kendall, q4, bins, level, width)
+    claimed.to_csv(out / "claims.csv", index=False)
+
+    pieces: dict[str, list[tuple[int, str]]] = {sid: [] for sid, _, _ in SECTIONS}
+    for sid in CLAIMED:
+        pieces[sid].append((0, claims_html(claimed, sid, level)))
+    pieces["failures"].append((0, failures_html(results, tables)))
+    plots = []
+    for part in parts:
+        plots += [(p["title"], results / p["path"]) for p in manifests[part]["plots"]]
+        for block in manifests[part]["blocks"]:
+            pieces.setdefault(block["section"], []).append((block["order"], block["html"]))
+    blocks = {sid: "\n".join(text for _, text in sorted(items, key=lambda item: item[0]) if text)
+              for sid, items in pieces.items()}
+    n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only
+    page = write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks)
+    log.info("report written: %s, %d parts, %d figures, %d findings", page, len(parts), len(plots), len(found))
+    return {"report": page, "findings": out / "findings.csv", "claims": out / "claims.csv"}
+
+
+def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
+    """Every part the tables and ``settings`` (:func:`calibench.config.settings.analysis_settings`)
+    call for, then the report, in this process. Returns the report's files and the parts'
+    main outputs by name (``kendall``, ``hcs``, ``nas``...)."""
+    results = Path(results)
+    tables = [str(t) for t in tables]
+    rows = load_tables(tables, {"space"})
+    if rows.empty:
+        raise ValueError(f"no rows in the result tables {tables}: nothing was measured")
+    parts = analysis_parts.parts_of(settings, list(table_stages(tables)))
+    for part in parts:
+        analysis_parts.run_part(part, part_settings(settings, part), tables, results)
+    done = write({**part_settings(settings, "report"), "parts": parts}, tables, results)
+    named = {path.stem: path for part in parts for path in analysis_parts.outputs(results, part)
+             if path.suffix == ".parquet" or path.name == "nas.csv"}
+    return {**named, **done, "report": report_path(results)}

@@ -1,0 +1,129 @@
+"""The analysis as parts (calibench.analysis.parts, workflow/rules/analysis.smk): each part is its
+own job with declared outputs, a changed setting reruns only the parts that depend on it and
+the report, a failing part fails alone and leaves the last good report, and the report holds
+every part's figures. One finished run of the tiny workflow (with a robustness table, so that
+question 2 is a part too) serves every test; a test that changes files works on a copy."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fixtures import copy_workflow
+from test_workflow import TINY, _clone, _planned_jobs, _set_config, _snakemake
+
+PARTS = ("kendall", "overview", "hcs", "methods", "reliability", "groups", "nas", "architecture", "robustness")
+ROBUSTNESS = {"path": "robustness.csv", "key": "arch_index"}
+
+
+def _robustness_table() -> pd.DataFrame:
+    """Per TSS architecture of the tiny mini benchmark (indices 0, 1, 2): two robustness columns."""
+    return pd.DataFrame({"arch_index": [0, 1, 2], "clean_acc": [71.0, 71.0, 64.5],
+                         "pgd_Linf_acc8_0": [3.5, 3.5, 9.0]})
+
+
+@pytest.fixture(scope="module")
+def parts_run(tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("parts"), {**TINY, "robustness": ROBUSTNESS})
+    _robustness_table().to_csv(workdir / ROBUSTNESS["path"], index=False)
+    _snakemake(workdir)
+    return workdir
+
+
+def _files(results: Path) -> dict[Path, tuple[int, bytes]]:
+    """Every file under ``results`` but the logs: (mtime, bytes)."""
+    return {p.relative_to(results): (p.stat().st_mtime_ns, p.read_bytes()) for p in results.rglob("*")
+            if p.is_file() and "logs" not in p.relative_to(results).parts}
+
+
+def test_every_part_is_its_own_job_with_its_outputs(parts_run):
+    results = parts_run / "results"
+    for part in PARTS:
+        manifest = json.loads((results / "analysis" / "parts" / f"{part}.json").read_text())
+        assert manifest["part"] == part
+        assert (results / "logs" / "analysis" / f"{part}.log").is_file()
+        record = pd.read_csv(results / "benchmarks" / "analysis" / f"{part}.tsv", sep="\t").iloc[0]
+        assert record["s"] > 0 and record["max_rss"] > 0
+        assert (results / "plots" / part).is_dir()
+    assert not (results / "analysis" / "parts" / "schedules.json").exists()  # one schedule per space: no part
+    for name in ("kendall.parquet", "question4.csv", "hcs.parquet", "top_hcs.csv", "methods_summary.parquet",
+                 "method_wins.parquet", "groups.csv", "kendall_groups.parquet", "nas.csv", "tss_edge_ops.parquet",
+                 "sss_width_progression.parquet", "robustness_kendall.parquet", "findings.csv", "claims.csv"):
+        assert (results / "analysis" / name).is_file(), name
+    assert pd.read_csv(results / "analysis" / "groups.csv").empty  # no population grouped: empty, with columns
+    found = pd.read_csv(results / "analysis" / "findings.csv")
+    assert {"q1", "q2", "q3", "q4", "q5", "q6", "q7", "nas"} <= set(found["question"])
+
+
+def test_the_report_holds_every_parts_figures(parts_run):
+    results = parts_run / "results"
+    report = (results / "report.html").read_text()
+    shown = re.findall(r"<img src='([^']+)'", report)
+    assert len(shown) == len(set(shown))
+    listed = set()
+    for part in PARTS:
+        manifest = json.loads((results / "analysis" / "parts" / f"{part}.json").read_text())
+        paths = [p["path"] for p in manifest["plots"]]
+        assert all(p.startswith(f"plots/{part}/") for p in paths), paths
+        if part not in ("groups", "nas"):  # no groups configured; NAS has tables, no figure
+            assert paths, part
+        listed |= set(paths)
+    on_disk = {p.relative_to(results).as_posix() for p in (results / "plots").rglob("*.png")}
+    assert set(shown) == listed == on_disk
+    sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", report, re.S))
+    assert "plots/robustness/robustness_kendall.png" in sections["q2"]
+    assert "plots/kendall/kendall_datasets_tss_200.png" in sections["q1"]
+    assert "Top networks by HCS" in sections["nas"] and "hit rate" in sections["nas"]
+    assert "Question 4: does a method affect all networks uniformly?" in sections["methods"]
+
+
+def test_a_nas_setting_reruns_only_the_nas_part_and_the_report(tmp_path, parts_run):
+    workdir = _clone(parts_run, tmp_path / "nas")
+    results = workdir / "results"
+    assert _planned_jobs(workdir) == {}
+    before = _files(results)
+    _set_config(workdir, analysis={**TINY["analysis"], "nas": {"repeats": 3, "budget": 2, "seed": 0}})
+    assert _planned_jobs(workdir) == {"analysis_nas": 1, "assemble_report": 1, "all": 1}
+    _snakemake(workdir)
+    after = _files(results)
+    changed = {p for p in after if before.get(p, (None,))[0] != after[p][0]}
+    assert changed == {Path("analysis/nas.csv"), Path("analysis/parts/nas.json"), Path("benchmarks/analysis/nas.tsv"),
+                       Path("report.html"), Path("analysis/findings.csv"), Path("analysis/claims.csv"),
+                       Path("benchmarks/report.tsv")}
+    assert set(after) == set(before)
+    nas = pd.read_csv(results / "analysis" / "nas.csv")
+    assert (nas["repeats"] == 3).all() and (nas["budget"] == 2).all()
+    assert _planned_jobs(workdir) == {}
+
+
+def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
+    workdir = _clone(parts_run, tmp_path / "robustness")
+    results = workdir / "results"
+    before = _files(results)
+    bad = _robustness_table()
+    bad.loc[2, "arch_index"] = 99999  # no TSS architecture
+    bad.to_csv(workdir / ROBUSTNESS["path"], index=False)
+    proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml",
+                           "--cores", "2"], cwd=workdir, capture_output=True, text=True, timeout=900)
+    told = proc.stdout + proc.stderr
+    assert proc.returncode != 0, told[-3000:]
+    log = (results / "logs" / "analysis" / "robustness.log").read_text()
+    for text in (log, told):  # the job's log, and what `calibench run` says on the terminal
+        assert "robustness.csv" in text and "key arch_index" in text and "99999" in text, text[-3000:]
+    # The failed part's outputs are gone (Snakemake removes them); nothing else was touched,
+    # the last good report included.
+    robustness = {Path("analysis/parts/robustness.json"), Path("analysis/robustness_kendall.parquet"),
+                  Path("plots/robustness/robustness_kendall.png")}
+    after = _files(results)
+    assert not robustness & set(after)
+    assert {p: before[p] for p in after} == after
+    assert set(before) - set(after) == robustness
+    # Repaired, the part and the report run again; the other parts stay as they are.
+    _robustness_table().to_csv(workdir / ROBUSTNESS["path"], index=False)
+    assert _planned_jobs(workdir) == {"analysis_robustness": 1, "assemble_report": 1, "all": 1}
