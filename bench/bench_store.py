@@ -32,7 +32,7 @@ SETS = {"cifar10": (10, {"test": 10_000, "ood_gaussian_noise": 10_000, "ood_svhn
         "cifar100": (100, {"test": 10_000}), "ImageNet16-120": (120, {"test": 6_000})}
 TSS_UNIQUE, SSS = 6_466, 32_768
 MEASURE = {"bins": [5, 10, 15, 20, 25, 50, 100, 200, 500], "tace_threshold": 0.001,
-           "temperature": {"method": "nll", "val_fraction": 0.2, "seed": 42}}
+           "temperature": {"method": "nll", "val_fraction": 0.2, "seed": 42}, "stages": ["pre", "post"]}
 
 
 def _logits(rng, n, k):

@@ -76,7 +76,7 @@ def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: M
     temp = settings["temperature"]
     logits = torch.stack([r.logits for r in group])
     ood = {name: torch.stack([r.ood_logits[name] for r in group]) for name in group[0].ood_logits}
-    stages = list(settings.get("stages", ("pre", "post")))
+    stages = list(settings["stages"])
     out = measure_stages_batch(
         logits, labels, bins=settings["bins"], val_fraction=temp["val_fraction"], seed=temp["seed"],
         method=temp["method"], tace_threshold=settings["tace_threshold"], stages=stages,

@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from importlib import import_module
 from pathlib import Path
 
+from calibench.sources.errors import SourceError  # noqa: E402  (re-exported)
+
 MODULES = {"nats": ".nats.jobs", "logits": ".logits_dir", "torch": ".torch_models"}
 
 
-class SourceError(ValueError):
-    """A population's definition or input that cannot be used; names the file, model or key."""
 
 
 def source_module(settings: Mapping):

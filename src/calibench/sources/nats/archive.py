@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from calibench.inference.data import check_dataset
-from calibench.sources import SourceError
+from calibench.sources.errors import SourceError
 from calibench.sources.nats.population import check_space
 
 HPS = {"tss": ("12", "200"), "sss": ("12", "90")}  # hp values whose -full archives keep weights
