@@ -527,12 +527,18 @@ def child(spec_path: str) -> None:
     """Runs one part (or the report) as its Snakemake job does, timed; writes the figures as JSON."""
     start = time.perf_counter()
     spec = json.loads(Path(spec_path).read_text())
-    from calibench.analysis import stats
-    from calibench.analysis.parts import run_part
-    from calibench.report.assemble import write
+    if spec["part"] == "report":  # what the job imports, and no more
+        from calibench.report.assemble import write
+    else:
+        from calibench.analysis import parts
 
+        parts.module(spec["part"])
     imported = time.perf_counter()
-    pairs, drawing = _count_pairs(stats) if spec["part"] == "kendall" else ({}, [0.0, 0])
+    pairs, drawing = ({}, [0.0, 0])
+    if spec["part"] == "kendall":
+        from calibench.analysis import stats
+
+        pairs, drawing = _count_pairs(stats)
     profiler = None
     if spec["profile"]:
         import cProfile
@@ -543,7 +549,7 @@ def child(spec_path: str) -> None:
     if spec["part"] == "report":
         write(spec["settings"], spec["tables"], spec["results"])
     else:
-        run_part(spec["part"], spec["settings"], spec["tables"], spec["results"])
+        parts.run_part(spec["part"], spec["settings"], spec["tables"], spec["results"], threads=spec["threads"])
     run = time.perf_counter() - t
     if profiler:
         import pstats
@@ -557,9 +563,9 @@ def child(spec_path: str) -> None:
 
 
 def run_child(directory: Path, part: str, settings: dict, tables: list[str], results: Path,
-              profile: bool) -> dict:
+              profile: bool, threads: int = 1) -> dict:
     """One part in its own process: wall time, and its peak RSS from ``wait4`` (that process alone)."""
-    spec = {"part": part, "settings": settings, "tables": tables, "results": str(results),
+    spec = {"part": part, "settings": settings, "tables": tables, "results": str(results), "threads": threads,
             "out": str(directory / f"child_{part}.json"),
             "profile": str(directory / f"{part}.prof") if profile else None}
     spec_path = directory / f"child_{part}_spec.json"
@@ -605,6 +611,8 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="data directory (reused if it holds the same tables)")
     ap.add_argument("--parts", nargs="+", default=None, help="only these parts (default: every part, then the report)")
     ap.add_argument("--profile", action="store_true", help="cProfile each part (slower); top functions printed")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="threads of the parts that use them (kendall; its rule's threads: 2, as with --cores 2)")
     ap.add_argument("--compare-intervals", action="store_true",
                     help="after the run: jackknife against bootstrap interval widths on the bootstrapped taus")
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -650,7 +658,8 @@ def main() -> None:
     print(load_line("before the run"), flush=True)
     figures = {}
     for part in parts:
-        r = run_child(directory, part, analysis_part_settings(config, part), info["tables"], results, args.profile)
+        r = run_child(directory, part, analysis_part_settings(config, part), info["tables"], results, args.profile,
+                      args.threads)
         figures[part] = r
         print(f"  {part:13s} {r['wall_s']:7.1f} s (run {r['run_s']:6.1f} s, imports {r['import_s']:4.1f} s)  "
               f"peak RSS {r['max_rss_mb']:7,.0f} MB", flush=True)

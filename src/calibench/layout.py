@@ -159,6 +159,21 @@ def plots_dir(results: str | Path) -> Path:
     return Path(results) / "plots"
 
 
+def analysis_path(results: str | Path, name: str) -> Path:
+    """A file of the analysis parts: ``analysis/{name}`` (``kendall.parquet``, ``findings.csv``...)."""
+    return analysis_dir(results) / name
+
+
+def part_manifest(results: str | Path, part: str) -> Path:
+    """What an analysis part made (its figures, its report blocks): ``analysis/parts/{part}.json``."""
+    return analysis_dir(results) / "parts" / f"{part}.json"
+
+
+def part_plots_dir(results: str | Path, part: str) -> Path:
+    """An analysis part's figures: ``plots/{part}/``."""
+    return plots_dir(results) / part
+
+
 def report_path(results: str | Path) -> Path:
     return Path(results) / "report.html"
 

@@ -8,39 +8,23 @@
 # the last good report.html stays. Parts a config does not call for (NATS-Bench only,
 # schedules, robustness) are not in the DAG; the report assembles the parts the config has.
 
-ANALYSIS = f"{RESULTS}/analysis"
-ANALYSIS_PARTS = stage.analysis_parts(config)
-
-
-def part_settings(part):
-    return stage_json(stage.analysis_part_settings(config, part))
-
-
-def part_plots(part, name):
-    return report(directory(f"{RESULTS}/plots/{part}"), patterns=["{name}.png"], caption="../report/figures.rst",
-                  category="Figures", subcategory=name)
-
-
-def part_shell(part):
-    return ("{params.python} -m calibench analysis-part --part " + part + " --settings {params.settings:q} "
-            "--results {params.results} --tables {input.tables} > {log} 2>&1")
-
-
 rule analysis_kendall:
-    """Kendall tau-b matrices with intervals (questions 1, 3, 4) and their heatmaps."""
+    """Kendall tau-b matrices with intervals (questions 1, 3, 4) and their heatmaps; two threads
+    (the intervals of a matrix are independent of the others')."""
     input:
         tables=all_tables(),
     output:
-        manifest=f"{ANALYSIS}/parts/kendall.json",
-        kendall=f"{ANALYSIS}/kendall.parquet",
-        question4=f"{ANALYSIS}/question4.csv",
+        manifest=results_path(layout.part_manifest, "kendall"),
+        kendall=part_file("kendall.parquet"),
+        question4=part_file("question4.csv"),
         plots=part_plots("kendall", "Kendall tau"),
+    threads: 2
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/analysis/kendall.log",
+        log_file("analysis/kendall"),
     benchmark:
-        f"{RESULTS}/benchmarks/analysis/kendall.tsv"
+        benchmark_file("analysis/kendall")
     params:
         settings=part_settings("kendall"),
         results=results_of(2),
@@ -54,14 +38,14 @@ rule analysis_overview:
     input:
         tables=all_tables(),
     output:
-        manifest=f"{ANALYSIS}/parts/overview.json",
+        manifest=results_path(layout.part_manifest, "overview"),
         plots=part_plots("overview", "ECE by bin count and against accuracy"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/analysis/overview.log",
+        log_file("analysis/overview"),
     benchmark:
-        f"{RESULTS}/benchmarks/analysis/overview.tsv"
+        benchmark_file("analysis/overview")
     params:
         settings=part_settings("overview"),
         results=results_of(2),
@@ -75,16 +59,16 @@ rule analysis_hcs:
     input:
         tables=all_tables(),
     output:
-        manifest=f"{ANALYSIS}/parts/hcs.json",
-        hcs=f"{ANALYSIS}/hcs.parquet",
-        top=f"{ANALYSIS}/top_hcs.csv",
+        manifest=results_path(layout.part_manifest, "hcs"),
+        hcs=part_file("hcs.parquet"),
+        top=part_file("top_hcs.csv"),
         plots=part_plots("hcs", "HCS"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/analysis/hcs.log",
+        log_file("analysis/hcs"),
     benchmark:
-        f"{RESULTS}/benchmarks/analysis/hcs.tsv"
+        benchmark_file("analysis/hcs")
     params:
         settings=part_settings("hcs"),
         results=results_of(2),
@@ -98,17 +82,17 @@ rule analysis_methods:
     input:
         tables=all_tables(),
     output:
-        manifest=f"{ANALYSIS}/parts/methods.json",
-        summary=f"{ANALYSIS}/methods_summary.parquet",
-        summary_csv=f"{ANALYSIS}/methods_summary.csv",
-        wins=f"{ANALYSIS}/method_wins.parquet",
+        manifest=results_path(layout.part_manifest, "methods"),
+        summary=part_file("methods_summary.parquet"),
+        summary_csv=part_file("methods_summary.csv"),
+        wins=part_file("method_wins.parquet"),
         plots=part_plots("methods", "Post-hoc methods"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/analysis/methods.log",
+        log_file("analysis/methods"),
     benchmark:
-        f"{RESULTS}/benchmarks/analysis/methods.tsv"
+        benchmark_file("analysis/methods")
     params:
         settings=part_settings("methods"),
         results=results_of(2),
@@ -121,16 +105,16 @@ rule analysis_reliability:
     """Reliability diagrams of the best and worst network by HCS of every table (from the shards)."""
     input:
         tables=all_tables(),
-        hcs=f"{ANALYSIS}/hcs.parquet",
+        hcs=part_file("hcs.parquet"),
     output:
-        manifest=f"{ANALYSIS}/parts/reliability.json",
+        manifest=results_path(layout.part_manifest, "reliability"),
         plots=part_plots("reliability", "Reliability diagrams"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/analysis/reliability.log",
+        log_file("analysis/reliability"),
     benchmark:
-        f"{RESULTS}/benchmarks/analysis/reliability.tsv"
+        benchmark_file("analysis/reliability")
     params:
         settings=part_settings("reliability"),
         results=results_of(2),
@@ -144,16 +128,16 @@ rule analysis_groups:
     input:
         tables=all_tables(),
     output:
-        manifest=f"{ANALYSIS}/parts/groups.json",
-        groups=f"{ANALYSIS}/groups.csv",
-        kendall=f"{ANALYSIS}/kendall_groups.parquet",
+        manifest=results_path(layout.part_manifest, "groups"),
+        groups=part_file("groups.csv"),
+        kendall=part_file("kendall_groups.parquet"),
         plots=part_plots("groups", "Populations by group"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/analysis/groups.log",
+        log_file("analysis/groups"),
     benchmark:
-        f"{RESULTS}/benchmarks/analysis/groups.tsv"
+        benchmark_file("analysis/groups")
     params:
         settings=part_settings("groups"),
         results=results_of(2),
@@ -169,15 +153,15 @@ if "nas" in ANALYSIS_PARTS:
         input:
             tables=all_tables(),
         output:
-            manifest=f"{ANALYSIS}/parts/nas.json",
-            nas=f"{ANALYSIS}/nas.csv",
+            manifest=results_path(layout.part_manifest, "nas"),
+            nas=part_file("nas.csv"),
             plots=part_plots("nas", "NAS"),
         conda:
             "../../environment.yml"
         log:
-            f"{RESULTS}/logs/analysis/nas.log",
+            log_file("analysis/nas"),
         benchmark:
-            f"{RESULTS}/benchmarks/analysis/nas.tsv"
+            benchmark_file("analysis/nas")
         params:
             settings=part_settings("nas"),
             results=results_of(2),
@@ -193,18 +177,18 @@ if "architecture" in ANALYSIS_PARTS:
         input:
             tables=all_tables(),
         output:
-            manifest=f"{ANALYSIS}/parts/architecture.json",
-            edges=f"{ANALYSIS}/tss_edge_ops.parquet",
-            brackets=f"{ANALYSIS}/sss_size_brackets.parquet",
-            kernel=f"{ANALYSIS}/tss_kernel_parameters.parquet",
-            width=f"{ANALYSIS}/sss_width_progression.parquet",
+            manifest=results_path(layout.part_manifest, "architecture"),
+            edges=part_file("tss_edge_ops.parquet"),
+            brackets=part_file("sss_size_brackets.parquet"),
+            kernel=part_file("tss_kernel_parameters.parquet"),
+            width=part_file("sss_width_progression.parquet"),
             plots=part_plots("architecture", "Architectures"),
         conda:
             "../../environment.yml"
         log:
-            f"{RESULTS}/logs/analysis/architecture.log",
+            log_file("analysis/architecture"),
         benchmark:
-            f"{RESULTS}/benchmarks/analysis/architecture.tsv"
+            benchmark_file("analysis/architecture")
         params:
             settings=part_settings("architecture"),
             results=results_of(2),
@@ -220,16 +204,16 @@ if "schedules" in ANALYSIS_PARTS:
         input:
             tables=all_tables(),
         output:
-            manifest=f"{ANALYSIS}/parts/schedules.json",
-            comparison=f"{ANALYSIS}/hp_comparison.parquet",
-            comparison_csv=f"{ANALYSIS}/hp_comparison.csv",
+            manifest=results_path(layout.part_manifest, "schedules"),
+            comparison=part_file("hp_comparison.parquet"),
+            comparison_csv=part_file("hp_comparison.csv"),
             plots=part_plots("schedules", "Training schedules"),
         conda:
             "../../environment.yml"
         log:
-            f"{RESULTS}/logs/analysis/schedules.log",
+            log_file("analysis/schedules"),
         benchmark:
-            f"{RESULTS}/benchmarks/analysis/schedules.tsv"
+            benchmark_file("analysis/schedules")
         params:
             settings=part_settings("schedules"),
             results=results_of(2),
@@ -246,15 +230,15 @@ if "robustness" in ANALYSIS_PARTS:
             tables=all_tables(),
             robustness=config["robustness"]["path"],
         output:
-            manifest=f"{ANALYSIS}/parts/robustness.json",
-            kendall=f"{ANALYSIS}/robustness_kendall.parquet",
+            manifest=results_path(layout.part_manifest, "robustness"),
+            kendall=part_file("robustness_kendall.parquet"),
             plots=part_plots("robustness", "Robustness"),
         conda:
             "../../environment.yml"
         log:
-            f"{RESULTS}/logs/analysis/robustness.log",
+            log_file("analysis/robustness"),
         benchmark:
-            f"{RESULTS}/benchmarks/analysis/robustness.tsv"
+            benchmark_file("analysis/robustness")
         params:
             settings=part_settings("robustness"),
             results=results_of(2),
@@ -263,26 +247,21 @@ if "robustness" in ANALYSIS_PARTS:
             part_shell("robustness")
 
 
-def analysis_part_outputs(wildcards):
-    """Every output of the parts this config has: the report waits for all of them."""
-    return [path for part in ANALYSIS_PARTS for path in getattr(rules, f"analysis_{part}").output]
-
-
 rule assemble_report:
     """report.html, analysis/findings.csv and analysis/claims.csv from the parts' outputs and the tables."""
     input:
         tables=all_tables(),
         parts=analysis_part_outputs,
     output:
-        report=report(f"{RESULTS}/report.html", caption="../report/report_html.rst", category="Report"),
-        findings=f"{ANALYSIS}/findings.csv",
-        claims=f"{ANALYSIS}/claims.csv",
+        report=report(results_path(layout.report_path), caption="../report/report_html.rst", category="Report"),
+        findings=part_file("findings.csv"),
+        claims=part_file("claims.csv"),
     conda:
         "../../environment.yml"
     log:
-        f"{RESULTS}/logs/report.log",
+        log_file("report"),
     benchmark:
-        f"{RESULTS}/benchmarks/report.tsv"
+        benchmark_file("report")
     params:
         settings=part_settings("report"),
         results=results_of(0),

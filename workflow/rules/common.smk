@@ -218,3 +218,34 @@ def odir_input(wildcards):
     if not stage.odir_searched_stages(config):
         return {}
     return {"odir": results_path(layout.odir_path, wildcards.target, wildcards.dataset)}
+
+
+# The analysis parts this config has (workflow/rules/analysis.smk, calibench.analysis.parts).
+ANALYSIS_PARTS = stage.analysis_parts(config)
+
+
+def part_settings(part):
+    """An analysis part's params: exactly the settings its outputs depend on (the report's: its parts too)."""
+    return stage_json(stage.analysis_part_settings(config, part))
+
+
+def part_file(name):
+    """``{RESULTS}/analysis/{name}``: a table an analysis part writes."""
+    return results_path(layout.analysis_path, name)
+
+
+def part_plots(part, title):
+    """An analysis part's figures, ``{RESULTS}/plots/{part}/``, one subcategory of Snakemake's report."""
+    return report(directory(results_path(layout.part_plots_dir, part)), patterns=["{name}.png"],
+                  caption="../report/figures.rst", category="Figures", subcategory=title)
+
+
+def part_shell(part):
+    """The job of one analysis part (its threads: what the rule grants it)."""
+    return (f"{{params.python}} -m calibench analysis-part --part {part} --settings {{params.settings:q}} "
+            "--results {params.results} --threads {threads} --tables {input.tables} > {log} 2>&1")
+
+
+def analysis_part_outputs(wildcards):
+    """Every output of the analysis parts this config has: the report waits for all of them."""
+    return [path for part in ANALYSIS_PARTS for path in getattr(rules, f"analysis_{part}").output]

@@ -20,9 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibench.analysis.kendall import kendall_all
 from calibench.analysis.plots import heatmap_panels, pyplot, save
-from calibench.analysis.stats import kendall_tau
 from calibench.analysis.tables import (first_seed, load_tables, measured, metric_candidates, nearest_bins,
                                        stages_present)
 from calibench.layout import analysis_dir
@@ -50,6 +48,8 @@ def _first_seed_measured(df: pd.DataFrame) -> pd.DataFrame:
 def group_kendall(df: pd.DataFrame, group_by: str, settings: Mapping) -> pd.DataFrame:
     """:func:`calibench.analysis.kendall.kendall_all` on each group's networks, with columns ``group_by``
     and ``group``; groups of fewer than :data:`MIN_GROUP` networks are skipped (logged)."""
+    from calibench.analysis.kendall import kendall_all  # here: a run without groups needs no Kendall machinery
+
     _check_column(df, group_by)
     out = []
     for group, part in df.dropna(subset=[group_by]).groupby(group_by, sort=True):
@@ -111,6 +111,8 @@ def plot_groups(df: pd.DataFrame, group_by: str, bins: Sequence[int], plots: Pat
     """Per (space, hp): pre and post ECE (nearest 15 bins) by group, a panel per dataset (boxes,
     with the networks as points where a group has at most 200); and the groups' Kendall tau
     across datasets of pre ECE side by side."""
+    from calibench.analysis.stats import kendall_tau
+
     plt = pyplot()
     _check_column(df, group_by)
     b = nearest_bins(bins)

@@ -9,7 +9,9 @@ method. The report's table of question 4 per method goes to the methods section.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +20,10 @@ from scipy.stats import kendalltau
 
 from calibench.analysis import stats
 from calibench.analysis.plots import heatmap, heatmap_panels, pyplot
-from calibench.analysis.tables import (STAGE_NAMES, binned, demo_suffix, first_seed, label, load_tables,
-                                       measured, method_stages, metric_candidates, metric_columns, nearest_bins,
-                                       stage_order, top_populations)
+from calibench.analysis.tables import (FIGURE_BINNED, FIGURE_UNBINNED, KEYS, STAGE_NAMES, STAGES, binned, demo_suffix,
+                                       figure_bins, first_seed, label, load_tables, measured, method_stages,
+                                       metric_candidates, metric_columns, nearest_bins, stage_order, table_columns,
+                                       table_key, top_populations)
 from calibench.layout import analysis_dir, target_name
 
 OUTPUTS = ("kendall.parquet", "question4.csv")
@@ -64,7 +67,7 @@ def kendall_cross(df: pd.DataFrame, rows: Sequence[str], cols: Sequence[str]) ->
     return pd.DataFrame(out, columns=["row", "col", "tau", "n"])
 
 
-def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
+def kendall_all(df: pd.DataFrame, settings: Mapping, threads: int = 1) -> pd.DataFrame:
     """Every Kendall matrix, tidy: row, col, tau, lo, hi, n, figure, metric, space, hp,
     dataset, population, stage.
 
@@ -84,49 +87,99 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
     question 4: rows ``pre_ece_{B}``, columns ``{stage}_ece_{B}`` for every bin count B).
     ``stage`` names the post-hoc method of a ``pre_post`` or ``metrics`` block (``post`` is
     temperature scaling) and is null for the metrics before recalibration and for Fig. 2.
+
+    Each table family (space, hp) is independent of the others (:func:`family_blocks`);
+    ``threads``: matrices computed at once (the numbers do not depend on it).
     """
-    bins = settings["bins"]
-    top_k = settings["analysis"]["top_k"]
-    boot = {"resamples": 0, "seed": 0, "level": 0.95, "scope": "findings", **settings["analysis"].get("bootstrap", {})}
     methods = method_stages(df)
-    out = []
-
-    def rule(finding):
-        """The interval of a pair: bootstrap where ``finding(row, col)`` or scope is all."""
-        if boot["resamples"] <= 0:
-            return "jackknife"
-        if boot["scope"] == "all":
-            return "bootstrap"
-        return lambda a, b: "bootstrap" if finding(a, b) else "jackknife"
-
-    def matrix(part, cols, finding=lambda a, b: False):
-        return stats.kendall_matrix_ci(part, cols, max(1, boot["resamples"]), boot["seed"], boot["level"],
-                                       rule(finding))
-
-    def cross(part, rows, cols, finding=lambda a, b: False):
-        return stats.kendall_cross_ci(part, rows, cols, max(1, boot["resamples"]), boot["seed"], boot["level"],
-                                      rule(finding))
-
-    stated = f"_ece_{nearest_bins(bins)}"
-
-    def q4_finding(a, b):  # pre_ece_15 against {method}_ece_15: the report's question-4 lines
-        return a.endswith(stated) and b.endswith(stated)
-
-    def usable(part, cols):
-        return [c for c in cols if c in part.columns and part[c].notna().sum() > 1]
-
     # Only the columns a tau is taken of: the copies below (per space, dataset, population)
     # would otherwise hold every column of the tables.
     wanted = {"space", "hp", "dataset", "arch_index", "measured_by", "seed", "accuracy"}
     for stage in ("pre", *methods):
-        wanted.update(metric_columns(df, bins, stage), binned(bins, "ece", stage))
+        wanted.update(metric_columns(df, settings["bins"], stage), binned(settings["bins"], "ece", stage))
     df = df[[c for c in df.columns if c in wanted]]
-    for (space, hp), group in df.groupby(["space", "hp"]):
-        nets = first_seed(measured(group))
-        # Fig. 2 (question 1): every metric across datasets, pre and each method's ECE.
-        b = nearest_bins(bins)
-        across = [*metric_columns(nets, bins), *(f"{s}_ece_{b}" for s in methods)]
+    out = []
+    for space, hp in sorted(df.groupby(["space", "hp"]).groups):
+        nets = first_seed(measured(df[(df["space"] == space) & (df["hp"] == hp)]))
+        out += family_blocks(nets, space, hp, methods, settings, threads)
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def family_blocks(nets: pd.DataFrame, space: str, hp: str, methods: Sequence[str], settings: Mapping,
+                  threads: int = 1) -> list[pd.DataFrame]:
+    """:func:`kendall_all`'s matrices of one table family, in its order: ``nets`` its measured
+    networks (first seed), ``methods`` the post-hoc stages of the tables."""
+    with _Family(space, hp, methods, settings, threads) as family:
+        out = family.across_datasets(nets)
+        for dataset, part_all in nets.groupby("dataset"):
+            out += family.within(dataset, part_all)
+    return out
+
+
+class _Family:
+    """The matrices of one table family, step by step: Fig. 2 across its datasets
+    (:meth:`across_datasets`), then Figs. 4a and 4b of each dataset (:meth:`within`), each
+    given the networks it needs (a part may read them one dataset at a time). With
+    ``threads`` > 1 the matrices of one step are computed at once, at most one holding
+    bootstrap resamples at a time (they are the memory-hungry ones)."""
+
+    def __init__(self, space: str, hp: str, methods: Sequence[str], settings: Mapping, threads: int = 1):
+        self.space, self.hp, self.methods = space, hp, list(methods)
+        self.bins = settings["bins"]
+        self.top_k = settings["analysis"]["top_k"]
+        self.boot = {"resamples": 0, "seed": 0, "level": 0.95, "scope": "findings",
+                     **settings["analysis"].get("bootstrap", {})}
+        self.stated = f"_ece_{nearest_bins(self.bins)}"
+        self.run = _Runner(threads)
+
+    def __enter__(self):
+        self.run.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.run.__exit__(*exc)
+
+    def _rule(self, finding):
+        """The interval of a pair: bootstrap where ``finding(row, col)`` or scope is all."""
+        if self.boot["resamples"] <= 0:
+            return "jackknife"
+        if self.boot["scope"] == "all":
+            return "bootstrap"
+        return lambda a, b: "bootstrap" if finding(a, b) else "jackknife"
+
+    def _resampled(self, finding) -> bool:
+        return self.boot["resamples"] > 0 and (self.boot["scope"] == "all" or finding is not None)
+
+    def _matrix(self, part, cols, finding=None):
+        boot, rule = self.boot, self._rule(finding or (lambda a, b: False))
+        return lambda: stats.kendall_matrix_ci(part, cols, max(1, boot["resamples"]), boot["seed"], boot["level"],
+                                               rule)
+
+    def _cross(self, part, rows, cols, finding):
+        boot, rule = self.boot, self._rule(finding)
+        return lambda: stats.kendall_cross_ci(part, rows, cols, max(1, boot["resamples"]), boot["seed"],
+                                              boot["level"], rule)
+
+    def _q4_finding(self, a, b):  # pre_ece_15 against {method}_ece_15: the report's question-4 lines
+        return a.endswith(self.stated) and b.endswith(self.stated)
+
+    @staticmethod
+    def _usable(part, cols):
+        return [c for c in cols if c in part.columns and part[c].notna().sum() > 1]
+
+    def across_columns(self) -> Callable[[str], bool]:
+        """A column filter for :meth:`across_datasets`' networks."""
+        fig = figure_bins(self.bins)
+        names = {*KEYS, "accuracy", *(f"pre_{m}_{fig}" for m in FIGURE_BINNED), *(f"pre_{m}" for m in FIGURE_UNBINNED),
+                 *(f"{s}{self.stated}" for s in self.methods)}
+        return lambda c: c in names or c.startswith("pre_ood_auroc_")
+
+    def across_datasets(self, nets: pd.DataFrame) -> list[pd.DataFrame]:
+        """Fig. 2 (question 1): every metric across datasets, pre and each method's ECE."""
+        space, hp, stated = self.space, self.hp, self.stated
+        across = [*metric_columns(nets, self.bins), *(f"{s}{stated}" for s in self.methods)]
         acc = nets.pivot_table(index="arch_index", columns="dataset", values="accuracy").mean(axis=1)
+        step = []
         for metric in dict.fromkeys(across):
             if metric not in nets.columns:
                 continue
@@ -135,31 +188,75 @@ def kendall_all(df: pd.DataFrame, settings: Mapping) -> pd.DataFrame:
             if wide.shape[1] < 2:  # e.g. the OoD AUROCs, measured on CIFAR-10 only
                 continue
             wide = wide.assign(_acc=acc)
-            for population, part in top_populations(wide, top_k, "_acc"):
-                cols = usable(part, [c for c in wide.columns if c != "_acc"])
+            finding = (lambda a, b: True) if metric in (f"pre{stated}", f"post{stated}") else None
+            for population, part in top_populations(wide, self.top_k, "_acc"):
+                cols = self._usable(part, [c for c in wide.columns if c != "_acc"])
                 if len(cols) < 2:
                     continue
-                m = matrix(part, cols, finding=lambda a, b, metric=metric: metric in (f"pre{stated}", f"post{stated}"))
-                out.append(m.assign(figure="datasets", metric=metric, space=space, hp=hp, dataset="*",
-                                    population=population, stage=None))
-        for dataset, part_all in nets.groupby("dataset"):
-            for population, part in top_populations(part_all, top_k):
-                # Fig. 4a (question 3): every metric against every other, before (stage null)
-                # and after each post-hoc method.
-                for stage in ("pre", *methods):
-                    m = matrix(part, metric_columns(part, bins, stage))
-                    out.append(m.assign(figure="metrics", metric="*", space=space, hp=hp, dataset=dataset,
-                                        population=population, stage=None if stage == "pre" else stage))
-                # Fig. 4b, the paper's question 4, for every post-hoc method in the tables.
-                pre_cols = usable(part, binned(bins, "ece", "pre"))
-                for stage in methods:
-                    cols = usable(part, binned(bins, "ece", stage))
-                    if pre_cols and cols:
-                        m = cross(part, pre_cols, cols, finding=q4_finding)
-                        out.append(m.assign(figure="pre_post", metric="ece", space=space, hp=hp, dataset=dataset,
-                                            population=population, stage=stage))
-    out = [m for m in out if not m.empty]  # e.g. a population of one network: no pair (an empty block is untyped)
-    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+                step.append((self._matrix(part, cols, finding), self._resampled(finding),
+                             lambda m, metric=metric, population=population: [m.assign(
+                                 figure="datasets", metric=metric, space=space, hp=hp, dataset="*",
+                                 population=population, stage=None)]))
+        return [m for m in self.run(step) if not m.empty]  # e.g. one network: no pair (an empty block is untyped)
+
+    def within(self, dataset: str, part_all: pd.DataFrame) -> list[pd.DataFrame]:
+        """Figs. 4a and 4b of one dataset: ``part_all`` its measured networks (first seed)."""
+        space, hp, bins, methods = self.space, self.hp, self.bins, self.methods
+        step = []
+        for population, part in top_populations(part_all, self.top_k):
+            # Fig. 4a (question 3): every metric against every other, before (stage null)
+            # and after each post-hoc method.
+            for stage in ("pre", *methods):
+                step.append((self._matrix(part, metric_columns(part, bins, stage)), self._resampled(None),
+                             lambda m, population=population, stage=stage: [m.assign(
+                                 figure="metrics", metric="*", space=space, hp=hp, dataset=dataset,
+                                 population=population, stage=None if stage == "pre" else stage)]))
+            # Fig. 4b, the paper's question 4, for every post-hoc method in the tables: one
+            # block of pre against every method's columns (one set of resamples), cut per method.
+            pre_cols = self._usable(part, binned(bins, "ece", "pre"))
+            per_stage = {s: self._usable(part, binned(bins, "ece", s)) for s in methods}
+            per_stage = {s: cols for s, cols in per_stage.items() if pre_cols and cols}
+            if per_stage:
+                every = [c for cols in per_stage.values() for c in cols]
+                step.append((self._cross(part, pre_cols, every, self._q4_finding), self._resampled(True),
+                             lambda m, population=population, per_stage=per_stage: [
+                                 m[m["col"].isin(cols)].reset_index(drop=True).assign(
+                                     figure="pre_post", metric="ece", space=space, hp=hp, dataset=dataset,
+                                     population=population, stage=stage)
+                                 for stage, cols in per_stage.items()]))
+        return [m for m in self.run(step) if not m.empty]
+
+
+class _Runner:
+    """Runs one step's matrices (compute, holds resamples, then what to make of the result) and
+    returns the blocks in order; with threads, at once, one resampled matrix at a time."""
+
+    def __init__(self, threads: int):
+        self.threads = max(1, int(threads))
+        self.pool = None
+        self.resampling = threading.Lock()
+
+    def __enter__(self):
+        if self.threads > 1:
+            self.pool = ThreadPoolExecutor(self.threads)
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.shutdown()
+
+    def _one(self, compute, resamples):
+        if not resamples:
+            return compute()
+        with self.resampling:
+            return compute()
+
+    def __call__(self, step) -> list[pd.DataFrame]:
+        if self.pool is None:
+            results = [compute() for compute, _, _ in step]
+        else:
+            results = list(self.pool.map(lambda task: self._one(task[0], task[1]), step))
+        return [block for (_, _, finish), m in zip(step, results) for block in finish(m)]
 
 
 def question4_findings(kendall: pd.DataFrame, bins: Sequence[int]) -> pd.DataFrame:
@@ -289,13 +386,34 @@ def method_plots(kendall: pd.DataFrame, methods: Sequence[str], demo: str, plots
 
 # ---------------------------------------------------------------- the part
 
-def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
-    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``kendall``."""
+def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path, threads: int = 1) -> dict:
+    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``kendall``.
+    One table family at a time (:class:`_Family`), Fig. 2 from the columns it compares across
+    datasets, then one dataset's table at a time, each read with only the columns a tau may
+    be taken of: what :func:`kendall_all` gives on all the tables at once, in less memory."""
+    bins = settings["bins"]
+    names = table_columns(tables)
+    methods = [s for s in STAGES if s != "pre" and f"{s}_accuracy" in names]  # method_stages of all the tables
+    families: dict[tuple[str, str], list] = {}
+    for path in tables:
+        key = table_key(path)
+        if key is not None:
+            families.setdefault(key[:2], []).append(path)
+    blocks = []
+    for (space, hp), paths in sorted(families.items()):
+        with _Family(space, hp, methods, settings, threads) as family:
+            nets = first_seed(measured(load_tables(paths, family.across_columns())))
+            blocks += family.across_datasets(nets)
+            datasets = sorted(nets["dataset"].unique())  # as groupby("dataset") orders them
+            del nets
+            for dataset in datasets:
+                read = [path for path in paths if table_key(path)[2] == dataset]
+                part_all = first_seed(measured(load_tables(read, metric_candidates(bins))))
+                blocks += family.within(dataset, part_all)
+    kendall = pd.concat(blocks, ignore_index=True) if blocks else pd.DataFrame()
     out_dir = analysis_dir(results)
-    df = load_tables(tables, metric_candidates(settings["bins"]))
-    kendall = kendall_all(df, settings)
     kendall.to_parquet(out_dir / "kendall.parquet", index=False)
-    question4_findings(kendall, settings["bins"]).to_csv(out_dir / "question4.csv", index=False)
+    question4_findings(kendall, bins).to_csv(out_dir / "question4.csv", index=False)
     demo = demo_suffix(settings)
-    made = make_plots(kendall, demo, plots) + method_plots(kendall, method_stages(df), demo, plots)
-    return {"plots": made, "blocks": [("methods", 20, q4_block(kendall, settings["bins"]))]}
+    made = make_plots(kendall, demo, plots) + method_plots(kendall, methods, demo, plots)
+    return {"plots": made, "blocks": [("methods", 20, q4_block(kendall, bins))]}

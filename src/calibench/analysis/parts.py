@@ -25,13 +25,14 @@ Parts (module; outputs besides the manifest and figures):
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from calibench.atomic import write_json_atomic
-from calibench.layout import NATS_SPACES, analysis_dir, plots_dir
+from calibench.layout import NATS_SPACES, analysis_dir, part_manifest, part_plots_dir
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +41,6 @@ MODULES = {"kendall": "kendall", "overview": "overview", "hcs": "hcs", "methods"
            "schedules": "nats.schedules", "robustness": "nats.robustness"}
 PARTS = tuple(MODULES)  # the report's order
 NATS_PARTS = ("nas", "architecture", "schedules", "robustness")
-
-
-def manifest_path(results: str | Path, part: str) -> Path:
-    return analysis_dir(results) / "parts" / f"{part}.json"
-
-
-def part_plots_dir(results: str | Path, part: str) -> Path:
-    return plots_dir(results) / part
 
 
 def module(part: str):
@@ -61,30 +54,33 @@ def outputs(results: str | Path, part: str) -> list[Path]:
     return [analysis_dir(results) / name for name in module(part).OUTPUTS]
 
 
-def run_part(part: str, settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> Path:
+def run_part(part: str, settings: Mapping, tables: Sequence[str | Path], results: str | Path,
+             threads: int = 1) -> Path:
     """Run one part; returns its manifest. ``settings``:
-    :func:`calibench.config.settings.analysis_part_settings` of the part."""
+    :func:`calibench.config.settings.analysis_part_settings` of the part; ``threads``: what a
+    part that computes in threads (kendall) may use (the numbers do not depend on it)."""
     results = Path(results)
     runner = module(part).run
+    runtime = {"threads": threads} if "threads" in inspect.signature(runner).parameters else {}
     analysis_dir(results).mkdir(parents=True, exist_ok=True)
     plots = part_plots_dir(results, part)
     plots.mkdir(parents=True, exist_ok=True)
     for old in plots.glob("*.png"):  # figures of an earlier configuration must not outlive it
         old.unlink()
-    made = runner(settings, list(tables), results, plots)
+    made = runner(settings, list(tables), results, plots, **runtime)
     doc = {"part": part,
            "plots": [{"title": title, "path": Path(path).relative_to(results).as_posix()}
                      for title, path in made["plots"]],
            "blocks": [{"section": section, "order": order, "html": text}
                       for section, order, text in made["blocks"] if text]}
-    path = manifest_path(results, part)
+    path = part_manifest(results, part)
     write_json_atomic(doc, path)
     log.info("analysis part %s: %d figures, %d report blocks", part, len(doc["plots"]), len(doc["blocks"]))
     return path
 
 
 def read_manifest(results: str | Path, part: str) -> dict:
-    with open(manifest_path(results, part)) as f:
+    with open(part_manifest(results, part)) as f:
         return json.load(f)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from calibench.layout import STAGES
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["STAGES", "STAGE_NAMES", "HCS_ECE", "KEYS", "BINNED_SUMMARY", "UNBINNED_SUMMARY", "HIGHER_IS_BETTER",
            "label", "demo_suffix", "table_columns", "load_tables", "measured", "first_seed", "stages_present",
-           "method_stages", "nearest_bins", "summary_metrics", "table_stages", "listed_stages", "group_stages",
+           "method_stages", "nearest_bins", "summary_metrics", "table_key", "table_stages", "listed_stages", "group_stages",
            "binned", "metric_columns", "figure_bins", "metric_candidates", "top_populations", "stage_order"]
 
 STAGE_NAMES = {"pre": "no recalibration: the network's softmax", "post": "temperature scaling", "vs": "vector scaling",
@@ -77,6 +78,7 @@ def load_tables(paths: Sequence[str | Path], columns: Callable[[str], bool] | It
             frame = pd.read_parquet(p)
         else:
             frame = pd.read_parquet(p, columns=[c for c in pq.read_schema(p).names if columns(c)])
+        pa.default_memory_pool().release_unused()  # arrow's buffers, converted: give them back
         if not frame.empty:
             frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -126,18 +128,24 @@ def summary_metrics(bins: Sequence[int]) -> list[str]:
     return [f"{m}_{b}" for m in BINNED_SUMMARY] + list(UNBINNED_SUMMARY)
 
 
+def table_key(path: str | Path) -> tuple[str, str, str] | None:
+    """(space, hp, dataset) of a result table, from its first row; None if it has no rows."""
+    with pq.ParquetFile(path) as table:
+        if table.metadata.num_rows == 0:
+            return None
+        first = table.read_row_group(0, columns=["space", "hp", "dataset"]).slice(0, 1).to_pylist()[0]
+    return str(first["space"]), str(first["hp"]), str(first["dataset"])
+
+
 def table_stages(paths: Sequence[str | Path]) -> dict[tuple[str, str, str], list[str]]:
     """(space, hp, dataset) -> the stages of that result table, from its schema (a table that
     holds a stage whose fit failed on every network still lists it)."""
     out = {}
     for path in paths:
-        with pq.ParquetFile(path) as table:
-            if table.metadata.num_rows == 0:
-                continue
-            names = table.schema_arrow.names
-            first = table.read_row_group(0, columns=["space", "hp", "dataset"]).slice(0, 1).to_pylist()[0]
-        key = (str(first["space"]), str(first["hp"]), str(first["dataset"]))
-        out[key] = [s for s in STAGES if f"{s}_accuracy" in names]
+        key = table_key(path)
+        if key is not None:
+            names = pq.read_schema(path).names
+            out[key] = [s for s in STAGES if f"{s}_accuracy" in names]
     return out
 
 

@@ -119,7 +119,7 @@ def _analysis_part(args: argparse.Namespace) -> int:
     from calibench.analysis.parts import run_part
 
     try:
-        manifest = run_part(args.part, json.loads(args.settings), args.tables, args.results)
+        manifest = run_part(args.part, json.loads(args.settings), args.tables, args.results, threads=args.threads)
     except (OSError, ValueError) as exc:  # a bad input named in one line (the job's log), not a traceback
         print(f"calibench analysis-part {args.part}: {exc}", file=sys.stderr)
         return 1
@@ -490,6 +490,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--manifests", nargs="*", default=[])
         if name == "analysis-part":
             p.add_argument("--part", required=True, help="kendall, hcs, methods, ... (calibench.analysis.parts)")
+            p.add_argument("--threads", type=int, default=1, help="threads a part may compute in (kendall)")
         if name in ("analysis-part", "report"):
             p.add_argument("--tables", nargs="+", required=True)
     return parser
