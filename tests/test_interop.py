@@ -343,7 +343,7 @@ def test_the_results_side_architecture_strings_agree_with_the_source():
     assert len({archstr.tss_class_key(c) for c in cells}) == 6466
     assert archstr.TSS_OPS == TSS_OPS and archstr.SSS_CHANNEL_CHOICES == SSS_CHANNEL_CHOICES
     for s in sss_strings(300):
-        assert archstr.sss_channels(s) == parse_sss(s)
+        assert archstr.parse_sss(s) == parse_sss(s)
     for bad in ("|none~0|", "|none~0|+|none~0|none~1|+|none~0|none~1|", "|conv~0|+|none~0|none~1|+|none~0|none~1|none~2|",
                 "none~0|+|none~0|none~1|+|none~0|none~1|none~2|", "|none~0|+|none~1|none~0|+|none~0|none~1|none~2|",
                 "|none~0|+|none~0|none~1|+|none~0|none~1|none~x|"):

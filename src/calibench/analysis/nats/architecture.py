@@ -25,7 +25,7 @@ from calibench.analysis.findings import finding_row
 from calibench.analysis.hcs import COLUMNS as HCS_COLUMNS
 from calibench.analysis.hcs import hcs_table
 from calibench.analysis.nats import architecture_figures as af
-from calibench.analysis.nats.archstr import EDGE_NAMES, parse_sss, tss_edge_ops
+from calibench.results.archstr import EDGE_NAMES, parse_sss, tss_edge_ops
 from calibench.analysis.tables import STAGES, demo_suffix, load_tables, measured, nearest_bins
 from calibench.layout import NATS_SPACES, analysis_dir
 

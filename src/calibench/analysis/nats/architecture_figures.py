@@ -53,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from calibench.analysis.methods import describe_values
-from calibench.analysis.nats.archstr import SSS_CHANNEL_CHOICES, parse_sss, tss_edge_ops
+from calibench.results.archstr import SSS_CHANNEL_CHOICES, parse_sss, tss_edge_ops
 from calibench.analysis.tables import STAGE_NAMES, STAGES, nearest_bins
 
 

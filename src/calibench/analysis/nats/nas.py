@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibench.analysis.nats.archstr import SSS_CHANNEL_CHOICES, TSS_OPS, parse_sss, parse_tss
+from calibench.results.archstr import SSS_CHANNEL_CHOICES, TSS_OPS, parse_sss, parse_tss
 from calibench.analysis.tables import HCS_ECE
 from calibench.atomic import atomic_write
 from calibench.metrics.scores import hcs

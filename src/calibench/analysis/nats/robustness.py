@@ -14,7 +14,7 @@ robustness column, per top-k-by-accuracy population.
 Keys. ``arch_index``: the file's ``arch_index`` column (any row order) if it has one;
 otherwise the file has no key column and data row i (0-based, after the header) is
 architecture i, the layout of the Jung et al. export. ``arch_str``: the file's ``arch_str``
-column, TSS cell strings (:func:`calibench.analysis.nats.archstr.parse_tss`; compared in canonical
+column, TSS cell strings (:func:`calibench.results.archstr.parse_tss`; compared in canonical
 form, so spacing variants of one cell are one key). Either way a key must name a TSS
 architecture (an index in ``0 .. 15624``, a valid cell string) and appear once.
 
@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from calibench.analysis import stats
-from calibench.analysis.nats.archstr import TSS_OPS, format_tss, parse_tss
+from calibench.results.archstr import TSS_OPS, format_tss, parse_tss
 
 log = logging.getLogger(__name__)
 
