@@ -54,9 +54,9 @@ def small_sss_run(tmp_path_factory):
 
 
 # With pytest-xdist (`make test` runs two workers), the tests of one file stay on one worker, so
-# a module-scoped fixture (a run, a SLURM cluster) is built once; the files whose runs are
-# session-shared (fixtures.build_once) spread their tests over both workers.
-SPREAD = {"test_workflow.py", "test_analysis_parts.py"}
+# a module-scoped fixture (a run, a SLURM cluster) is built once; test_workflow.py, whose run is
+# session-shared (fixtures.build_once) and whose tests are long, spreads its tests over both workers.
+SPREAD = {"test_workflow.py"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,7 +15,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fixtures import copy_workflow
 from test_workflow import TINY, _clone, _planned_jobs, _set_config, _snakemake
 
 PARTS = ("kendall", "overview", "hcs", "methods", "reliability", "groups", "nas", "architecture", "robustness")
@@ -29,9 +28,13 @@ def _robustness_table() -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def parts_run(tmp_path_factory):
-    workdir = copy_workflow(tmp_path_factory.mktemp("parts"), {**TINY, "robustness": ROBUSTNESS})
+def parts_run(workflow_run, tmp_path_factory):
+    """The session's finished tiny run (conftest.py), copied, with a robustness table added:
+    only the robustness part and the report run here."""
+    workdir = _clone(workflow_run, tmp_path_factory.mktemp("parts") / "run")
     _robustness_table().to_csv(workdir / ROBUSTNESS["path"], index=False)
+    _set_config(workdir, robustness=ROBUSTNESS)
+    assert _planned_jobs(workdir) == {"analysis_robustness": 1, "assemble_report": 1, "all": 1}
     _snakemake(workdir)
     return workdir
 
