@@ -59,6 +59,7 @@ def small_sss_run(tmp_path_factory):
 SPREAD = {"test_workflow.py"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook of this name)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name not in SPREAD:

@@ -287,7 +287,7 @@ def test_a_job_killed_by_its_time_limit_mid_chunk_is_completed_by_the_rerun(slur
 
     def job_processes():
         pids = []
-        for pid in _run(["pgrep", "-f", "-m calibench measure-chunk"]).stdout.split():
+        for pid in _run(["pgrep", "-f", "calibench measure-chunk"]).stdout.split():
             try:
                 if Path(os.readlink(f"/proc/{pid}/cwd")) == cluster:
                     pids.append(int(pid))
