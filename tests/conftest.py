@@ -52,15 +52,3 @@ def small_sss_run(tmp_path_factory):
 
     return build(tmp_path_factory)
 
-
-# With pytest-xdist (`make test` runs two workers), the tests of one file stay on one worker, so
-# a module-scoped fixture (a run, a SLURM cluster) is built once; test_workflow.py, whose run is
-# session-shared (fixtures.build_once) and whose tests are long, spreads its tests over both workers.
-SPREAD = {"test_workflow.py"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (its own hook of this name)
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.name not in SPREAD:
-            item.add_marker(pytest.mark.xdist_group(item.path.name))
