@@ -28,7 +28,7 @@ run: install
 	$(BIN)/calibench run --cores 2
 
 test: install browser
-	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # A headless browser for `make screenshot` and the report-rendering tests: Debian's
 # chromium-headless-shell (about 100 MB download, 300 MB installed, 20 s; needs root and apt).

@@ -33,8 +33,10 @@ def tiny_minibench(tmp_path_factory):
     """A very small mini benchmark (3 + 3 architectures, 120 test images), built once per session."""
     from calibench.sources.nats.minibench import MiniBenchSpec, build_minibench
 
-    out = tmp_path_factory.mktemp("minibench")
-    return build_minibench(out, MiniBenchSpec(n_tss=3, n_sss=3, n_test=120, n_train=60, seed=1, second_seed=True))
+    from fixtures import build_once, shared_root
+
+    spec = MiniBenchSpec(n_tss=3, n_sss=3, n_test=120, n_train=60, seed=1, second_seed=True)
+    return build_once(shared_root(tmp_path_factory), "tiny-minibench", lambda out: build_minibench(out, spec))
 
 
 @pytest.fixture(scope="session")
@@ -52,3 +54,16 @@ def small_sss_run(tmp_path_factory):
 
     return build(tmp_path_factory)
 
+
+
+# Test files that take minutes (full Snakemake runs, a SLURM cluster), longest first. `make test`
+# hands files to its two workers in collection order (--dist loadfile --no-loadscope-reorder):
+# the longest start first, so no long file is left to run alone at the end.
+SLOW_FILES = ["test_slurm.py", "test_workflow.py", "test_visibility.py", "test_populations.py", "test_minibench.py",
+              "test_archive_loading.py", "test_faults.py", "test_analysis_parts.py", "test_archive_inference.py",
+              "test_analysis_methods.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))  # stable: test order within a file kept

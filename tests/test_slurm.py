@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -153,16 +154,33 @@ def local_run(small_sss_run):
     return small_sss_run
 
 
-def _cluster_project(tmp: Path, local: Path, population: bool = False) -> Path:
+def _cluster_project(tmp: Path, local: Path) -> Path:
+    """The local run's mini benchmark, population and labels (not what these tests are about: each
+    SLURM job level costs the plugin's status-check interval, about 12 s)."""
     cluster = _project(tmp)
     shutil.copytree(local / "resources", cluster / "resources")  # the same mini benchmark, not rebuilt
-    if population:
-        shutil.copytree(local / "results" / "population", cluster / "results" / "population")
+    shutil.copytree(local / "results" / "population", cluster / "results" / "population")
+    shutil.copytree(local / "results" / "logits" / "labels", cluster / "results" / "logits" / "labels")
     return cluster
 
 
 def _assert_table_equals_local(cluster: Path, local: Path) -> None:
     pd.testing.assert_frame_equal(pd.read_parquet(local / TABLE), pd.read_parquet(cluster / TABLE))
+
+
+def _assert_logits_equal_local(cluster: Path, local: Path) -> None:
+    from calibench.store import logits as store
+
+    names = sorted(p.relative_to(local) for p in (local / "results" / "logits").rglob("arch=*.parquet"))
+    assert len(names) == 2 and names == sorted(p.relative_to(cluster)
+                                               for p in (cluster / "results" / "logits").rglob("arch=*.parquet"))
+    for name in names:
+        a, b = store.read_network_logits(local / name), store.read_network_logits(cluster / name)
+        assert [s.seed for s in a.seeds] == [s.seed for s in b.seeds] and a.key == b.key
+        for x, y in zip(a.seeds, b.seeds):
+            assert list(x.sets) == list(y.sets)
+            for name_ in x.sets:
+                np.testing.assert_array_equal(x.sets[name_], y.sets[name_])
 
 
 def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, local_run, tmp_path):
@@ -211,11 +229,12 @@ def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, local
 
 def test_chunks_grouped_per_gpu_run_in_one_slurm_job(slurm, local_run, tmp_path):
     """--groups packs chunks into one SLURM job with one GPU (gpu is scoped local), run in series."""
-    cluster = _cluster_project(tmp_path / "grouped", local_run, population=True)
+    cluster = _cluster_project(tmp_path / "grouped", local_run)
     # device: cpu asks for no GPU; the user's --set-resources asks for one anyway, to see it shared.
     group = ["--profile", "profiles/slurm", *LOCAL_PARTITION, "--set-resources", *SET_RESOURCES, "infer:gpu=1",
              "--groups", "infer=gpu", "--group-components", "gpu=2", "--resources", "gpu=1"]
-    proc = _run(SNAKEMAKE + [TABLE] + group + CONFIG, cwd=cluster, timeout=900)
+    chunks = [f"results/chunks/infer/sss_90/chunk{i:05d}.json" for i in (0, 1)]  # inference only: what is grouped
+    proc = _run(SNAKEMAKE + chunks + group + CONFIG, cwd=cluster, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ids = _job_ids(cluster)
     assert len(ids) == 2
@@ -226,12 +245,12 @@ def test_chunks_grouped_per_gpu_run_in_one_slurm_job(slurm, local_run, tmp_path)
     # In series on the one GPU: the second chunk starts after the first has finished.
     spans = sorted(_log_span(log) for log in (cluster / "results" / "logs" / "infer").glob("*.log"))
     assert spans[0][1] <= spans[1][0], spans
-    _assert_table_equals_local(cluster, local_run)
+    _assert_logits_equal_local(cluster, local_run)
 
 
 def test_inference_job_given_a_gpu_without_cuda_fails_clearly(slurm, local_run, tmp_path):
     """device: auto asks SLURM for a GPU; a node whose torch cannot see it stops with a message."""
-    cluster = _cluster_project(tmp_path / "nocuda", local_run, population=True)
+    cluster = _cluster_project(tmp_path / "nocuda", local_run)
     target = "results/chunks/infer/sss_90/chunk00000.json"
     proc = _run(SNAKEMAKE + [target] + SLURM_ARGS + ["--config", "device=auto"] + CONFIG, cwd=cluster, timeout=600)
     assert proc.returncode != 0
@@ -258,7 +277,12 @@ def test_a_logits_population_runs_on_slurm_and_asks_for_no_gpu(slurm, tmp_path):
         np.savez(cluster / "zoo" / "cifar10" / f"m{i}.npz", logits=rng.normal(size=(400, 10)).astype(np.float32) * (i + 1),
                  labels=y)
     (cluster / "zoo" / "models.csv").write_text("model,family\nm0,a\nm1,a\nm2,b\n")
-    proc = _run(SNAKEMAKE + ["results/tables/zoo_cifar10.parquet"] + SLURM_ARGS + CONFIG, cwd=cluster, timeout=900)
+    target = ["results/tables/zoo_cifar10.parquet"]
+    # the population document and the labels here (each SLURM job level costs about 12 s); the networks on SLURM
+    local = ["results/population/zoo.json", "results/logits/labels/space=zoo/dataset=cifar10.parquet"]
+    proc = _run(SNAKEMAKE + local + ["--cores", "2"] + CONFIG, cwd=cluster, timeout=300)
+    assert proc.returncode == 0 and (cluster / "results/population/zoo.json").is_file(), proc.stderr[-3000:]
+    proc = _run(SNAKEMAKE + target + SLURM_ARGS + CONFIG, cwd=cluster, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ids = _job_ids(cluster)
     assert sorted(ids) == ["zoo_chunk00000.log", "zoo_chunk00001.log"]
