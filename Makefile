@@ -6,14 +6,22 @@ BIN := $(VENV)/bin
 # pull a CUDA build. Override for a GPU machine, e.g. TORCH_SPEC='torch==2.13.0+cu128'.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: run test install browser screenshot bench clean
+.PHONY: run test install install-dev browser screenshot bench clean
 
+# What a run needs (torch, the package and its dependencies).
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet '$(TORCH_SPEC)' numpy
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
+	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e .
+	touch $@
+
+# What the tests add: the test tools and the independent implementations they compare against.
+install-dev: $(VENV)/.installed-dev
+
+$(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e '.[dev]'
 	# Test oracle for the network definitions; it pins numpy<=1.19.5, so no deps.
 	$(BIN)/pip install --quiet --no-deps xautodl==1.0.0
@@ -27,7 +35,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 run: install
 	$(BIN)/calibench run --cores 2
 
-test: install browser
+test: install-dev browser
 	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 # A headless browser for `make screenshot` and the report-rendering tests: Debian's
@@ -43,7 +51,7 @@ browser:
 screenshot: install browser
 	$(BIN)/calibench screenshot --report results/report.html --out results/report.png
 
-bench: install
+bench: install-dev
 	$(BIN)/python bench/bench_metrics.py
 
 clean:

@@ -28,7 +28,6 @@ rule analysis_kendall:
     params:
         settings=part_settings("kendall"),
         results=results_of(2),
-        python=PYTHON,
     shell:
         part_shell("kendall")
 
@@ -49,7 +48,6 @@ rule analysis_overview:
     params:
         settings=part_settings("overview"),
         results=results_of(2),
-        python=PYTHON,
     shell:
         part_shell("overview")
 
@@ -72,7 +70,6 @@ rule analysis_hcs:
     params:
         settings=part_settings("hcs"),
         results=results_of(2),
-        python=PYTHON,
     shell:
         part_shell("hcs")
 
@@ -96,7 +93,6 @@ rule analysis_methods:
     params:
         settings=part_settings("methods"),
         results=results_of(2),
-        python=PYTHON,
     shell:
         part_shell("methods")
 
@@ -118,7 +114,6 @@ rule analysis_reliability:
     params:
         settings=part_settings("reliability"),
         results=results_of(2),
-        python=PYTHON,
     shell:
         part_shell("reliability")
 
@@ -141,7 +136,6 @@ rule analysis_groups:
     params:
         settings=part_settings("groups"),
         results=results_of(2),
-        python=PYTHON,
     shell:
         part_shell("groups")
 
@@ -165,7 +159,6 @@ if "nas" in ANALYSIS_PARTS:
         params:
             settings=part_settings("nas"),
             results=results_of(2),
-            python=PYTHON,
         shell:
             part_shell("nas")
 
@@ -192,7 +185,6 @@ if "architecture" in ANALYSIS_PARTS:
         params:
             settings=part_settings("architecture"),
             results=results_of(2),
-            python=PYTHON,
         shell:
             part_shell("architecture")
 
@@ -217,7 +209,6 @@ if "schedules" in ANALYSIS_PARTS:
         params:
             settings=part_settings("schedules"),
             results=results_of(2),
-            python=PYTHON,
         shell:
             part_shell("schedules")
 
@@ -242,7 +233,6 @@ if "robustness" in ANALYSIS_PARTS:
         params:
             settings=part_settings("robustness"),
             results=results_of(2),
-            python=PYTHON,
         shell:
             part_shell("robustness")
 
@@ -265,7 +255,6 @@ rule assemble_report:
     params:
         settings=part_settings("report"),
         results=results_of(0),
-        python=PYTHON,
     shell:
-        "{params.python} -m calibench report --settings {params.settings:q} --results {params.results} "
+        "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench report --settings {params.settings:q} --results {params.results} "
         "--tables {input.tables} > {log} 2>&1"

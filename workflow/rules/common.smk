@@ -30,7 +30,13 @@ def benchmark_file(name):
 # Every job records the config files and the effective config it ran under (shard provenance);
 # an environment variable, not a param, so a new comment in a config file reruns nothing.
 os.environ[provenance.CONFIG_ENV] = json.dumps(provenance.config_record(CONFIG_FILES, config))
-PYTHON = sys.executable
+# The jobs run `"$CALIBENCH_PYTHON" -m calibench`: this interpreter (the driving Snakemake's; a
+# cluster job's Snakemake, which parses this file too, runs the same), through the environment
+# and not params, so a finished run called through another entry point or venv plans nothing.
+# Each job computes in the threads Snakemake grants it (OMP_NUM_THREADS={threads}).
+# (Set here, not required of the user: so not an `envvars:` directive.)
+PYTHON_ENV = "CALIBENCH_PYTHON"
+os.environ[PYTHON_ENV] = sys.executable
 KEEP_LOGITS = bool(config["keep_logits"])
 # Each rule's params carry exactly the settings its outputs depend on (calibench.config.settings),
 # so the profiles' `params` rerun trigger reruns exactly the jobs a config change affects.
@@ -43,17 +49,19 @@ RUNTIME = (
 # Chunks whose files were deleted or changed since they ran, or whose failed inputs were
 # restored, run again (calibench.run.repair): their manifests and tables are set aside, so
 # Snakemake rebuilds them. Only the driving Snakemake checks, not its jobs.
+# A dry run, --lint, --summary, --report and the like only say what a run would redo.
 if not (workflow.remote_exec or workflow.subprocess_exec):
     from calibench.run import repair, runlock
 
-    _live = runlock.live_run(Path.cwd(), RESULTS, sys.argv[1:])
+    PLANNING = repair.planning_only(sys.argv[1:], dryrun=bool(getattr(workflow.output_settings, "dryrun", False)))
+    _live = None if PLANNING else runlock.live_run(Path.cwd(), RESULTS, sys.argv[1:])
     if _live is not None:  # before anything is touched; Snakemake would suggest --unlock
         raise WorkflowError(str(_live))
 
     _changed = repair.changed_chunks(RESULTS, logits=KEEP_LOGITS)
     for _manifest, _reasons in _changed:
-        print(f"calibench: {repair.describe(_manifest, _reasons)}", file=sys.stderr)
-    if _changed:
+        print(f"calibench: {repair.describe(_manifest, _reasons, planning=PLANNING)}", file=sys.stderr)
+    if _changed and not PLANNING:
         _moved = repair.set_aside(RESULTS, _changed)
         print(f"calibench: set aside as *{repair.SET_ASIDE} (rebuilt by this run): "
               + ", ".join(str(p) for p in _moved), file=sys.stderr)
@@ -242,8 +250,9 @@ def part_plots(part, title):
 
 def part_shell(part):
     """The job of one analysis part (its threads: what the rule grants it)."""
-    return (f"{{params.python}} -m calibench analysis-part --part {part} --settings {{params.settings:q}} "
-            "--results {params.results} --threads {threads} --tables {input.tables} > {log} 2>&1")
+    return (f"OMP_NUM_THREADS={{threads}} \"$CALIBENCH_PYTHON\" -m calibench analysis-part --part {part} "
+            "--settings {params.settings:q} --results {params.results} --threads {threads} --tables {input.tables} "
+            "> {log} 2>&1")
 
 
 def analysis_part_outputs(wildcards):

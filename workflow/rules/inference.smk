@@ -8,10 +8,9 @@ rule labels:
     log:
         log_file("labels/{dataset}"),
     params:
-        python=PYTHON,
         settings=stage_json(stage.labels_settings(config)),
     shell:
-        "{params.python} -m calibench labels --settings {params.settings:q} --dataset {wildcards.dataset} "
+        "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench labels --settings {params.settings:q} --dataset {wildcards.dataset} "
         "--out {output} > {log} 2>&1"
 
 
@@ -26,10 +25,9 @@ rule population_labels:
     log:
         log_file("labels/{space}_{dataset}"),
     params:
-        python=PYTHON,
         settings=lambda wildcards: stage_json(stage.labels_settings(config, wildcards.space)),
     shell:
-        "{params.python} -m calibench labels --settings {params.settings:q} --space {wildcards.space} "
+        "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench labels --settings {params.settings:q} --space {wildcards.space} "
         "--dataset {wildcards.dataset} --out {output} > {log} 2>&1"
 
 
@@ -56,8 +54,7 @@ rule infer:
     params:
         settings=lambda wildcards: stage_json(stage.inference_settings(config, space_of(wildcards))),
         results=results_of(3),
-        python=PYTHON,
     shell:
-        "{params.python} -m calibench infer-chunk --settings {params.settings:q} --target {wildcards.target} "
+        "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench infer-chunk --settings {params.settings:q} --target {wildcards.target} "
         "--chunk {wildcards.chunk} --results {params.results} --manifest {output} "
         f"{RUNTIME} > {{log}} 2>&1"

@@ -19,9 +19,8 @@ rule measure:
         settings=stage_json(stage.measurement_settings(config)),
         results=results_of(3),
         odir=lambda wildcards, input: f"--odir {input.odir}" if "odir" in input.keys() else "",
-        python=PYTHON,
     shell:
-        "{params.python} -m calibench measure-chunk --settings {params.settings:q} --target {wildcards.target} "
+        "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench measure-chunk --settings {params.settings:q} --target {wildcards.target} "
         "--dataset {wildcards.dataset} --chunk {wildcards.chunk} --results {params.results} "
         "--logits-manifest {input.logits} --labels {input.labels} --manifest {output} {params.odir} "
         f"--keep-logits {KEEP_LOGITS} {RUNTIME} > {{log}} 2>&1"

@@ -13,10 +13,9 @@ if MINI["build"]:
         log:
             log_file("minibench"),
         params:
-            python=PYTHON,
             out=lambda wildcards, output: str(Path(output[2]).parent),
             spec=f"--n-tss {MINI['n_tss']} --n-sss {MINI['n_sss']} --n-test {MINI['n_test']} "
             f"--n-train {MINI['n_train']} --seed {MINI['seed']}" + (" --real-size" if MINI.get("real_size") else "")
             + (" --tss-hp12-weights" if MINI.get("tss_hp12_weights") else ""),
         shell:
-            "{params.python} -m calibench make-minibench {params.out} {params.spec} --quiet > {log} 2>&1"
+            "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench make-minibench {params.out} {params.spec} --quiet > {log} 2>&1"

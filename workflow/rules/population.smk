@@ -10,8 +10,7 @@ checkpoint population:
     log:
         log_file("population/{space}"),
     params:
-        python=PYTHON,
         settings=lambda wildcards: stage_json(stage.population_settings(config, wildcards.space)),
     shell:
-        "{params.python} -m calibench population --settings {params.settings:q} --space {wildcards.space} "
+        "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench population --settings {params.settings:q} --space {wildcards.space} "
         "--out {output} > {log} 2>&1"

@@ -17,8 +17,7 @@ rule odir_search:
     params:
         settings=stage_json(stage.odir_search_settings(config)),
         results=results_of(1),
-        python=PYTHON,
     shell:
-        "{params.python} -m calibench odir-search --settings {params.settings:q} --target {wildcards.target} "
+        "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench odir-search --settings {params.settings:q} --target {wildcards.target} "
         "--dataset {wildcards.dataset} --results {params.results} --out {output} "
         "--logits-manifests {input.logits} --labels {input.labels} > {log} 2>&1"

@@ -15,8 +15,7 @@ rule table:
         benchmark_file("tables/{target}_{dataset}")
     params:
         results=results_of(1),
-        python=PYTHON,
     shell:
-        "{params.python} -m calibench build-table --target {wildcards.target} "
+        "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench build-table --target {wildcards.target} "
         "--dataset {wildcards.dataset} --results {params.results} --out {output.table} "
         "--failures {output.failures} --manifests {input.manifests} > {log} 2>&1"

@@ -19,8 +19,22 @@ from calibench import layout
 from calibench.results import shards
 
 
+def _choices(found: Sequence[str]) -> str:
+    return ", ".join(found) if found else "none: run the workflow first"
+
+
 def _hp_of(results: Path, space: str, dataset: str, hp: str | None) -> str:
+    spaces = sorted(p.name.split("=", 1)[1] for p in layout.shards_dir(results).glob("space=*"))
+    if space not in spaces:
+        raise ValueError(f"--space {space}: no shards of it under {layout.shards_dir(results)} "
+                         f"(spaces measured: {_choices(spaces)})")
+    datasets = sorted({p.name.split("=", 1)[1] for p in (layout.shards_dir(results) / f"space={space}").glob("**/dataset=*")})
+    if dataset not in datasets:
+        raise ValueError(f"--dataset {dataset}: not measured for space {space} (datasets: {_choices(datasets)})")
     if hp is not None:
+        hps = sorted(p.name.split("=", 1)[1] for p in (layout.shards_dir(results) / f"space={space}").glob("hp=*"))
+        if str(hp) not in hps:
+            raise ValueError(f"--hp {hp}: not measured for space {space} (hps: {_choices(hps)})")
         return str(hp)
     if layout.shard_dir(results, space, "", dataset).is_dir():
         return ""  # a population beyond NATS-Bench: no schedule
@@ -40,7 +54,9 @@ def _measured_by(results: Path, space: str, hp: str, dataset: str, arch: int) ->
     rows = pq.read_table(table, columns=["arch_index", "measured_by"],
                          filters=[("arch_index", "=", arch)]).to_pydict()
     if not rows["arch_index"]:
-        raise KeyError(f"{table}: architecture {arch} is not in this population")
+        present = pq.read_table(table, columns=["arch_index"]).column("arch_index").to_pylist()
+        shown = ", ".join(str(i) for i in sorted(present)[:10]) + (" ..." if len(present) > 10 else "")
+        raise ValueError(f"--arch {arch}: not in {table} ({len(present)} architectures: {shown})")
     return int(rows["measured_by"][0])
 
 

@@ -351,7 +351,15 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
             continue
         values = numeric(name)
         finite = values[np.isfinite(values)]
-        if len(finite) and finite.max() > 1 and finite.max() <= 100 and finite.min() >= 0:
+        over = np.isfinite(values) & (values > 1)
+        if len(finite) and over.any() and not over[np.isfinite(values)].all() and finite.min() >= 0:
+            # mixed scales: name the value that is not on the scale of most of the column
+            fractions = (~over & np.isfinite(values)).sum() >= over.sum()
+            odd = np.flatnonzero(over if fractions else (~over & np.isfinite(values)))[0]
+            raise ValueError(f"{path}: column {lower[name]!r}, line {line(odd)}: {_shown(raw[lower[name]].iloc[odd])} "
+                             f"is {'not a fraction in [0, 1] among fractions' if fractions else 'a fraction among percent values'}"
+                             "; percent is read only when the whole column is in percent")
+        if len(finite) and finite.min() > 1 and finite.max() <= 100:
             values = values / 100
             meta_notes[SCALARS[name].ours] = f"{lower[name]} in percent, divided by 100"
             log.warning("%s: column %r is in percent: divided by 100", path, lower[name])
@@ -452,7 +460,8 @@ def _no_duplicates(path: Path, column: str, values: np.ndarray, line) -> None:
     seen: dict = {}
     for i, v in enumerate(values):
         if v in seen:
-            raise ValueError(f"{path}: column {column!r}: {v!r} on line {line(i)} repeats line {line(seen[v])}")
+            shown = v.item() if isinstance(v, np.generic) else v
+            raise ValueError(f"{path}: column {column!r}: {shown!r} on line {line(i)} repeats line {line(seen[v])}")
         seen[v] = i
 
 

@@ -119,10 +119,31 @@ def _sql(con, sql: str, results: Path):
         return rel, rel.df()
 
 
+VIEWS_HELP = ("views: networks (one row per network and table: the tables' columns, e.g. space, hp, dataset, "
+              "arch_index, arch_str, accuracy, {stage}_{metric}, and hcs_{beta}) and metrics (one row per shard "
+              "value: space, hp, dataset, arch_index, seed, stage, metric, bins, value); README, \"Querying the results\"")
+
+
+class QueryError(ValueError):
+    """A query DuckDB cannot run (bad SQL, an unknown view or column): its message and the views."""
+
+
+def _user_message(exc: Exception) -> str:
+    """DuckDB's message without its error-class prefix lines, on at most two lines."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    lines = [line for line in lines if not line.startswith("LINE ") and not set(line) <= {"^", " "}]
+    return " ".join(lines[:2])
+
+
 def run_query(sql: str, results: str | Path = "results", output: str | Path | None = None):
     """Run SQL; print the result, or write it as CSV/parquet when ``output`` is given."""
+    import duckdb
+
     con = connect(results)
-    rel, df = _sql(con, sql, Path(results))
+    try:
+        rel, df = _sql(con, sql, Path(results))
+    except duckdb.Error as exc:
+        raise QueryError(f"{_user_message(exc)}\n{VIEWS_HELP}") from exc
     if output is None:
         import pandas as pd
 
@@ -143,12 +164,24 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
 def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str | Path = "results", ascending: bool = False):
     """The top ``n`` measured networks of one table by any column of the ``networks`` view
     (every stage's metric, e.g. ``vs_ece_15``, ``spline_ksce``, ``ms_fit_lambda``)."""
+    import difflib
+
     con = connect(results)
     columns = [r[0] for r in con.execute("DESCRIBE networks").fetchall()]
     if by not in columns:
+        near = difflib.get_close_matches(by, columns, n=4, cutoff=0.6)
         stages = sorted({c.split("_", 1)[0] for c in columns if c.endswith("_accuracy")})
-        raise ValueError(f"--by {by!r}: not a column of the networks view (e.g. hcs_1, accuracy, pre_ece_15; "
-                         f"stages present: {', '.join(stages)})")
+        raise QueryError(f"--by {by}: not a column of the networks view"
+                         + (f"; nearest: {', '.join(near)}" if near else "")
+                         + f" (stages present: {', '.join(stages)}; hcs columns: "
+                         + ", ".join(c for c in columns if c.startswith("hcs_")) + ")")
+    pairs = con.execute("SELECT DISTINCT space, dataset FROM networks ORDER BY 1, 2").fetchall()
+    if (space, dataset) not in pairs:
+        spaces = sorted({s for s, _ in pairs})
+        if space not in spaces:
+            raise QueryError(f"--space {space}: not in the tables (spaces: {', '.join(spaces)})")
+        raise QueryError(f"--dataset {dataset}: not measured for space {space} "
+                         f"(datasets: {', '.join(d for s, d in pairs if s == space)})")
     shown = [c for c in ("arch_index", "measured_by", "arch_str", "accuracy", "pre_ece_15", "post_ece_15",
                          "temperature") if c in columns]
     shown += [by] if by not in shown else []

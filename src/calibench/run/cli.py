@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -158,6 +159,13 @@ def _top(args: argparse.Namespace) -> int:
 
     top(args.space, args.dataset, args.by, args.n, results=args.results, ascending=args.ascending)
     return 0
+
+
+# Commands a person types (not the workflow's job steps, whose tracebacks go to the job log):
+# a mistake (a bad value, a missing file) is one or two lines and exit 2; --debug or
+# CALIBENCH_DEBUG=1 shows the traceback.
+USER_COMMANDS = {"run", "query", "provenance", "top", "reliability", "nas", "export", "import", "logits",
+                 "screenshot", "make-minibench", "status"}
 
 
 DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's `configfile:`; --configfile values go over it
@@ -346,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="calibench", description="Calibration of NATS-Bench populations.")
     parser.add_argument("--version", action="version", version=f"calibench {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or CALIBENCH_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     mb = sub.add_parser("make-minibench", help="write the embedded mini benchmark (NATS formats, synthetic data)")
     mb.add_argument("out", help="output directory, e.g. resources/minibench")
@@ -373,7 +382,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake after --")
     run.set_defaults(func=_run)
 
-    q = sub.add_parser("query", help="SQL (DuckDB) over the result tables: views networks and metrics")
+    q = sub.add_parser(
+        "query", help="SQL (DuckDB) over the result tables: views networks and metrics",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="views:\n"
+               "  networks  one row per network and table: space, hp, dataset, arch_index, measured_by, arch_str,\n"
+               "            accuracy, params, flops, temperature, {stage}_{metric} (e.g. pre_ece_15, vs_ksce),\n"
+               "            hcs_{beta}, provenance columns\n"
+               "  metrics   one row per shard value: space, hp, dataset, arch_index, seed, stage, metric, bins, value\n"
+               "every column: `calibench query \"DESCRIBE networks\"`; metric definitions: README, \"Querying the "
+               "results\", and docs/metrics-spec.md\n"
+               "example: calibench query \"SELECT dataset, avg(pre_ece_15) FROM networks GROUP BY dataset\"")
     q.add_argument("sql")
     q.add_argument("--results", default="results")
     q.add_argument("--output", "-o", default=None, help="write CSV or parquet (by extension) instead of printing")
@@ -508,7 +527,15 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "snakemake_args", None) and args.snakemake_args[0] == "--":
         args.snakemake_args = args.snakemake_args[1:]
     _setup_logging()
-    return args.func(args)
+    if args.command not in USER_COMMANDS or args.debug or os.environ.get("CALIBENCH_DEBUG") == "1":
+        return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, KeyError, OSError) as exc:
+        text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
+        lines = str(text).strip().splitlines() or [type(exc).__name__]
+        print(f"calibench {args.command}: " + "\n".join(lines[:2]), file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -76,8 +76,10 @@ def changed_chunks(results: str | os.PathLike, logits: bool = True) -> list[tupl
     return out
 
 
-def describe(manifest: Path, reasons: list[str]) -> str:
+def describe(manifest: Path, reasons: list[str], planning: bool = False) -> str:
     shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    if planning:  # nothing is set aside: the plan below does not list this chunk yet
+        return f"{manifest}: {shown}: a run would run this chunk again (with its table)"
     return f"{manifest}: {shown}: this chunk runs again"
 
 
@@ -107,3 +109,30 @@ def set_aside(results: str | os.PathLike, changed: list[tuple[Path, list[str]]])
             os.replace(path, path.with_name(path.name + SET_ASIDE))
             renamed.append(path)
     return renamed
+
+
+# Snakemake options under which it only plans, lists or reports: the repair check then says what
+# a run would redo and changes nothing on disk.
+PLANNING_OPTIONS = {
+    "--dry-run", "--dryrun", "--lint", "--summary", "--detailed-summary", "--report", "--list-rules",
+    "--list-target-rules", "--dag", "--rulegraph", "--filegraph", "--d3dag", "--unlock", "--cleanup-metadata",
+    "--list-changes", "--list-input-changes", "--list-params-changes", "--list-code-changes", "--list-untracked",
+    "--delete-all-output", "--delete-temp-output", "--touch", "--archive", "--export-cwl", "--containerize",
+    "--print-compilation", "--generate-unit-tests", "--list-conda-envs", "--conda-create-envs-only",
+    "--cleanup-shadow", "--list-resources", "--lc", "--li", "--lp", "--lu", "--lt", "--cm",
+}
+PLANNING_SHORT = set("nSDlt")  # -n, -S (summary), -D (detailed summary), -l (list rules), -t (touch)
+
+
+def planning_only(argv: list[str], dryrun: bool = False) -> bool:
+    """Whether Snakemake, called with ``argv``, runs no job (``dryrun``: its own dry-run flag)."""
+    if dryrun:
+        return True
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg.split("=", 1)[0] in PLANNING_OPTIONS:
+            return True
+        if arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha() and set(arg[1:]) & PLANNING_SHORT:
+            return True  # -n, -np, -nr, ...
+    return False

@@ -1,0 +1,189 @@
+"""A run a user can trust (issue 24): params carry settings only, planning changes nothing on
+disk, results are shared by the umask, and mistakes on the command line are one or two lines."""
+
+import hashlib
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibench import layout
+from calibench.atomic import atomic_write
+from calibench.run import repair
+from calibench.run.cli import main as cli_main
+from fixtures import clone_run
+
+SNAKEMAKE = ["-m", "snakemake", "--configfile", "tiny.yaml", "--cores", "2"]
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every file under ``root`` but Snakemake's own state (.snakemake/: its logs and file-state
+    cache, which any Snakemake call refreshes): mode, mtime and content hash."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.relative_to(root).parts[0] != ".snakemake":
+            st = path.stat()
+            out[str(path.relative_to(root))] = (st.st_mode, st.st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest())
+    return out
+
+
+def _snakemake(workdir: Path, *args, python=sys.executable, check=True):
+    proc = subprocess.run([python, *SNAKEMAKE, *args], cwd=workdir, capture_output=True, text=True, timeout=900)
+    if check:
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def finished(workflow_run, tmp_path_factory):
+    """A clone of the session's finished WORKFLOW_TINY run that this module may change."""
+    return clone_run(workflow_run, tmp_path_factory.mktemp("trust") / "run")
+
+
+# ---------------------------------------------------------------- params carry settings only
+
+def test_another_interpreter_path_plans_nothing(finished, tmp_path):
+    """A venv of its own (another interpreter path, the same packages) finds nothing to do."""
+    venv = tmp_path / "other-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    ours = next(p for p in sys.path if p.endswith("site-packages") and Path(p, "snakemake").is_dir())
+    (site / "calibench-test.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    other = venv / "bin" / "python"
+    assert str(other) != sys.executable
+    proc = _snakemake(finished, "-n", python=str(other))
+    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+
+
+def test_the_svhn_file_of_the_mini_benchmark_is_the_same_bytes_each_time(tmp_path):
+    from calibench.inference.data import load_svhn_test, write_svhn_test
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, size=(20, 3, 32, 32), dtype=np.uint8)
+    labels = rng.integers(0, 10, 20)
+    a = write_svhn_test(tmp_path / "a.mat", images, labels).read_bytes()
+    b = write_svhn_test(tmp_path / "b.mat", images, labels).read_bytes()
+    assert a == b
+    back = load_svhn_test(tmp_path / "a.mat")
+    np.testing.assert_array_equal(back.images, images)
+
+
+# ---------------------------------------------------------------- planning changes nothing
+
+def test_a_dry_run_and_lint_change_no_file_and_list_the_chunk_a_run_repairs(finished):
+    results = finished / "results"
+    table = layout.table_path(results, "sss_90", "cifar10")
+    shard = layout.shard_path(results, "sss", "90", "cifar10", 1)
+    shard.unlink()
+    before = _snapshot(finished)
+    for planning in (["-n"], ["--lint"], ["-n", "--quiet", "rules"], ["--summary"]):
+        proc = _snakemake(finished, *planning, check=planning != ["--lint"])
+        assert _snapshot(finished) == before, f"{planning} changed files"
+        said = proc.stderr + proc.stdout
+        assert f"{shard.relative_to(finished)}: deleted" in said and "a run would run this chunk again" in said, said[-2000:]
+    assert table.is_file() and not list(results.rglob(f"*{repair.SET_ASIDE}"))
+    # the next real run repairs it (only the table is asked for: the rest is tested elsewhere)
+    proc = _snakemake(finished, str(table.relative_to(finished)))
+    assert "this chunk runs again" in proc.stderr
+    assert shard.is_file() and len(pd.read_parquet(table)) == 4
+
+
+@pytest.mark.parametrize("argv, planning", [
+    (["-n"], True), (["-np"], True), (["--dry-run"], True), (["--lint"], True), (["--report", "r.zip"], True),
+    (["-S"], True), (["--cores", "2"], False), (["-p", "--cores", "1"], False), (["--dryrun"], True),
+    (["--rerun-incomplete"], False), (["--touch"], True), (["results/x.parquet"], False),
+])
+def test_which_command_lines_only_plan(argv, planning):
+    assert repair.planning_only(argv) is planning
+
+
+# ---------------------------------------------------------------- shared results
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_atomic_writes_get_the_mode_of_the_umask(tmp_path, umask, mode):
+    old = os.umask(umask)
+    try:
+        path = atomic_write(tmp_path / "x.parquet", lambda f: f.write(b"data"))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == mode
+
+
+def test_a_finished_run_is_readable_by_the_group_and_others(workflow_run):
+    """The session's run was written under the test process's umask (022 here)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    expected = 0o666 & ~umask
+    wrong = [str(p) for p in (workflow_run / "results").rglob("*")
+             if p.is_file() and stat.S_IMODE(p.stat().st_mode) != expected]
+    assert not wrong, wrong[:10]
+
+
+# ---------------------------------------------------------------- one-line answers to mistakes
+
+def _cli(capsys, *argv):
+    code = cli_main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["query", "SELECT * FROM network"], ["networks", "views: networks"]),
+    (["query", "SELEC 1"], ["syntax error", "views: networks"]),
+    (["query", "SELECT no_such_column FROM networks"], ["no_such_column", "views: networks"]),
+    (["top", "--space", "sss", "--dataset", "cifar10", "--by", "hcs_9"], ["--by hcs_9", "nearest: hcs_3, hcs_2, hcs_1"]),
+    (["top", "--space", "sss", "--dataset", "cifar1O", "--by", "hcs_1"], ["--dataset cifar1O",
+                                                                           "(datasets: ImageNet16-120, cifar10, cifar100)"]),
+    (["top", "--space", "tsss", "--dataset", "cifar10", "--by", "hcs_1"], ["--space tsss", "sss, tss"]),
+    (["reliability", "--space", "tsss", "--dataset", "cifar10", "--arch", "0"], ["--space tsss", "sss, tss"]),
+    (["reliability", "--space", "sss", "--dataset", "cifar10", "--arch", "123"], ["--arch 123", "0, 1, 2, 3"]),
+    (["reliability", "--space", "sss", "--dataset", "svhn", "--arch", "0"], ["--dataset svhn", "cifar10"]),
+])
+def test_a_mistake_is_one_or_two_lines_and_exit_2(workflow_run, capsys, argv, words):
+    results = str(workflow_run / "results")
+    code, out, err = _cli(capsys, *argv, "--results", results)
+    assert code == 2, (out, err)
+    assert "Traceback" not in err and 1 <= len(err.strip().splitlines()) <= 2, err
+    assert err.startswith(f"calibench {argv[0]}: ")
+    for word in words:
+        assert word in err, (word, err)
+
+
+def test_debug_shows_the_traceback(workflow_run, capsys):
+    with pytest.raises(ValueError, match="network"):
+        cli_main(["--debug", "query", "SELECT * FROM network", "--results", str(workflow_run / "results")])
+
+
+def test_query_help_names_the_views(capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["query", "--help"])
+    out = capsys.readouterr().out
+    assert "networks  one row per network" in out and "metrics   one row per shard value" in out
+    assert "DESCRIBE networks" in out
+
+
+# ---------------------------------------------------------------- imports refuse mixed scales
+
+def test_one_value_over_1_among_fractions_is_an_error_naming_line_and_column(tmp_path):
+    from calibench.results.interop import import_tao2024
+    from test_interop import published_file, write_published
+
+    frame = published_file(np.random.default_rng(5), "sss", 20)
+    frame.loc[7, "acc"] = 1.5
+    src = write_published(frame, tmp_path / "published" / "cifar10_sss.csv")
+    with pytest.raises(ValueError) as err:
+        import_tao2024(src.parent, tmp_path / "results")
+    assert str(err.value) == (f"{src}: column 'acc', line 9: 1.5 is not a fraction in [0, 1] among fractions; "
+                              "percent is read only when the whole column is in percent")
+    assert not (tmp_path / "results" / "tables").exists() or not list((tmp_path / "results" / "tables").iterdir())
+    frame.loc[7, "acc"] = 0.5
+    frame["acc"] *= 100  # the whole column in percent: read, converted
+    write_published(frame, src)
+    import_tao2024(src.parent, tmp_path / "results")
+    table = pd.read_parquet(tmp_path / "results" / "tables" / "sss_90_cifar10.parquet")
+    assert table["accuracy"].between(0, 1).all() and table["accuracy"].max() > 0.5
