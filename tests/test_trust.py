@@ -187,3 +187,63 @@ def test_one_value_over_1_among_fractions_is_an_error_naming_line_and_column(tmp
     import_tao2024(src.parent, tmp_path / "results")
     table = pd.read_parquet(tmp_path / "results" / "tables" / "sss_90_cifar10.parquet")
     assert table["accuracy"].between(0, 1).all() and table["accuracy"].max() > 0.5
+
+
+# ---------------------------------------------------------------- calibench status
+
+def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_path):
+    run = clone_run(workflow_run, tmp_path / "status")
+    status = [sys.executable, "-m", "calibench", "status", "--configfile", "tiny.yaml"]
+    proc = subprocess.run(status, cwd=run, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "7 complete, 0 to run: nothing to do", proc.stdout
+
+    shard = layout.shard_path(Path("results"), "sss", "90", "cifar100", 2)
+    (run / shard).unlink()
+    before = _snapshot(run)
+    proc = subprocess.run(status, cwd=run, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert f"to run    results/tables/sss_90_cifar100.parquet  (damaged: " in proc.stdout and f"{shard}: deleted" in proc.stdout
+    assert "to run    results/report.html  (after its tables)" in lines
+    assert lines[-1] == "5 complete, 2 to run: `calibench run` completes them"
+    assert _snapshot(run) == before
+
+    bad = subprocess.run(status + ["--space", "tsss"], cwd=run, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        "calibench status: --space tsss: not in this config (spaces and populations: sss, tss)")
+
+
+# ---------------------------------------------------------------- archives and datasets named by their key
+
+def _without_build(workdir: Path) -> None:
+    import yaml
+
+    config = yaml.safe_load((workdir / "tiny.yaml").read_text())
+    config["minibench"]["build"] = False
+    (workdir / "tiny.yaml").write_text(yaml.safe_dump(config))
+
+
+def test_a_missing_archive_is_named_by_its_key_before_any_job(tmp_path):
+    from fixtures import WORKFLOW_TINY, copy_workflow
+
+    workdir = copy_workflow(tmp_path / "fresh", WORKFLOW_TINY)
+    _without_build(workdir)
+    proc = _snakemake(workdir, check=False)
+    assert proc.returncode != 0
+    assert ("archives.sss = resources/minibench/NATS-sss-v1_0-50262-full: no meta.pickle.pbz2 there; point it at "
+            "your copy (config/nats.yaml) or build the mini benchmark") in proc.stderr, proc.stderr[-2000:]
+    assert not (workdir / "results").exists()
+
+
+def test_a_finished_run_with_its_archives_moved_plans_nothing_and_says_so(workflow_run, tmp_path):
+    run = clone_run(workflow_run, tmp_path / "moved")
+    os.rename(run / "resources", tmp_path / "elsewhere")
+    _without_build(run)
+    proc = _snakemake(run, "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    said = [line for line in proc.stderr.splitlines() if line.startswith("calibench: ")]
+    assert said == ["calibench: not found: archives.sss = resources/minibench/NATS-sss-v1_0-50262-full; "
+                    "archives.tss = resources/minibench/NATS-tss-v1_0-3ffb9-full; datasets_root = "
+                    "resources/minibench/datasets; networks already in the logits store need none (any other "
+                    "fails, naming the file)"], said

@@ -72,6 +72,33 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
 # how a population's members and logits are found (calibench.sources).
 stage.check_hps(config)
 TARGETS = stage.targets(config)
+
+
+def _check_nats_inputs():
+    """Archives and datasets named by their config key before any job: on a fresh run a
+    missing one stops the run; once a space's population is written (its logits store is
+    what later runs read) the missing ones are said in one line, and only networks not yet
+    stored would need them (their jobs fail naming the file)."""
+    mini = config["minibench"]
+    built = Path(mini["dir"]).resolve() if mini["build"] else None
+    nats = sorted({space for space, _ in TARGETS.values() if space in ("tss", "sss")})
+    needed = [(f"archives.{s}", config["archives"][s], "meta.pickle.pbz2", [s]) for s in nats]
+    needed += [("datasets_root", config["datasets_root"], "", nats)] if nats else []
+    missing = []
+    for key, value, inside, spaces in needed:
+        path = Path(value, inside)
+        if path.exists() or (built is not None and path.resolve().is_relative_to(built)):
+            continue
+        if not all(layout.population_path(RESULTS, s).is_file() for s in spaces):
+            raise WorkflowError(f"{key} = {value}: " + (f"no {inside} there" if inside else "not found")
+                                + "; point it at your copy (config/nats.yaml) or build the mini benchmark")
+        missing.append(f"{key} = {value}")
+    if missing:
+        print(f"calibench: not found: {'; '.join(missing)}; networks already in the logits store need none "
+              "(any other fails, naming the file)", file=sys.stderr)
+
+
+_check_nats_inputs()
 POPULATIONS = stage.populations(config)
 DATASETS = {space: stage.population_datasets(config, space) for space, _ in TARGETS.values()}
 
@@ -112,7 +139,8 @@ def population_input(wildcards):
     """What a population's members are read from: a NATS archive's meta, a logits directory's
     models.csv; a torch population's callables enter through its settings (module hashes)."""
     if wildcards.space in ("tss", "sss"):
-        return [f"{config['archives'][wildcards.space]}/meta.pickle.pbz2"]
+        # ancient: an archive copied or moved (new mtimes, the same files) reruns nothing
+        return [ancient(f"{config['archives'][wildcards.space]}/meta.pickle.pbz2")]
     spec = POPULATIONS[wildcards.space]
     if spec["source"] == "logits" and Path(spec["path"], "models.csv").is_file():
         return [str(Path(spec["path"], "models.csv"))]

@@ -261,10 +261,18 @@ def search_sample(selected: list[int], networks: int, seed: int) -> list[int]:
     return sorted(selected[i] for i in chosen)
 
 
+def is_demo(config: Mapping) -> bool:
+    """Whether the NATS-Bench spaces are read from the mini benchmark (its archives under its
+    directory), built by this run or before it: the report then says its numbers are a demo."""
+    spaces = [s for s in config.get("spaces") or [] if s in ("tss", "sss")]
+    mini = Path(config["minibench"]["dir"]).resolve()
+    return bool(spaces) and all(Path(config["archives"][s]).resolve().is_relative_to(mini) for s in spaces)
+
+
 def analysis_settings(config: Mapping) -> dict:
     """What the analysis and the report depend on besides the tables."""
     out = {"analysis": dict(config["analysis"]), "bins": list(config["bins"]),
-           "demo": bool(config["minibench"]["build"] and config.get("spaces")),
+           "demo": is_demo(config),
            "robustness": dict(config.get("robustness") or {})}
     groups = {name: list(spec.get("group_by") or []) for name, spec in populations(config).items()}
     if any(groups.values()):  # metadata columns to compare a population's models by

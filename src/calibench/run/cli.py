@@ -187,6 +187,70 @@ def _merged_config(configfile: str) -> dict:
     return merge(config, load_yaml(configfile))
 
 
+def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
+    """The merged configuration (checked) and the targets of --space/--dataset (every table
+    and the report without them); ValueError for a user's mistake."""
+    from calibench.config.check import SCHEMA, ConfigError, check
+    from calibench.config.settings import population_datasets, targets as all_targets
+
+    try:
+        config = _merged_config(args.configfile)
+        if Path(DEFAULT_CONFIG).is_file() and Path(SCHEMA).is_file():
+            # before Snakemake: the schema's defaults are not filled in, so required keys are
+            # those the files must give
+            check(config, [f for f in dict.fromkeys([DEFAULT_CONFIG, args.configfile]) if Path(f).is_file()])
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    results = config["results"]
+    named = all_targets(config)
+    known = sorted({space for space, _ in named.values()})
+    unknown = sorted(set(args.space or []) - set(known))
+    if unknown:
+        raise ValueError(f"--space {', '.join(unknown)}: not in this config (spaces and populations: {', '.join(known)})")
+    targets = [str(layout.table_path(results, name, d)) for name, (space, _) in named.items()
+               if not args.space or space in args.space
+               for d in population_datasets(config, space) if not args.dataset or d in args.dataset]
+    if not targets:
+        raise ValueError("no result table matches --space/--dataset in this config")
+    if not args.space and not args.dataset:
+        targets.append(str(layout.report_path(results)))
+    return config, targets
+
+
+def _status(args: argparse.Namespace) -> int:
+    """What is complete, missing, damaged or stale for the current config; runs nothing and
+    changes no file (Snakemake's --summary, and the repair check in planning mode)."""
+    config, targets = _config_and_targets(args)
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", "1", "--summary",
+           *targets, *args.snakemake_args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-3:]
+        raise ValueError("snakemake --summary failed: " + " | ".join(tail))
+    rows = {}
+    for line in proc.stdout.splitlines():
+        cells = line.split("\t")
+        if len(cells) >= 6 and cells[0] in targets:
+            rows[cells[0]] = (cells[-2], cells[-1])  # status, plan
+    repairs = [line.removeprefix("calibench: ") for line in proc.stderr.splitlines() if line.startswith("calibench: ")]
+    counts = {"complete": 0, "to run": 0}
+    for target in targets:
+        status, plan = rows.get(target, ("not planned", "?"))
+        damaged = [r for r in repairs if Path(target).stem in r or Path(target).name in r]
+        if target.endswith(".html") and counts["to run"]:  # the report is built from every table
+            plan, status = "update pending", "after its tables"
+        word = "complete" if plan == "no update" and not damaged else "to run"
+        counts[word] += 1
+        why = ("damaged: " + damaged[0].split(": a run would", 1)[0] if damaged
+               else status if status != "ok" else "a job before it reruns: a setting or an input changed")
+        print(f"{word:9s} {target}" + (f"  ({why})" if word != "complete" and why else ""))
+    for line in repairs:
+        print(f"repair: {line}")
+    print(f"{counts['complete']} complete, {counts['to run']} to run: "
+          + ("`calibench run` completes them" if counts["to run"] or repairs else "nothing to do"))
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     """A thin wrapper over snakemake: targets from --space/--dataset, everything else passed on.
 
@@ -196,32 +260,12 @@ def _run(args: argparse.Namespace) -> int:
     """
     from calibench.run.runlock import RunInUse, run_guard
 
-    from calibench.config.settings import population_datasets, targets as all_targets
-
-    from calibench.config.check import SCHEMA, ConfigError, check
-
     try:
-        config = _merged_config(args.configfile)
-        if Path(DEFAULT_CONFIG).is_file() and Path(SCHEMA).is_file():
-            # before Snakemake: the schema's defaults are not filled in, so required keys are
-            # those the files must give
-            check(config, [f for f in dict.fromkeys([DEFAULT_CONFIG, args.configfile]) if Path(f).is_file()])
-    except ConfigError as exc:
+        config, targets = _config_and_targets(args)
+    except ValueError as exc:
         print(f"calibench: {exc}", file=sys.stderr)
         return 2
     results = config["results"]
-    named = all_targets(config)
-    known = sorted({space for space, _ in named.values()})
-    unknown = sorted(set(args.space or []) - set(known))
-    if unknown:
-        raise SystemExit(f"--space {', '.join(unknown)}: not in this config (spaces and populations: {', '.join(known)})")
-    targets = [str(layout.table_path(results, name, d)) for name, (space, _) in named.items()
-               if not args.space or space in args.space
-               for d in population_datasets(config, space) if not args.dataset or d in args.dataset]
-    if not targets:
-        raise SystemExit("no result table matches --space/--dataset in this config")
-    if not args.space and not args.dataset:
-        targets.append(str(layout.report_path(results)))
     cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", str(args.cores)]
     if args.profile:
         cmd += ["--profile", args.profile]
@@ -381,6 +425,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cores", type=int, default=2)
     run.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake after --")
     run.set_defaults(func=_run)
+    st = sub.add_parser("status", help="what is complete, missing, damaged or stale for the config; runs nothing")
+    st.add_argument("--space", action="append", help="tss, sss or a population's name; repeatable; default: config")
+    st.add_argument("--dataset", action="append", help="repeatable; default: every dataset of each space")
+    st.add_argument("--configfile", default=DEFAULT_CONFIG, help="over config/config.yaml, as snakemake does")
+    st.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake --summary after --")
+    st.set_defaults(func=_status)
 
     q = sub.add_parser(
         "query", help="SQL (DuckDB) over the result tables: views networks and metrics",
