@@ -18,13 +18,16 @@ import pytest
 from test_workflow import TINY, _clone, _planned_jobs, _set_config, _snakemake
 
 PARTS = ("kendall", "overview", "hcs", "methods", "reliability", "groups", "nas", "architecture", "robustness")
-ROBUSTNESS = {"path": "robustness.csv", "key": "arch_index"}
+# keyed by cell: the mini benchmark's indices are its own, not NATS-Bench's (a join by index is refused)
+ROBUSTNESS = {"path": "robustness.csv", "key": "arch_str"}
 
 
-def _robustness_table() -> pd.DataFrame:
-    """Per TSS architecture of the tiny mini benchmark (indices 0, 1, 2): two robustness columns."""
-    return pd.DataFrame({"arch_index": [0, 1, 2], "clean_acc": [71.0, 71.0, 64.5],
-                         "pgd_Linf_acc8_0": [3.5, 3.5, 9.0]})
+def _robustness_table(run: Path) -> pd.DataFrame:
+    """Per TSS architecture of the tiny mini benchmark (its three cells): two robustness columns."""
+    import json
+
+    cells = json.loads((run / "results" / "population" / "tss.json").read_text())["arch_strs"]
+    return pd.DataFrame({"arch_str": cells, "clean_acc": [71.0, 71.0, 64.5], "pgd_Linf_acc8_0": [3.5, 3.5, 9.0]})
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +35,7 @@ def parts_run(workflow_run, tmp_path_factory):
     """The session's finished tiny run (conftest.py), copied, with a robustness table added:
     only the robustness part and the report run here."""
     workdir = _clone(workflow_run, tmp_path_factory.mktemp("parts") / "run")
-    _robustness_table().to_csv(workdir / ROBUSTNESS["path"], index=False)
+    _robustness_table(workdir).to_csv(workdir / ROBUSTNESS["path"], index=False)
     _set_config(workdir, robustness=ROBUSTNESS)
     assert _planned_jobs(workdir) == {"analysis_robustness": 1, "assemble_report": 1, "all": 1}
     _snakemake(workdir)
@@ -110,8 +113,8 @@ def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
     workdir = _clone(parts_run, tmp_path / "robustness")
     results = workdir / "results"
     before = _files(results)
-    bad = _robustness_table()
-    bad.loc[2, "arch_index"] = 99999  # no TSS architecture
+    bad = _robustness_table(workdir)
+    bad.loc[2, "arch_str"] = "|conv_99x99~0|+|none~0|none~1|+|none~0|none~1|none~2|"  # no TSS architecture
     bad.to_csv(workdir / ROBUSTNESS["path"], index=False)
     proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml",
                            "--cores", "2"], cwd=workdir, capture_output=True, text=True, timeout=900)
@@ -119,7 +122,7 @@ def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
     assert proc.returncode != 0, told[-3000:]
     log = (results / "logs" / "analysis" / "robustness.log").read_text()
     for text in (log, told):  # the job's log, and what `calibench run` says on the terminal
-        assert "robustness.csv" in text and "key arch_index" in text and "99999" in text, text[-3000:]
+        assert "robustness.csv" in text and "key arch_str" in text and "conv_99x99" in text, text[-3000:]
     # The failed part's outputs are gone (Snakemake removes them); nothing else was touched,
     # the last good report included.
     robustness = {Path("analysis/parts/robustness.json"), Path("analysis/robustness_kendall.parquet"),
@@ -129,5 +132,5 @@ def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
     assert {p: before[p] for p in after} == after
     assert set(before) - set(after) == robustness
     # Repaired, the part and the report run again; the other parts stay as they are.
-    _robustness_table().to_csv(workdir / ROBUSTNESS["path"], index=False)
+    _robustness_table(workdir).to_csv(workdir / ROBUSTNESS["path"], index=False)
     assert _planned_jobs(workdir) == {"analysis_robustness": 1, "assemble_report": 1, "all": 1}

@@ -247,3 +247,100 @@ def test_a_finished_run_with_its_archives_moved_plans_nothing_and_says_so(workfl
                     "archives.tss = resources/minibench/NATS-tss-v1_0-3ffb9-full; datasets_root = "
                     "resources/minibench/datasets; networks already in the logits store need none (any other "
                     "fails, naming the file)"], said
+
+
+# ---------------------------------------------------------------- a terminal a person can follow
+
+SNAKEMAKE_OUTPUT = """Job stats:
+job        count
+-------  -------
+infer          2
+measure        2
+total          4
+
+[Wed Nov 25 21:22:11 2026]
+rule infer:
+    output: results/chunks/infer/sss_90/chunk00000.json
+    jobid: 5
+[Wed Nov 25 21:22:11 2026]
+rule infer:
+    jobid: 8
+calibench: results/chunks/x.json: deleted: this chunk runs again
+Finished jobid: 5 (Rule: infer)
+1 of 4 steps (25%) done
+checkpoint population:
+    jobid: 1
+Finished jobid: 8 (Rule: infer)
+rule measure:
+    jobid: 4
+Error in rule measure:
+    jobid: 4
+rule measure:
+    jobid: 7
+rule measure:
+    jobid: 9
+Finished jobid: 7 (Rule: measure)
+Finished jobid: 9 (Rule: measure)
+Finished jobid: 1 (Rule: population)
+"""
+
+
+def test_progress_lines_per_rule_never_go_back():
+    from calibench.run.progress import RunProgress
+
+    said, noted, now = [], [], iter(range(0, 1000, 10))
+    progress = RunProgress(said.append, noted.append, clock=lambda: next(now))
+    for line in SNAKEMAKE_OUTPUT.splitlines(keepends=True):
+        progress.feed(line)
+    assert noted == ["calibench: results/chunks/x.json: deleted: this chunk runs again"]
+    assert [line.split("]", 1)[1].split(",")[0].split() for line in said] == [
+        ["infer", "1/2", "done"], ["infer", "2/2", "done"], ["measure", "0/2", "done"], ["measure", "1/3", "done"],
+        ["measure", "2/3", "done"], ["population", "1/1", "done"]]
+    assert "1 failed" in said[2] and "left" in said[0]
+    for rule in ("infer", "measure"):  # done counts and totals never decrease
+        seen = [(d, t) for r, d, t in progress.shown if r == rule]
+        assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(seen, seen[1:]))
+    assert progress.jobs() == (5, 1)
+
+
+def test_calibench_run_shows_progress_and_a_summary_of_this_run(small_sss_run, tmp_path):
+    import json
+
+    run = clone_run(small_sss_run, tmp_path / "progress")
+    (run / layout.shard_path(Path("results"), "sss", "90", "cifar10", 1)).unlink()
+    proc = subprocess.run([sys.executable, "-m", "calibench", "run", "--configfile", "tiny.yaml", "--space", "sss",
+                           "--dataset", "cifar10"], cwd=run, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    progress = [line for line in lines if line.startswith("[")]
+    assert [line.split("]", 1)[1].split()[:2] for line in progress] == [["measure", "1/1"], ["table", "1/1"]], lines
+    assert "Finished jobid" not in proc.stdout + proc.stderr  # Snakemake's job log went to its file
+    summary = next(line for line in lines if line.startswith("calibench: ") and "job(s) run" in line)
+    manifests = [json.loads(p.read_text()) for p in (run / "results/chunks/measure/sss_90_cifar10").glob("*.json")]
+    assert "calibench: 2 job(s) run in " in summary and "networks measured: 1, already measured: 0;" in summary
+    assert sum(m["computed"] for m in manifests) == 2  # the other chunk's manifest is from the first run
+    log = Path(run, summary.rsplit("Snakemake's log: ", 1)[1])
+    assert "Finished jobid" in log.read_text() and log.parent == run / "results/logs/snakemake"
+
+
+# ---------------------------------------------------------------- joins by index need NATS-Bench's indices
+
+def test_a_join_by_index_on_the_mini_benchmark_is_refused(workflow_run, tmp_path):
+    import json
+
+    from calibench.analysis.nats import robustness
+
+    results = workflow_run / "results"
+    doc = json.loads(layout.population_path(results, "tss").read_text())
+    assert len(doc["arch_strs"]) == 3  # the mini benchmark's own indices 0, 1, 2
+    with pytest.raises(ValueError) as err:
+        robustness._check_indices(results, "rob.csv", "arch_index")
+    assert str(err.value) == (
+        f"robustness table 'rob.csv' (key arch_index): {layout.population_path(results, 'tss')} lists 3 TSS "
+        "architectures indexed by their own archive (not NATS-Bench's 15,625), so a join by arch_index would pair "
+        "rows with other cells' numbers; join by the cell: robustness.key: arch_str")
+    robustness._check_indices(results, "rob.csv", "arch_str")  # by cell: fine
+    full = tmp_path / "results"
+    layout.population_path(full, "tss").parent.mkdir(parents=True)
+    layout.population_path(full, "tss").write_text(json.dumps({"arch_strs": ["x"] * robustness.TSS_SIZE}))
+    robustness._check_indices(full, "rob.csv", "arch_index")  # NATS-Bench's own archive: fine

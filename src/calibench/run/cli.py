@@ -274,20 +274,65 @@ def _run(args: argparse.Namespace) -> int:
         with run_guard(Path.cwd(), Path(results), cmd) as guard:
             print("+", " ".join(cmd), flush=True)
             started = time.time()
-            code = subprocess.call(cmd, pass_fds=guard.pass_fds)
+            code, progress, log_file = _follow(cmd, guard.pass_fds, Path(results), verbose=args.verbose)
     except RunInUse as exc:
         logging.getLogger("calibench").error("%s", exc)
         return 3
     from calibench.results import failures
 
+    tables = [t for t in targets if t.endswith(".parquet")]
     told = [failures.failed_jobs_summary(Path.cwd(), since=started - 1) if code != 0 else "",
-            failures.terminal_summary(results, [t for t in targets if t.endswith(".parquet")])]
+            failures.terminal_summary(results, tables)]
     for text in told:
         if text:
             print(text, file=sys.stderr, flush=True)
+    ran, failed = progress.jobs()
+    computed, skipped = _networks_measured(Path(results), since=started - 1)
+    print(f"calibench: {ran} job(s) run" + (f", {failed} failed" if failed else "")
+          + f" in {time.time() - started:.0f} s; networks measured: {computed}, already measured: {skipped}; "
+          f"Snakemake's log: {log_file}", flush=True)
     if code == 0 and str(layout.report_path(results)) in targets:
         print(f"report: {layout.report_path(results).resolve()}")
     return code
+
+
+def _follow(cmd: list[str], pass_fds, results: Path, verbose: bool):
+    """Run Snakemake with its output going whole to ``logs/snakemake/run-*.log`` (and the
+    terminal if ``verbose``), one progress line per rule on the terminal otherwise."""
+    from calibench.run.progress import RunProgress
+
+    log_file = layout.log_path(results, f"snakemake/run-{time.strftime('%Y%m%dT%H%M%S')}")
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    progress = RunProgress(lambda text: print(text, flush=True), lambda text: print(text, file=sys.stderr, flush=True))
+    tail: list[str] = []
+    with open(log_file, "w") as log, subprocess.Popen(cmd, pass_fds=pass_fds, stdout=subprocess.PIPE,
+                                                      stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            if verbose:
+                print(line, end="", flush=True)
+            else:
+                progress.feed(line)
+                tail = (tail + [line.rstrip()])[-12:]
+        code = proc.wait()
+    if code != 0 and not verbose and not any(progress.jobs()):  # stopped before any job: say why
+        print("\n".join(t for t in tail if t.strip()), file=sys.stderr, flush=True)
+    return code, progress, log_file
+
+
+def _networks_measured(results: Path, since: float) -> tuple[int, int]:
+    """Networks this run's measurement chunks computed, and those they found measured."""
+    computed = skipped = 0
+    for manifest in layout.matching(layout.measure_manifest(results, "*", "*", "*")):
+        try:
+            if manifest.stat().st_mtime < since:
+                continue
+            summary = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        computed += int(summary.get("computed", 0))
+        skipped += int(summary.get("skipped", 0))
+    return computed, skipped
 
 
 def _make_minibench(args: argparse.Namespace) -> int:
@@ -423,6 +468,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--configfile", default=DEFAULT_CONFIG, help="over config/config.yaml, as snakemake does")
     run.add_argument("--profile", default=None, help="a snakemake profile, e.g. profiles/slurm")
     run.add_argument("--cores", type=int, default=2)
+    run.add_argument("--verbose", "-v", action="store_true",
+                     help="Snakemake's whole output on the terminal (it always goes to results/logs/snakemake/)")
     run.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake after --")
     run.set_defaults(func=_run)
     st = sub.add_parser("status", help="what is complete, missing, damaged or stale for the config; runs nothing")

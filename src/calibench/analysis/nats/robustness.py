@@ -504,6 +504,24 @@ def _named(exc: Exception, path: str, key: str) -> ValueError:
     return ValueError(text)
 
 
+def _check_indices(results: Path, path, key: str) -> None:
+    """A join by ``arch_index`` needs NATS-Bench's indices: a TSS population read from an
+    archive of another size (the mini benchmark: its own indices 0, 1, ...) would pair each
+    row with another cell's numbers, so it is refused, naming the key that joins right."""
+    import json
+
+    from calibench.layout import population_path
+
+    doc_path = population_path(results, "tss")
+    if key != "arch_index" or not doc_path.is_file():
+        return
+    archs = json.loads(doc_path.read_text()).get("arch_strs") or []
+    if len(archs) != TSS_SIZE:
+        raise ValueError(f"robustness table {str(path)!r} (key {key}): {doc_path} lists {len(archs)} TSS architectures "
+                         f"indexed by their own archive (not NATS-Bench's {TSS_SIZE:,}), so a join by arch_index "
+                         "would pair rows with other cells' numbers; join by the cell: robustness.key: arch_str")
+
+
 def run(settings, tables, results: Path, plots: Path) -> dict:
     """Question 2 (Fig. 3), only with ``robustness.path`` configured: the robustness table
     joined to the TSS tables of ``robustness.datasets`` (default CIFAR-10, where robustness
@@ -516,6 +534,7 @@ def run(settings, tables, results: Path, plots: Path) -> dict:
     options, bins = settings["robustness"], settings["bins"]
     path, key = options["path"], options.get("key", "arch_index")
     datasets = options.get("datasets") or ["cifar10"]
+    _check_indices(results, path, key)
     try:
         table = load_robustness(path, key)
     except (OSError, ValueError) as exc:
