@@ -17,7 +17,7 @@ import pandas as pd
 from calibench.analysis.plots import pyplot, save
 from calibench.analysis.tables import HCS_ECE, demo_suffix, label, load_tables, measured
 from calibench.layout import analysis_dir, target_name
-from calibench.metrics.scores import hcs
+from calibench.metrics.hcs import hcs
 
 OUTPUTS = ("hcs.parquet", "top_hcs.csv")
 COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "params", "flops", "accuracy", HCS_ECE,

@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from calibench.analysis.bootstrap import _BlockPlan, _chunk, _Counts, _multiplicities, bootstrap_indices
+# calibench.analysis.bootstrap computes in torch: imported where a resample is drawn, so the
+# report and the parts that only read intervals do not pay torch's import.
 from calibench.analysis.tau_b import (_count, _dense_ranks, _jackknife_interval, _level, _pair,
                                       _tau_and_leave_one_out, jackknife_taus, kendall_jackknife, kendall_tau)
 
@@ -53,6 +54,8 @@ def bootstrap_taus(x, y, resamples: int = 1000, seed: int = 0) -> np.ndarray:
     keep = np.flatnonzero(~(np.isnan(x) | np.isnan(y)))
     if len(keep) < 2:
         return np.full(resamples, np.nan)
+    from calibench.analysis.bootstrap import _BlockPlan, _chunk, _multiplicities
+
     plan = _BlockPlan(keep, _dense_ranks(x[keep]), _dense_ranks(y[keep]), len(x))
     return np.concatenate([plan.taus(c) for c in _multiplicities(len(x), resamples, seed, _chunk(len(x), resamples))])
 
@@ -108,8 +111,10 @@ class _Table:
         self._counts = None
 
     @property
-    def counts(self) -> list[_Counts]:
+    def counts(self) -> list:
         if self._counts is None:  # held for every pair: 4 x rows x resamples bytes
+            from calibench.analysis.bootstrap import _chunk, _multiplicities
+
             self._counts = list(_multiplicities(self.n, self.resamples, self.seed, _chunk(self.n, self.resamples)))
         return self._counts
 
@@ -131,6 +136,8 @@ class _Table:
         if interval == "jackknife":  # fewer than 3 rows: no spread
             lo, hi = float("nan"), float("nan")
         else:
+            from calibench.analysis.bootstrap import _BlockPlan
+
             plan = _BlockPlan(keep, self.ranks[a][keep], self.ranks[b][keep], self.n)
             lo, hi = _interval(np.concatenate([plan.taus(c) for c in self.counts]), self.level)
         return {"row": a, "col": b, "tau": tau, "lo": lo, "hi": hi, "n": n, "interval": interval}
@@ -196,3 +203,10 @@ def kendall_cross_ci(df: pd.DataFrame, rows: Sequence[str], cols: Sequence[str],
     table = _Table({**rv, **cv}, resamples, seed, level)
     out = [table.pair(a, b, diagonal=False, interval=rule(a, b)) for a in rv for b in cv]  # as kendall_cross: scipy's tau
     return pd.DataFrame(out, columns=_CI_COLUMNS)
+
+
+def bootstrap_indices(n: int, resamples: int = 1000, seed: int = 0) -> np.ndarray:
+    """:func:`calibench.analysis.bootstrap.bootstrap_indices` (the resamples every interval here uses)."""
+    from calibench.analysis import bootstrap
+
+    return bootstrap.bootstrap_indices(n, resamples, seed)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch
 
 
 # ---------------------------------------------------------------- validation
@@ -209,6 +208,8 @@ def jackknife_taus(x, y) -> np.ndarray:
 
 
 def _normal_quantile(p: float) -> float:
+    import torch  # here: the report reads intervals without importing torch
+
     return float(torch.special.ndtri(torch.tensor(p, dtype=torch.float64)))
 
 

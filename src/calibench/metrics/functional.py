@@ -13,7 +13,7 @@ from calibench.metrics import binned
 from calibench.metrics._arrays import check_bins, check_logits, check_probabilities, check_scores_1d
 from calibench.metrics.kde import kde_ece_from_top_label
 from calibench.metrics.ks import ks_from_sorted
-from calibench.metrics.mmce import mmce_from_sorted
+from calibench.metrics.mmce_kernel import mmce_from_sorted
 from calibench.metrics.scores import auroc, brier_from_probabilities, nll_from_logits
 from calibench.metrics.suite import DEFAULT_TACE_THRESHOLD, classwise_rows, top_label
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
+
+from calibench.metrics.hcs import hcs  # noqa: F401  (its home: torch-free)
 
 
 def nll_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -30,12 +31,3 @@ def auroc(positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
     not_above = torch.searchsorted(neg_sorted, positive.contiguous(), right=True)
     wins = below.to(torch.float64) + 0.5 * (not_above - below).to(torch.float64)
     return wins.sum(dim=-1) / (positive.shape[-1] * negative.shape[-1])
-
-
-def hcs(accuracy, ece, beta: float) -> np.ndarray:
-    """Harmonic Calibration Score (metrics-spec.md, "Harmonic Calibration Score"; Tao et al.
-    2024): ``(1 + beta) * acc * (1 - ece) / (beta * acc + (1 - ece))`` on float arrays,
-    accuracy and ECE as fractions; a larger ``beta`` weighs calibration more."""
-    acc = np.asarray(accuracy, dtype=float)
-    ece = np.asarray(ece, dtype=float)
-    return (1 + beta) * acc * (1 - ece) / (beta * acc + (1 - ece))

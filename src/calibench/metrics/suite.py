@@ -18,7 +18,7 @@ from calibench.metrics import binned
 from calibench.metrics._arrays import check_bins, check_logits
 from calibench.metrics.kde import kde_ece_from_top_label
 from calibench.metrics.ks import ks_from_sorted
-from calibench.metrics.mmce import mmce_from_sorted
+from calibench.metrics.mmce_kernel import mmce_from_sorted
 from calibench.metrics.scores import brier_from_probabilities, nll_from_logits
 
 DEFAULT_BINS = (5, 10, 15, 20, 25, 50, 100, 200, 500)

@@ -20,7 +20,7 @@ def _hcs_arrow(accuracy, ece, beta):
     import numpy as np
     import pyarrow as pa
 
-    from calibench.metrics.scores import hcs  # here, not at the top: only a query using HCS pays for torch
+    from calibench.metrics.hcs import hcs  # here, not at the top: only a query using HCS pays for torch
 
     columns = [c.to_numpy(zero_copy_only=False).astype(float) for c in (accuracy, ece, beta)]
     nulls = np.zeros(len(accuracy), bool)

@@ -53,7 +53,7 @@ import pandas as pd
 from calibench.results.archstr import SSS_CHANNEL_CHOICES, TSS_OPS, parse_sss, parse_tss
 from calibench.analysis.tables import HCS_ECE
 from calibench.atomic import atomic_write
-from calibench.metrics.scores import hcs
+from calibench.metrics.hcs import hcs
 
 log = logging.getLogger(__name__)
 
