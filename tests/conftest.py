@@ -65,7 +65,8 @@ def small_sss_run(tmp_path_factory):
 # Test files that take minutes (full Snakemake runs, a SLURM cluster), longest first. `make test`
 # hands files to its two workers in collection order (--dist loadfile --no-loadscope-reorder):
 # the longest start first, so no long file is left to run alone at the end.
-SLOW_FILES = ["test_slurm.py", "test_workflow.py", "test_visibility.py", "test_populations.py", "test_minibench.py",
+SLOW_FILES = ["test_slurm.py", "test_workflow.py", "test_visibility.py", "test_populations.py", "test_trust.py",
+              "test_minibench.py",
               "test_archive_loading.py", "test_faults.py", "test_analysis_parts.py", "test_archive_inference.py",
               "test_analysis_methods.py"]
 

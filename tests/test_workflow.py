@@ -416,8 +416,9 @@ def test_keep_logits_false_leaves_no_store_and_the_same_results(tmp_path, finish
 
 
 def _start_run(workdir: Path) -> subprocess.Popen:
-    """The README's command, as its own process group (a login shell's job)."""
-    return subprocess.Popen(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "2"], cwd=workdir,
+    """The README's command for one space's tables (no analysis: resuming is what is tested), as
+    its own process group (a login shell's job)."""
+    return subprocess.Popen(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "2", "--space", "sss"], cwd=workdir,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
@@ -474,7 +475,7 @@ def test_kill_9_of_the_whole_run_then_the_readme_command_completes_it(tmp_path, 
         started.append(line)
         if line.startswith("+ "):
             break
-    second = subprocess.run(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "1"], cwd=workdir,
+    second = subprocess.run(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "1", "--space", "sss"], cwd=workdir,
                             capture_output=True, text=True, timeout=120)
     output, _ = run.communicate(timeout=900)
     output = "".join(started) + output
