@@ -4,6 +4,7 @@ damaged and deleted shards, a missing dataset file, bad config files and a concu
 
 import json
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -160,15 +161,20 @@ def test_a_second_run_while_one_is_live_is_told_not_to_unlock(finished, tmp_path
                             start_new_session=True)
     try:
         deadline = time.time() + 120
-        while time.time() < deadline and not (workdir / "results/logs").exists():
+        def jobs_started():  # a job's log (the run's own Snakemake log comes first)
+            return any("snakemake" not in p.parts for p in (workdir / "results/logs").rglob("*.log"))
+
+        while time.time() < deadline and not jobs_started():
             time.sleep(0.1)
         assert live.poll() is None
+        os.killpg(live.pid, signal.SIGSTOP)  # held mid-run while the second run and the dry run look at it
         plain = _run(workdir, SNAKEMAKE)
         assert plain.returncode != 0
         assert "is in use by another calibench run: pid" in plain.stderr
         assert "Do not use --unlock" in plain.stderr and "cannot be locked" not in plain.stderr
         assert "Nothing to be done" not in _run(workdir, SNAKEMAKE + ["-n"]).stdout  # a dry run is not stopped
     finally:
+        os.killpg(live.pid, signal.SIGCONT)
         live.wait(timeout=300)
     assert live.returncode == 0
 

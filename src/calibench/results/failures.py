@@ -61,7 +61,7 @@ def terminal_summary(results: str | Path, tables: Sequence[str | Path]) -> str:
     """A few lines for the end of a run: how many networks each table lacks and why, each
     failure with its file and reason (the first :data:`SHOWN`); "" when nothing failed."""
     found = collect(results)
-    if not found.empty:  # this run's tables only
+    if not found.empty and tables:  # this run's tables only
         found = found[found["table"].isin({Path(t).stem for t in tables})]
     short = [c for c in coverage([t for t in tables if Path(t).is_file()]) if c["measured"] < c["selected"]]
     if found.empty and not short:

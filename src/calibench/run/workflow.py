@@ -82,7 +82,8 @@ def _status(args: argparse.Namespace) -> int:
     counts = {"complete": 0, "to run": 0}
     for target in targets:
         status, plan = rows.get(target, ("not planned", "?"))
-        damaged = [r for r in repairs if Path(target).stem in r or Path(target).name in r]
+        stem = Path(target).stem  # {target}_{dataset}; a dataset's name has no "_"
+        damaged = [r for r in repairs if f"/measure/{stem}/" in r or f"/infer/{stem.rpartition('_')[0]}/" in r]
         if target.endswith(".html") and counts["to run"]:  # the report is built from every table
             plan, status = "update pending", "after its tables"
         word = "complete" if plan == "no update" and not damaged else "to run"
