@@ -36,7 +36,7 @@ run: install
 	$(BIN)/calibench run --cores 2
 
 test: install-dev browser
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 # A headless browser for `make screenshot` and the report-rendering tests: Debian's
 # chromium-headless-shell (about 100 MB download, 300 MB installed, 20 s; needs root and apt).

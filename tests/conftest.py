@@ -2,7 +2,7 @@ import os
 import sys
 from pathlib import Path
 
-# Two xdist workers and their Snakemake jobs share the cores: OpenMP threads that spin while they
+# The xdist workers and their Snakemake jobs share the cores: OpenMP threads that spin while they
 # wait (libgomp's default) took twice the time of passive ones here (three builds at once, 62 s
 # against 29 s). Set before torch is imported; the jobs the tests start inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -63,12 +63,11 @@ def small_sss_run(tmp_path_factory):
 
 
 # Test files that take minutes (full Snakemake runs, a SLURM cluster), longest first. `make test`
-# hands files to its two workers in collection order (--dist loadfile --no-loadscope-reorder):
+# hands files to its three workers in collection order (--dist loadfile --no-loadscope-reorder):
 # the longest start first, so no long file is left to run alone at the end.
-SLOW_FILES = ["test_slurm.py", "test_workflow.py", "test_visibility.py", "test_populations.py", "test_trust.py",
-              "test_minibench.py",
-              "test_archive_loading.py", "test_faults.py", "test_analysis_parts.py", "test_archive_inference.py",
-              "test_analysis_methods.py"]
+SLOW_FILES = ["test_slurm.py", "test_workflow.py", "test_workflow_reruns.py", "test_visibility.py",
+              "test_populations.py", "test_trust.py", "test_minibench.py", "test_archive_loading.py", "test_faults.py",
+              "test_analysis_parts.py", "test_archive_inference.py", "test_analysis_methods.py"]
 
 
 def pytest_collection_modifyitems(config, items):
