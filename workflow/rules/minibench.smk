@@ -4,6 +4,7 @@ if MINI["build"]:
 
     rule minibench:
         """The embedded mini benchmark (synthetic; NOT NATS-Bench results)."""
+        threads: 2  # alone at the start of a run
         output:
             f"{MINI['dir']}/NATS-tss-v1_0-3ffb9-full/meta.pickle.pbz2",
             f"{MINI['dir']}/NATS-sss-v1_0-50262-full/meta.pickle.pbz2",
