@@ -199,3 +199,39 @@ def test_loaders_follow_the_job_cpus_on_cuda_only(monkeypatch):
         assert inference.loader_workers("auto", cuda) == threads
     monkeypatch.delenv("SLURM_CPUS_PER_TASK")
     assert inference.loader_workers("auto", cuda) == max(1, min(8, len(os.sched_getaffinity(0)) - 1))
+
+
+def test_a_cuda_device_computes_in_full_float32(monkeypatch):
+    """cuDNN's TF32 convolutions (PyTorch's default) put logits 3e-4 from float64 on an H200
+    (BENCHMARKS.md, "GPU"); a job that resolves a CUDA device turns them off."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    try:
+        for device in ("cuda", "auto"):
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+            assert inference.resolve_device(device).type == "cuda"
+            assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_logits_agree_with_float64_within_1e_4():
+    from calibench.sources.nats.minibench import sample_sss_archs, sample_tss_archs
+    from calibench.sources.nats.networks import build_network, inference_network
+    import random
+
+    device = inference.resolve_device("cuda")
+    x = torch.randn(128, 3, 32, 32, generator=torch.Generator().manual_seed(3))
+    for space, sampler in (("tss", sample_tss_archs), ("sss", sample_sss_archs)):
+        for arch in sampler(random.Random(4), 3):
+            net = build_network(space, arch, 100)
+            for m in net.modules():
+                if isinstance(m, torch.nn.BatchNorm2d):
+                    m.running_var.uniform_(0.5, 2.0)
+            net.eval()
+            with torch.inference_mode():
+                want = inference_network(net).double()(x.double().contiguous(memory_format=torch.channels_last))
+                got = inference_network(net).to(device)(x.to(device).contiguous(memory_format=torch.channels_last))
+            error = float((got.cpu().double() - want).abs().max() / want.abs().max())
+            assert error < 1e-5, f"{space} {arch}: {error:.1e}"

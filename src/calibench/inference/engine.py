@@ -44,12 +44,23 @@ class DeviceError(RuntimeError):
     """The configured device cannot be used on this machine (a configuration problem, not a bug)."""
 
 
+def full_float32() -> None:
+    """Convolutions and matrix products in full float32 on CUDA. PyTorch's default lets cuDNN
+    run float32 convolutions in TF32 (10-bit mantissa): on an H200 that put NATS logits
+    1.7e-4 to 3.4e-4 (relative to the largest logit) from a float64 reference, against 2e-7
+    in float32, beyond the 1e-4 agreement the logits are held to (BENCHMARKS.md, "GPU")."""
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def resolve_device(device: str = "auto") -> torch.device:
     """``auto``: CUDA when available, else CPU, unless the job was given GPUs that CUDA cannot
     see (then an error rather than a 100x slower CPU run). An explicit ``cuda`` without a GPU
-    is an error; ``cpu`` is the config's way to run on the CPU anyway."""
+    is an error; ``cpu`` is the config's way to run on the CPU anyway. On CUDA, computes in
+    full float32 (:func:`full_float32`)."""
     if device == "auto":
         if torch.cuda.is_available():
+            full_float32()
             return torch.device("cuda")
         allocation = allocated_gpus()
         if allocation:
@@ -67,6 +78,8 @@ def resolve_device(device: str = "auto") -> torch.device:
             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); "
             "set device: cpu in the config to run on the CPU instead"
         )
+    if dev.type == "cuda":
+        full_float32()
     return dev
 
 
