@@ -113,6 +113,16 @@ def workflow_run(tmp_path_factory) -> Path:
     return build_once(shared_root(tmp_path_factory), "workflow", build)
 
 
+def workflow_minibench(tmp_path_factory) -> Path:
+    """The mini benchmark that WORKFLOW_TINY's run builds (``resources/minibench``), built on its own
+    once per session: tests that need only the archives start without waiting for the whole run."""
+    from calibench.sources import make_minibench
+
+    sizes = {k: v for k, v in WORKFLOW_TINY["minibench"].items() if k not in ("build", "dir")}
+    return build_once(shared_root(tmp_path_factory), "workflow-minibench",
+                      lambda out: make_minibench(out, sizes, progress=False))
+
+
 def small_sss_run(tmp_path_factory) -> Path:
     """SMALL_SSS run to its table (no analysis)."""
     def build(workdir):

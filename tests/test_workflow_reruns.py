@@ -15,9 +15,94 @@ import pytest
 from calibench import layout
 from calibench.recalibration import STAGES
 from calibench.store import logits as store
-from fixtures import copy_workflow
+from fixtures import copy_workflow, workflow_minibench
 from test_workflow import (ANALYSIS_JOBS, CALIBENCH_RUN, DATASETS, SELECTED, TINY, _clone, _mtimes, _planned_jobs,
                            _set_config, _snakemake)
+
+
+def _start_run(workdir: Path) -> subprocess.Popen:
+    """The README's command for one space's tables (no analysis: resuming is what is tested), as
+    its own process group (a login shell's job)."""
+    return subprocess.Popen(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "2", "--space", "sss"], cwd=workdir,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _kill_group_when(run: subprocess.Popen, ready, what: str, timeout: float = 600) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline and run.poll() is None and not ready():
+        time.sleep(0.02)
+    assert run.poll() is None, f"the run ended before {what}:\n{run.communicate()[0][-3000:]}"
+    os.killpg(run.pid, signal.SIGKILL)  # the driver and every job: an OOM kill, a lost login node
+    run.wait()
+    deadline = time.time() + 30  # the jobs and loaders of the group take a moment to die
+    while time.time() < deadline:
+        try:
+            os.killpg(run.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+
+
+def _stored(results: Path, sub: str) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in (results / sub).rglob("arch=*.parquet")}
+
+
+def test_kill_9_of_the_whole_run_then_the_readme_command_completes_it(tmp_path, tmp_path_factory, request):
+    # Two stages: the test is about resuming, and fits cost time.
+    workdir = copy_workflow(tmp_path / "killed", {**TINY, "spaces": ["sss"], "stages": ["pre", "post"],
+                                                  "minibench": {**TINY["minibench"], "build": False}})
+    # The run's own mini benchmark, built on its own: this test needs no finished run, so it runs
+    # first in this file while another worker builds the run the others clone.
+    shutil.copytree(workflow_minibench(tmp_path_factory), workdir / "resources" / "minibench")
+    results = workdir / "results"
+    n_logits = len(SELECTED["sss"]) * len(DATASETS)
+
+    # 1. Killed mid-inference.
+    run = _start_run(workdir)
+    _kill_group_when(run, lambda: len(_stored(results, "logits")) >= 2, "any logits were stored")
+    kept = _stored(results, "logits")
+    assert 2 <= len(kept) < n_logits, "not killed in the middle of inference"
+    assert any((workdir / ".snakemake" / "locks").iterdir()), "the killed run should have left its lock"
+    for path in kept:  # atomic writes: every file left behind is whole
+        assert store.read_network_logits(path).seeds
+
+    # 2. The README's command again: killed mid-measurement this time.
+    run = _start_run(workdir)
+    _kill_group_when(run, lambda: len(_stored(results, "shards")) >= 2, "any shards were written")
+    shards_kept = _stored(results, "shards")
+    assert len(shards_kept) < n_logits, "not killed in the middle of measurement"
+    for path, mtime in kept.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was computed twice"
+    kept = _stored(results, "logits")
+
+    # 3. A live run refuses a second one on the same results; then the first completes.
+    run = _start_run(workdir)
+    started = []
+    for line in run.stdout:  # `calibench run` prints its snakemake command once it holds the results
+        started.append(line)
+        if line.startswith("+ "):
+            break
+    second = subprocess.run(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "1", "--space", "sss"], cwd=workdir,
+                            capture_output=True, text=True, timeout=120)
+    output, _ = run.communicate(timeout=900)
+    output = "".join(started) + output
+    assert run.returncode == 0, output[-4000:]
+    assert "stale" in output, output[-3000:]  # the lock of the killed run was released, and said so
+    assert second.returncode != 0 and "in use" in (second.stdout + second.stderr), second.stdout + second.stderr
+
+    for path, mtime in kept.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was computed twice"
+    for path, mtime in shards_kept.items():
+        assert path.stat().st_mtime_ns == mtime, f"{path} was computed twice"
+    assert len(_stored(results, "logits")) == n_logits and len(_stored(results, "shards")) == n_logits
+    finished_run = request.getfixturevalue("workflow_run")  # by now another worker has (nearly) finished it
+    for dataset in DATASETS:  # the same numbers as an uninterrupted run
+        # The archive files' sizes and times differ between two builds of the same mini benchmark (torch's
+        # legacy pickle names storages by address); they describe the file, not the numbers.
+        resumed = pd.read_parquet(results / "tables" / f"sss_90_{dataset}.parquet").drop(
+            columns=["config_hash", "source_bytes", "source_mtime"])
+        uninterrupted = pd.read_parquet(finished_run / "results" / "tables" / f"sss_90_{dataset}.parquet")
+        pd.testing.assert_frame_equal(uninterrupted[resumed.columns], resumed, check_exact=True)  # bit for bit
 
 
 @pytest.fixture(scope="module")
@@ -138,80 +223,3 @@ def test_keep_logits_false_leaves_no_store_and_the_same_results(tmp_path, finish
     assert _planned_jobs(workdir) == {**ANALYSIS_JOBS, "all": 1}  # finished tables stay finished
 
 
-def _start_run(workdir: Path) -> subprocess.Popen:
-    """The README's command for one space's tables (no analysis: resuming is what is tested), as
-    its own process group (a login shell's job)."""
-    return subprocess.Popen(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "2", "--space", "sss"], cwd=workdir,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def _kill_group_when(run: subprocess.Popen, ready, what: str, timeout: float = 600) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline and run.poll() is None and not ready():
-        time.sleep(0.02)
-    assert run.poll() is None, f"the run ended before {what}:\n{run.communicate()[0][-3000:]}"
-    os.killpg(run.pid, signal.SIGKILL)  # the driver and every job: an OOM kill, a lost login node
-    run.wait()
-    deadline = time.time() + 30  # the jobs and loaders of the group take a moment to die
-    while time.time() < deadline:
-        try:
-            os.killpg(run.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-
-
-def _stored(results: Path, sub: str) -> dict[Path, int]:
-    return {p: p.stat().st_mtime_ns for p in (results / sub).rglob("arch=*.parquet")}
-
-
-def test_kill_9_of_the_whole_run_then_the_readme_command_completes_it(tmp_path, finished_run):
-    # Two stages: the test is about resuming, and fits cost time.
-    workdir = copy_workflow(tmp_path / "killed", {**TINY, "spaces": ["sss"], "stages": ["pre", "post"],
-                                                  "minibench": {**TINY["minibench"], "build": False}})
-    shutil.copytree(finished_run / "resources", workdir / "resources")  # the same mini benchmark
-    results = workdir / "results"
-    n_logits = len(SELECTED["sss"]) * len(DATASETS)
-
-    # 1. Killed mid-inference.
-    run = _start_run(workdir)
-    _kill_group_when(run, lambda: len(_stored(results, "logits")) >= 2, "any logits were stored")
-    kept = _stored(results, "logits")
-    assert 2 <= len(kept) < n_logits, "not killed in the middle of inference"
-    assert any((workdir / ".snakemake" / "locks").iterdir()), "the killed run should have left its lock"
-    for path in kept:  # atomic writes: every file left behind is whole
-        assert store.read_network_logits(path).seeds
-
-    # 2. The README's command again: killed mid-measurement this time.
-    run = _start_run(workdir)
-    _kill_group_when(run, lambda: len(_stored(results, "shards")) >= 2, "any shards were written")
-    shards_kept = _stored(results, "shards")
-    assert len(shards_kept) < n_logits, "not killed in the middle of measurement"
-    for path, mtime in kept.items():
-        assert path.stat().st_mtime_ns == mtime, f"{path} was computed twice"
-    kept = _stored(results, "logits")
-
-    # 3. A live run refuses a second one on the same results; then the first completes.
-    run = _start_run(workdir)
-    started = []
-    for line in run.stdout:  # `calibench run` prints its snakemake command once it holds the results
-        started.append(line)
-        if line.startswith("+ "):
-            break
-    second = subprocess.run(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "1", "--space", "sss"], cwd=workdir,
-                            capture_output=True, text=True, timeout=120)
-    output, _ = run.communicate(timeout=900)
-    output = "".join(started) + output
-    assert run.returncode == 0, output[-4000:]
-    assert "stale" in output, output[-3000:]  # the lock of the killed run was released, and said so
-    assert second.returncode != 0 and "in use" in (second.stdout + second.stderr), second.stdout + second.stderr
-
-    for path, mtime in kept.items():
-        assert path.stat().st_mtime_ns == mtime, f"{path} was computed twice"
-    for path, mtime in shards_kept.items():
-        assert path.stat().st_mtime_ns == mtime, f"{path} was computed twice"
-    assert len(_stored(results, "logits")) == n_logits and len(_stored(results, "shards")) == n_logits
-    for dataset in DATASETS:  # the same numbers as an uninterrupted run
-        resumed = pd.read_parquet(results / "tables" / f"sss_90_{dataset}.parquet").drop(columns="config_hash")
-        uninterrupted = pd.read_parquet(finished_run / "results" / "tables" / f"sss_90_{dataset}.parquet")
-        pd.testing.assert_frame_equal(uninterrupted[resumed.columns], resumed, check_exact=True)  # bit for bit
