@@ -406,6 +406,8 @@ def test_run_analysis_with_five_methods(tmp_path):
     stages = ["pre", "post", "vs", "iso", "spline"]
     rng = np.random.default_rng(5)
     tables = population(rng, stages, spaces=("sss",), full=False)
+    for (_, dataset), t in tables.items():  # vs on too little data in one table: read from the tables
+        t["vs_fit_underdetermined"] = float(dataset == "cifar100")
     results = tmp_path / "results"
     out = run_analysis(settings(demo=True, top_k=()), _write(tables, tmp_path / "tables"), results)
     analysis = results / "analysis"
@@ -419,7 +421,11 @@ def test_run_analysis_with_five_methods(tmp_path):
     assert len(csv) == len(summary) and list(csv.columns) == list(summary.columns)
     wins = pd.read_parquet(analysis / "method_wins.parquet")
     assert set(wins["stage"]) == set(stages)
+    vs = (summary["stage"] == "vs") & (summary["dataset"] == "cifar100")
+    assert (summary.loc[vs, "n_underdetermined"] == 30).all() and (summary.loc[~vs, "n_underdetermined"] == 0).all()
+    assert wins.loc[(wins["stage"] == "vs") & (wins["dataset"] == "cifar100"), "share"].isna().all()
     report = out["report"].read_text()
+    assert "sss_90_cifar100: vs 30 of 30 networks" in report
     for heading in ("Post-hoc recalibration methods", "Distribution over networks", "Question 4",
                     "Which method is best for a network"):
         assert heading in report
