@@ -133,7 +133,7 @@ def test_methods_summary_matches_an_independent_computation(df):
     summary = am.methods_summary(df, BINS)
     metrics = ["ece_15", "cwce_15", "ace_15", "tace_15", "ksce", "nll", "brier", "accuracy"]
     assert list(summary.columns) == ["space", "hp", "dataset", "stage", "metric", "n", "n_nan", "n_inf", "mean",
-                                     "median", "q25", "q75", "iqr"]
+                                     "median", "q25", "q75", "iqr", "n_underdetermined", "n_worse_than_pre"]
     assert len(summary) == 2 * 2 * len(ALL_STAGES) * len(metrics)
     assert set(summary["metric"]) == set(metrics)
     nets = df[df["arch_index"] == df["measured_by"]]
@@ -406,6 +406,8 @@ def test_run_analysis_with_five_methods(tmp_path):
     stages = ["pre", "post", "vs", "iso", "spline"]
     rng = np.random.default_rng(5)
     tables = population(rng, stages, spaces=("sss",), full=False)
+    for (_, dataset), t in tables.items():  # vs on too little data in one table: read from the tables
+        t["vs_fit_underdetermined"] = float(dataset == "cifar100")
     results = tmp_path / "results"
     out = run_analysis(settings(demo=True, top_k=()), _write(tables, tmp_path / "tables"), results)
     analysis = results / "analysis"
@@ -419,7 +421,11 @@ def test_run_analysis_with_five_methods(tmp_path):
     assert len(csv) == len(summary) and list(csv.columns) == list(summary.columns)
     wins = pd.read_parquet(analysis / "method_wins.parquet")
     assert set(wins["stage"]) == set(stages)
+    vs = (summary["stage"] == "vs") & (summary["dataset"] == "cifar100")
+    assert (summary.loc[vs, "n_underdetermined"] == 30).all() and (summary.loc[~vs, "n_underdetermined"] == 0).all()
+    assert wins.loc[(wins["stage"] == "vs") & (wins["dataset"] == "cifar100"), "share"].isna().all()
     report = out["report"].read_text()
+    assert "sss_90_cifar100: vs 30 of 30 networks" in report
     for heading in ("Post-hoc recalibration methods", "Distribution over networks", "Question 4",
                     "Which method is best for a network"):
         assert heading in report
@@ -483,3 +489,121 @@ def test_run_analysis_with_a_robustness_table(tmp_path):
     conf["robustness"]["key"] = "arch_name"
     with pytest.raises(ValueError, match="arch_name"):
         run_analysis(conf, _write(tables, tmp_path / "tables2"), tmp_path / "results2")
+
+
+# ---------------------------------------------------------------- fits on too little data
+
+def _flagged_population():
+    """Two SSS tables with pre, post, vs, iso: vs flagged on every network of CIFAR-100 (its
+    N_val < 10 K), iso on every third network of CIFAR-10; post carries no flag column."""
+    tables = population(np.random.default_rng(21), ["pre", "post", "vs", "iso"], spaces=("sss",), full=False)
+    for (space, dataset), t in tables.items():
+        t["vs_fit_underdetermined"] = 1.0 if dataset == "cifar100" else 0.0
+        t["iso_fit_underdetermined"] = (np.arange(len(t)) % 3 == 0).astype(float) if dataset == "cifar10" else 0.0
+    return tables
+
+
+def test_flagged_fits_are_counted_with_the_stages_worse_than_pre():
+    df = pd.concat(_flagged_population().values(), ignore_index=True)
+    summary = am.methods_summary(df, BINS)
+    plain = am.methods_summary(df.drop(columns=[c for c in df.columns if c.endswith("_fit_underdetermined")]), BINS)
+    stats = ["n", "n_nan", "n_inf", "mean", "median", "q25", "q75", "iqr"]
+    pd.testing.assert_frame_equal(summary[stats], plain[stats])  # the distributions keep every network
+    assert (plain["n_underdetermined"] == 0).all()
+    for row in summary.itertuples():
+        part = df[df["dataset"] == row.dataset]
+        flag = f"{row.stage}_fit_underdetermined"
+        assert row.n_underdetermined == (int((part[flag] == 1).sum()) if flag in part else 0)
+        mine, pre = part[f"{row.stage}_{row.metric}"], part[f"pre_{row.metric}"]
+        worse = (mine < pre) if row.metric == "accuracy" else (mine > pre)
+        assert row.n_worse_than_pre == int(worse.sum())
+    vs = summary[(summary["stage"] == "vs") & (summary["dataset"] == "cifar100")]
+    assert (vs["n_underdetermined"] == 30).all()
+    assert summary.query("stage == 'iso' and dataset == 'cifar10'")["n_underdetermined"].eq(10).all()
+    nll = summary[summary["metric"] == "nll"]
+    assert nll["n_worse_than_pre"].gt(0).any() and (nll[nll["stage"] == "pre"]["n_worse_than_pre"] == 0).all()
+
+
+def test_rankings_leave_flagged_fits_out_by_default():
+    df = pd.concat(_flagged_population().values(), ignore_index=True)
+    wins = am.method_wins(df, BINS)
+    assert np.allclose(wins.groupby(["dataset", "metric"])["share"].sum(), 1.0)
+    left = wins[(wins["stage"] == "vs") & (wins["dataset"] == "cifar100")]
+    assert left["share"].isna().all() and (left["outright"] == 0).all() and (left["tied"] == 0).all()
+    assert (left["n_underdetermined"] == 30).all()
+    # Row by row: a flagged stage takes no part for that network.
+    for (dataset, metric), part in wins.groupby(["dataset", "metric"]):
+        nets = df[df["dataset"] == dataset]
+        share, n = dict.fromkeys(part["stage"], 0.0), 0
+        for _, net in nets.iterrows():
+            values = {s: net[f"{s}_{metric}"] for s in share if math.isfinite(net[f"{s}_{metric}"])
+                      and net.get(f"{s}_fit_underdetermined", 0.0) != 1}
+            if not values:
+                continue
+            n += 1
+            sign = -1 if metric == "accuracy" else 1
+            best = min(sign * v for v in values.values())
+            winners = [s for s, v in values.items() if sign * v == best]
+            for s in winners:
+                share[s] += 1 / len(winners)
+        for row in part.itertuples():
+            assert row.n_networks == n
+            if not (row.stage == "vs" and dataset == "cifar100"):
+                assert row.share == pytest.approx(share[row.stage] / n, abs=1e-12)
+    iso = wins[(wins["stage"] == "iso") & (wins["dataset"] == "cifar10")]
+    assert (iso["n_underdetermined"] == 10).all() and iso["share"].notna().all()
+    # Included on request: as if there were no flags.
+    included = am.method_wins(df, BINS, include_underdetermined=True)
+    plain = am.method_wins(df.drop(columns=[c for c in df.columns if c.endswith("_fit_underdetermined")]), BINS)
+    pd.testing.assert_frame_equal(included, plain)
+    assert "too little data" in am.wins_html(wins[wins["dataset"] == "cifar100"], "ece_15")
+
+
+def test_the_methods_section_counts_flagged_fits_and_ranks_without_them():
+    df = pd.concat(_flagged_population().values(), ignore_index=True)
+    summary = am.methods_summary(df, BINS)
+    grid = am.summary_grid(summary).reset_index()
+    by_stage = grid.set_index(["dataset", "stage"])
+    assert by_stage.loc[("cifar100", "vs"), "too little data"] == 30
+    assert by_stage.loc[("cifar10", "iso"), "too little data"] == 10
+    assert by_stage.loc[("cifar10", "post"), "too little data"] == 0
+    nll = summary[summary["metric"] == "nll"].set_index(["dataset", "stage"])["n_worse_than_pre"]
+    assert by_stage.loc[("cifar10", "vs"), "NLL worse than pre"] == str(nll[("cifar10", "vs")])
+    assert by_stage.loc[("cifar10", "pre"), "NLL worse than pre"] == "–"
+    flagged = {("cifar100", "vs"), ("cifar10", "iso")}
+    for metric in am.summary_metrics(BINS):
+        bold = {(d, str(s)) for (d, s), cell in by_stage[metric].items() if cell.startswith("<b>")}
+        assert bold and not bold & flagged  # never a flagged row
+        part = summary[summary["metric"] == metric]
+        for dataset in ("cifar10", "cifar100"):
+            rows = part[(part["dataset"] == dataset) & ~part["stage"].isin([s for d, s in flagged if d == dataset])]
+            best = rows["median"].max() if metric == "accuracy" else rows["median"].min()
+            expected = {(dataset, s) for s in rows.loc[rows["median"] == best, "stage"]}
+            assert {b for b in bold if b[0] == dataset} == expected
+    ranked_all = am.summary_grid(summary, include_underdetermined=True)
+    plain = am.summary_grid(summary.assign(n_underdetermined=0))
+    metrics = am.summary_metrics(BINS)
+    pd.testing.assert_frame_equal(ranked_all[metrics], plain[metrics])
+    text = "".join(h for _, _, h in am.section_blocks(summary, am.method_wins(df, BINS), BINS))
+    assert "sss_90_cifar10: iso 10 of 30 networks; sss_90_cifar100: vs 30 of 30 networks" in text
+    assert "describe a fit on too little data, not the method" in text
+    assert "<th>too little data</th>" in text and "<th>NLL worse than pre</th>" in text
+    assert "leave them out" in text
+
+
+def test_the_closing_summary_counts_flagged_fits_per_table(tmp_path):
+    from calibench.results import failures
+
+    paths = _write(_flagged_population(), tmp_path)
+    text = failures.underdetermined_summary(paths)
+    lines = text.splitlines()
+    assert lines[0].startswith("calibench: fits on too little data") and "not the method" in lines[0]
+    assert "rankings in the report leave them out" in lines[0]
+    assert lines[1:] == ["  sss_90_cifar10: iso 10 of 30 networks", "  sss_90_cifar100: vs 30 of 30 networks"]
+    assert "include them" in failures.underdetermined_summary(paths, ranked=True)
+    clean = _flagged_population()
+    for t in clean.values():
+        t["vs_fit_underdetermined"] = 0.0
+        t["iso_fit_underdetermined"] = 0.0
+    assert failures.underdetermined_summary(_write(clean, tmp_path / "clean")) == ""
+    assert failures.underdetermined_summary([tmp_path / "missing.parquet"]) == ""

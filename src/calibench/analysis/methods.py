@@ -9,6 +9,12 @@ analysis asks of these stages").
 * ``plots/methods/``: ECE per method (box plots) and the method-by-metric win rates;
 * the report's methods section (the summary and the win shares; question 4 per method
   comes from the Kendall part).
+
+Fits on too little data (recalibration-spec.md, "Common rules": ``{stage}_fit_underdetermined``
+= 1) are counted per table and stage (``n_underdetermined``) and, by default, left out of
+the rankings: the bold best medians and the win shares. Their numbers describe a fit on too
+little data, not the method. ``n_worse_than_pre`` counts the networks on which a stage is
+worse than ``pre`` (for NLL: the test part's NLL above the network's own).
 """
 
 from __future__ import annotations
@@ -24,13 +30,36 @@ from calibench.analysis.plots import pyplot, save, stage_color
 from calibench.analysis.tables import (HIGHER_IS_BETTER, KEYS, STAGE_NAMES, STAGES, demo_suffix, group_stages, label,
                                        listed_stages, load_tables, measured, nearest_bins, stage_order,
                                        stages_present, summary_metrics, table_stages)
-from calibench.layout import analysis_dir
+from calibench.layout import analysis_dir, target_name
 
 OUTPUTS = ("methods_summary.parquet", "methods_summary.csv", "method_wins.parquet")
 SUMMARY_COLUMNS = ["space", "hp", "dataset", "stage", "metric", "n", "n_nan", "n_inf", "mean", "median", "q25", "q75",
-                   "iqr"]
+                   "iqr", "n_underdetermined", "n_worse_than_pre"]
 WINS_COLUMNS = ["space", "hp", "dataset", "metric", "stage", "n_networks", "outright", "tied", "share",
-                "margin_median", "margin_mean", "n_margin"]
+                "margin_median", "margin_mean", "n_margin", "n_underdetermined"]
+FLAG = "fit_underdetermined"  # {stage}_fit_underdetermined: 1 where the fit had too little data
+TOO_LITTLE = ("their numbers describe a fit on too little data, not the method")
+
+
+def underdetermined(part: pd.DataFrame, stage: str) -> np.ndarray:
+    """Per row of ``part``, whether ``stage``'s fit was flagged as having too little data
+    (recalibration-spec.md, "Common rules"); False where the tables carry no flag."""
+    col = f"{stage}_{FLAG}"
+    if col not in part.columns:
+        return np.zeros(len(part), dtype=bool)
+    return part[col].to_numpy(dtype=float) == 1
+
+
+def worse_than_pre(part: pd.DataFrame, stage: str, metric: str) -> int:
+    """Networks of ``part`` on which ``stage`` is worse than ``pre`` on ``metric`` (higher; for
+    accuracy lower); NaN on either side is not counted, +inf NLL is worse than a finite one."""
+    mine, pre = f"{stage}_{metric}", f"pre_{metric}"
+    if stage == "pre" or mine not in part.columns or pre not in part.columns:
+        return 0
+    a, b = part[mine].to_numpy(dtype=float), part[pre].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore"):
+        worse = a < b if metric in HIGHER_IS_BETTER else a > b
+    return int(worse.sum())
 
 
 def _quantile(sorted_values: np.ndarray, q: float) -> float:
@@ -80,6 +109,9 @@ def methods_summary(df: pd.DataFrame, bins: Sequence[int],
     ``ksce``...). Columns: :data:`SUMMARY_COLUMNS` (:func:`describe_values`'s statistics
     after the keys). ``stages_by_table`` (:func:`table_stages`): the stages of each table,
     so that a method that failed on all of a table's networks still has its rows (all NaN).
+    The statistics are over every network; ``n_underdetermined`` counts those whose fit of
+    the stage had too little data, ``n_worse_than_pre`` those on which the stage is worse
+    than ``pre`` (:func:`worse_than_pre`).
     """
     stages = stages_present(df)
     rows = []
@@ -88,21 +120,27 @@ def methods_summary(df: pd.DataFrame, bins: Sequence[int],
         for metric in summary_metrics(bins):
             for stage in group_stages(part, stages, metric, listed):
                 rows.append({"space": space, "hp": hp, "dataset": dataset, "stage": stage, "metric": metric,
-                             **describe_values(part[f"{stage}_{metric}"])})
+                             **describe_values(part[f"{stage}_{metric}"]),
+                             "n_underdetermined": int(underdetermined(part, stage).sum()),
+                             "n_worse_than_pre": worse_than_pre(part, stage, metric)})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
 def method_wins(df: pd.DataFrame, bins: Sequence[int],
-                stages_by_table: Mapping[tuple[str, str, str], Sequence[str]] | None = None) -> pd.DataFrame:
+                stages_by_table: Mapping[tuple[str, str, str], Sequence[str]] | None = None,
+                include_underdetermined: bool = False) -> pd.DataFrame:
     """How often each stage is the best for a network, and by how much.
 
     Per (space, hp, dataset, metric) over the measured networks (TSS isomorph copies
     dropped; every seed row is one contest), for each metric of :func:`summary_metrics`:
 
     * The contestants of a network are the stages with a *finite* value (a failed fit,
-      NaN, and an infinite NLL take no part). A network with no finite value is left
-      out; ``n_networks`` counts the rest. A network with one finite value is won by that
-      stage, with no margin.
+      NaN, and an infinite NLL take no part) whose fit did not have too little data
+      (``{stage}_fit_underdetermined``; unless ``include_underdetermined``): such a
+      stage's numbers describe the fit, not the method. ``n_underdetermined`` counts the
+      networks a stage was left out of for it; a stage left out of every contest has
+      ``share`` NaN. A network with no contestant is left out; ``n_networks`` counts the
+      rest. A network with one contestant is won by that stage, with no margin.
     * The best value is the lowest; for accuracy the highest. Values are compared
       exactly: every stage holding the best value is a winner, and the network's win is
       split evenly among them (1/t each of t tied winners).
@@ -128,10 +166,17 @@ def method_wins(df: pd.DataFrame, bins: Sequence[int],
             if len(present) < 2:
                 continue
             values = part[[f"{s}_{metric}" for s in present]].to_numpy(dtype=float)
+            flagged = np.stack([underdetermined(part, s) for s in present], axis=1)
+            if not include_underdetermined:
+                values = np.where(flagged, np.nan, values)
+            else:
+                flagged = np.zeros_like(flagged)
             score = -values if metric in HIGHER_IS_BETTER else values  # lower is better from here on
             finite = np.isfinite(score)
             score = np.where(finite, score, np.inf)
             contest = finite.any(axis=1)
+            left_out = flagged.sum(axis=0)
+            took_part = ~flagged[contest].all(axis=0)  # False: left out of every contest
             score, finite = score[contest], finite[contest]
             best = score.min(axis=1, keepdims=True)
             winner = finite & (score == best)
@@ -147,9 +192,10 @@ def method_wins(df: pd.DataFrame, bins: Sequence[int],
                 m = margin[won & with_margin]
                 rows.append({"space": space, "hp": hp, "dataset": dataset, "metric": metric, "stage": stage,
                              "n_networks": n, "outright": int(won.sum()), "tied": int((winner[:, j] & ~alone).sum()),
-                             "share": float(share[j] / n) if n else np.nan,
+                             "share": float(share[j] / n) if n and took_part[j] else np.nan,
                              "margin_median": float(np.median(m)) if len(m) else np.nan,
-                             "margin_mean": float(np.mean(m)) if len(m) else np.nan, "n_margin": int(len(m))})
+                             "margin_mean": float(np.mean(m)) if len(m) else np.nan, "n_margin": int(len(m)),
+                             "n_underdetermined": int(left_out[j])})
     return pd.DataFrame(rows, columns=WINS_COLUMNS)
 
 
@@ -184,7 +230,8 @@ def _box_plots(nets, groups, datasets, stages, b: int, demo: str, plots: Path) -
             labels = []
             for s, v in keep:
                 failed = int(part[f"{s}_{metric}"].isna().sum())
-                labels.append(s + (f"\n{failed} NaN" if failed else ""))
+                little = int(underdetermined(part, s).sum())
+                labels.append(s + (f"\n{failed} NaN" if failed else "") + (f"\n{little} too\nlittle data" if little else ""))
             box = ax.boxplot([v for _, v in keep], patch_artist=True, showfliers=False, widths=0.6,
                              medianprops={"color": "black"})
             ax.set_xticks(range(1, len(keep) + 1), labels, fontsize=6.5)
@@ -198,14 +245,15 @@ def _box_plots(nets, groups, datasets, stages, b: int, demo: str, plots: Path) -
             ax.set_ylabel(f"ECE ({b} bins)", fontsize=8)
             drawn = True
     fig.suptitle(f"ECE ({b} bins) per method: boxes quartiles, whiskers 1.5 IQR, outliers not drawn; "
-                 f"NaN: failed fits{demo}", fontsize=10)
+                 f"NaN: failed fits; too little data: fits on too few validation samples{demo}", fontsize=10)
     if drawn:
         return [(f"ECE ({b} bins) per method", save(fig, plots / "ece_by_method.png"))]
     plt.close(fig)
     return []
 
 
-def _win_rates(wins, groups, datasets, stages, bins, demo: str, plots: Path) -> list[tuple[str, Path]]:
+def _win_rates(wins, groups, datasets, stages, bins, demo: str, plots: Path,
+               include_underdetermined: bool = False) -> list[tuple[str, Path]]:
     """Win rates: stages x metrics, one panel per table."""
     plt = pyplot()
     from matplotlib.ticker import PercentFormatter
@@ -237,7 +285,8 @@ def _win_rates(wins, groups, datasets, stages, bins, demo: str, plots: Path) -> 
             ax.set_yticks(range(len(rows)), rows, fontsize=7)
             n = int(part["n_networks"].max())
             ax.set_title(f"{label(space, hp)}, {dataset}: {n} networks", fontsize=9)
-    fig.suptitle(f"Share of networks for which each method is the best (ties split){demo}", fontsize=10)
+    left = "" if include_underdetermined else "; fits on too little data take no part (blank: left out everywhere)"
+    fig.suptitle(f"Share of networks for which each method is the best (ties split{left}){demo}", fontsize=10)
     made = []
     if im is not None:
         fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="share of networks won",
@@ -259,7 +308,8 @@ def make_plots(df: pd.DataFrame, wins: pd.DataFrame, settings: Mapping, plots: P
     demo = demo_suffix(settings)
     made = _box_plots(nets, groups, datasets, stages, nearest_bins(settings["bins"]), demo, plots)
     if not wins.empty:
-        made += _win_rates(wins, groups, datasets, stages, settings["bins"], demo, plots)
+        made += _win_rates(wins, groups, datasets, stages, settings["bins"], demo, plots,
+                           bool(settings.get("include_underdetermined", False)))
     return made
 
 
@@ -271,12 +321,17 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def summary_grid(summary: pd.DataFrame) -> pd.DataFrame:
+def summary_grid(summary: pd.DataFrame, include_underdetermined: bool = False) -> pd.DataFrame:
     """The method summary for the report: one row per (space, hp, dataset, stage) with the
-    networks and the failed fits (NaN accuracy), one HTML cell per metric, ``median
-    [q25–q75]``, the best median of each table and metric in bold, infinite values and NaNs
-    beyond the row's failed fits noted."""
+    networks, the failed fits (NaN accuracy), the fits on too little data and the networks
+    whose NLL is worse than ``pre``'s, one HTML cell per metric, ``median [q25–q75]``, the
+    best median of each table and metric in bold (among the rows without fits on too little
+    data, unless ``include_underdetermined``), infinite values and NaNs beyond the row's
+    failed fits noted."""
     s = summary.copy()
+    for name in ("n_underdetermined", "n_worse_than_pre"):
+        if name not in s.columns:
+            s[name] = 0
     keys = ["space", "hp", "dataset", "stage"]
     # A failed fit makes every metric NaN, accuracy included: its NaN count is the row's failures.
     acc_nan = s["n_nan"].where(s["metric"] == "accuracy")
@@ -284,6 +339,8 @@ def summary_grid(summary: pd.DataFrame) -> pd.DataFrame:
         s.groupby(keys)["n_nan"].transform("min")).astype(int)
     lower = ~s["metric"].isin(HIGHER_IS_BETTER)
     key = s["median"].where(lower, -s["median"])
+    if not include_underdetermined:  # a ranking leaves fits on too little data out
+        key = key.where(s["n_underdetermined"] == 0)
     best = key.eq(key.groupby([s["space"], s["hp"], s["dataset"], s["metric"]]).transform("min")) & key.notna()
     cells = []
     for row, is_best, fail in zip(s.itertuples(), best, failed):
@@ -300,15 +357,20 @@ def summary_grid(summary: pd.DataFrame) -> pd.DataFrame:
     metrics = list(dict.fromkeys(s["metric"]))
     s["stage"] = pd.Categorical(s["stage"], stage_order(s["stage"]), ordered=True)
     grid = s.pivot(index=keys, columns="metric", values="cell")[metrics].fillna("")
-    counts = s.groupby(keys, observed=True).agg(networks=("n", "max"), failed=("failed", "max"))
+    s["worse_nll"] = s["n_worse_than_pre"].where(s["metric"] == "nll")
+    counts = s.groupby(keys, observed=True).agg(networks=("n", "max"), failed=("failed", "max"),
+                                                little=("n_underdetermined", "max"), worse=("worse_nll", "max"))
+    counts["worse"] = [("–" if str(stage) == "pre" or w != w else str(int(w)))
+                       for stage, w in zip(counts.index.get_level_values("stage"), counts["worse"])]
+    counts = counts.rename(columns={"little": "too little data", "worse": "NLL worse than pre"})
     grid = counts.join(grid)
     grid.columns.name = None
     return grid
 
 
-def summary_html(summary: pd.DataFrame) -> str:
+def summary_html(summary: pd.DataFrame, include_underdetermined: bool = False) -> str:
     """:func:`summary_grid` as an HTML table ('' if there is nothing to show)."""
-    return summary_grid(summary).to_html(escape=False) if not summary.empty else ""
+    return summary_grid(summary, include_underdetermined).to_html(escape=False) if not summary.empty else ""
 
 
 def wins_html(wins: pd.DataFrame, metric: str) -> str:
@@ -317,21 +379,40 @@ def wins_html(wins: pd.DataFrame, metric: str) -> str:
     part = wins[wins["metric"] == metric]
     if part.empty:
         return ""
-    part = part.assign(cell=[f"{100 * sh:.0f}%" + (f" ({_fmt(m)})" if np.isfinite(m) else "")
-                             for sh, m in zip(part["share"], part["margin_median"])])
+    part = part.assign(cell=[("too little data" if u else "–") if sh != sh else f"{100 * sh:.0f}%"
+                             + (f" ({_fmt(m)})" if np.isfinite(m) else "")
+                             for sh, m, u in zip(part["share"], part["margin_median"], part["n_underdetermined"])])
     grid = part.pivot(index=["space", "hp", "dataset"], columns="stage", values="cell")
     grid = grid[stage_order(grid.columns)].fillna("–")
     grid.columns.name = None
     return grid.to_html()
 
 
-def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int]) -> list[tuple[str, int, str]]:
+def flagged_text(summary: pd.DataFrame) -> str:
+    """Per table, the stages with fits on too little data and how many networks:
+    ``tss_200_cifar100: vs 6, dir 6 of 6 networks; ...`` ('' if none)."""
+    if summary.empty or "n_underdetermined" not in summary.columns:
+        return ""
+    rows = summary.drop_duplicates(["space", "hp", "dataset", "stage"])
+    parts = []
+    for (space, hp, dataset), table in rows.groupby(["space", "hp", "dataset"], sort=True):
+        flagged = table[table["n_underdetermined"] > 0]
+        if len(flagged):
+            stages = ", ".join(f"{st} {int(u)}" for st, u in zip(flagged["stage"], flagged["n_underdetermined"]))
+            parts.append(f"{target_name(space, hp)}_{dataset}: {stages} of {int(table['n'].max())} networks")
+    return "; ".join(parts)
+
+
+def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int],
+                   include_underdetermined: bool = False) -> list[tuple[str, int, str]]:
     """The methods section's blocks (section, order, HTML): the stages and the summary (10),
     the win shares (30); question 4 per method (20) is the Kendall part's."""
     if summary.empty:
         return []
     b = nearest_bins(bins)
     stages = stage_order(summary["stage"])
+    ranked = ("the rankings below include them, as configured (<code>analysis.include_underdetermined</code>)"
+              if include_underdetermined else "the rankings below (bold medians, win shares) leave them out")
     intro = ("<p>Stages in these tables: " + ", ".join(
                  f"<b>{html.escape(s)}</b> ({html.escape(STAGE_NAMES.get(s, s))})" for s in stages)
              + ". Every method is fitted on the validation part of each network's split and measured on the "
@@ -339,33 +420,49 @@ def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int
                "A failed fit gives NaN for its stage and network: it is counted under <i>failed</i> and left "
                "out of the statistics; an infinite NLL (a probability 0 on the true class) is noted as <i>inf</i> "
                "and kept (the mean is then infinite; the median stays finite while fewer than half the networks "
-               "are infinite).</p>")
+               "are infinite).</p>"
+             "<p><i>too little data</i> counts the networks whose fit of the stage had fewer validation samples "
+             "than the method needs (recalibration-spec.md: vs, ms and dir with fewer than 10 per class on "
+             "average, iso and hist with fewer than 10 positives in some class): "
+             f"{TOO_LITTLE}, so {ranked}. <i>NLL worse than pre</i> counts the networks on which the stage's "
+             "NLL on the test part is worse than the network's own softmax (pre).</p>")
+    flagged = flagged_text(summary)
+    if flagged:
+        intro += (f"<p class='warn'><b>Fits on too little data</b> (networks per table and stage): "
+                  f"{html.escape(flagged)}. These numbers describe a fit on too little data, not the method.</p>")
     table = (f"<h3>Distribution over networks: median [25th–75th percentile]</h3>"
              f"<p>Binned metrics at {b} bins; cwce is Nixon et al.'s SCE, ksce the top-1 KS error of Gupta et "
-             f"al. Bold: the best median of the table and metric (lowest; highest for accuracy). Full numbers "
-             f"(n, mean, IQR): <code>analysis/methods_summary.csv</code>.</p>" + summary_html(summary))
+             f"al. Bold: the best median of the table and metric (lowest; highest for accuracy)"
+             + ("" if include_underdetermined else " among the stages without fits on too little data")
+             + ". Full numbers (n, mean, IQR, the counts): <code>analysis/methods_summary.csv</code>.</p>"
+             + summary_html(summary, include_underdetermined))
     blocks = [("methods", 10, intro + "\n" + table)]
     if not wins.empty:
+        left = ("" if include_underdetermined else " A stage whose fit had too little data on a network takes no "
+                "part there (<i>too little data</i>: left out on every network).")
         blocks.append(("methods", 30, "<h3>Which method is best for a network, and by how much</h3><p>For each "
                        "network and metric the stages with a finite value compete; the lowest value wins (for "
-                       "accuracy the highest), exact ties split the win evenly. The heatmap gives each stage's share "
-                       "of the networks; <code>analysis/method_wins.parquet</code> adds outright wins, ties and the "
-                       "median and mean margin over the runner-up of the outright wins.</p>"
+                       "accuracy the highest), exact ties split the win evenly." + left + " The heatmap gives each "
+                       "stage's share of the networks; <code>analysis/method_wins.parquet</code> adds outright "
+                       "wins, ties and the median and mean margin over the runner-up of the outright wins.</p>"
                        f"<p>ECE ({b} bins): share of networks won (median margin of the outright wins over the "
                        f"runner-up, in ECE)</p>" + wins_html(wins, f"ece_{b}")))
     return blocks
 
 
 def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
-    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``methods``."""
+    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``methods``
+    (``include_underdetermined``: rank fits on too little data too; default False)."""
     out_dir = analysis_dir(results)
     bins = settings["bins"]
+    include = bool(settings.get("include_underdetermined", False))
     wanted = set(KEYS) | {f"{s}_{m}" for s in STAGES for m in summary_metrics(bins)} | {"accuracy"}
+    wanted |= {f"{s}_{FLAG}" for s in STAGES}
     df = load_tables(tables, wanted)
     stages_by_table = table_stages(tables)
     summary = methods_summary(df, bins, stages_by_table)
     summary.to_parquet(out_dir / "methods_summary.parquet", index=False)
     summary.to_csv(out_dir / "methods_summary.csv", index=False)
-    wins = method_wins(df, bins, stages_by_table)
+    wins = method_wins(df, bins, stages_by_table, include)
     wins.to_parquet(out_dir / "method_wins.parquet", index=False)
-    return {"plots": make_plots(df, wins, settings, plots), "blocks": section_blocks(summary, wins, bins)}
+    return {"plots": make_plots(df, wins, settings, plots), "blocks": section_blocks(summary, wins, bins, include)}

@@ -219,14 +219,20 @@ def recalibration_settings(config: Mapping) -> dict:
     return out
 
 
+# The version of the fits' rules of recalibration-spec.md ("Common rules": convergence by
+# gradient or by a flat objective, the underdetermined flags); in the keys of shards and of
+# the lambda, mu search, so that those made under earlier rules are made again.
+FIT_RULES = 2
+
+
 def measurement_settings(config: Mapping) -> dict:
     """What a shard's numbers depend on besides its logits (and the searched ODIR lambda, mu):
     bin counts, TACE threshold, the split and temperature fit, the stages and their methods'
-    options, and the reliability-diagram bins its metadata holds (fixed; in the key so that
-    shards written before they existed are measured again)."""
+    options, the reliability-diagram bins its metadata holds and the fits' rules (both
+    fixed; in the key so that shards written before them are measured again)."""
     return {"bins": list(config["bins"]), "tace_threshold": config["tace_threshold"],
             "temperature": dict(config["temperature"]), "stages": list(config["stages"]),
-            "recalibration": recalibration_settings(config), "reliability_bins": 15}
+            "recalibration": recalibration_settings(config), "reliability_bins": 15, "fit_rules": FIT_RULES}
 
 
 def odir_searched_stages(config: Mapping) -> list[str]:
@@ -237,8 +243,8 @@ def odir_searched_stages(config: Mapping) -> list[str]:
 
 def odir_search_settings(config: Mapping) -> dict:
     """What the lambda, mu search of one (space, hp, dataset) depends on besides the logits:
-    the searched stages, the sample, folds and grid, the split (validation parts) and the
-    fit's iteration limits (recalibration-spec.md, "Choosing lambda and mu"); what the config
+    the searched stages, the sample, folds and grid, the split (validation parts), the fit's
+    iteration limits and rules (recalibration-spec.md, "Choosing lambda and mu"); what the config
     leaves out takes the schema's default."""
     search = {**schema_default("recalibration", "odir", "search"),
               **config.get("recalibration", {}).get("odir", {}).get("search", {})}
@@ -247,7 +253,7 @@ def odir_search_settings(config: Mapping) -> dict:
             "networks": int(search["networks"]), "folds": int(search["folds"]), "seed": int(search["seed"]),
             "grid": [float(g) for g in search["grid"]],
             "split": {"val_fraction": config["temperature"]["val_fraction"], "seed": config["temperature"]["seed"]},
-            "max_iterations": rec["max_iterations"], "tolerance": rec["tolerance"]}
+            "max_iterations": rec["max_iterations"], "tolerance": rec["tolerance"], "fit_rules": FIT_RULES}
 
 
 def search_sample(selected: list[int], networks: int, seed: int) -> list[int]:
@@ -309,7 +315,8 @@ def part_settings(settings: Mapping, part: str) -> dict:
         "kendall": lambda: {"analysis": pick("top_k", "bootstrap"), "bins": bins, "demo": demo},
         "overview": lambda: {"bins": bins, "demo": demo},
         "hcs": lambda: {"analysis": pick("hcs_betas", "top_n"), "demo": demo},
-        "methods": lambda: {"bins": bins, "demo": demo},
+        "methods": lambda: {"bins": bins, "demo": demo,
+                            "include_underdetermined": bool(analysis.get("include_underdetermined", False))},
         "reliability": lambda: {"beta": analysis["hcs_betas"][0]},
         "groups": lambda: {"analysis": pick("top_k", "bootstrap"), "bins": bins,
                            "groups": dict(settings.get("groups") or {})},

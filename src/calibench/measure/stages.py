@@ -7,7 +7,9 @@ part of each network, and measure the whole metric suite on the test part for ea
 stage: ``pre`` (the network's own softmax), ``post`` (temperature scaling), ``vs``,
 ``ms``, ``dir``, ``iso``, ``hist``, ``spline``. A method whose fit fails or does not
 converge gives NaN for its stage of that network and a reason; the other stages and
-networks go on.
+networks go on. ``vs``, ``ms``, ``dir``, ``iso`` and ``hist`` record ``fit_underdetermined``
+(1 where the validation part is too small for the method, 0 otherwise;
+:func:`calibench.recalibration.base.underdetermined`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from calibench.metrics.reliability import RELIABILITY_BINS, reliability_from_log
 from calibench.metrics.scores import auroc
 from calibench.metrics.suite import DEFAULT_BINS, DEFAULT_TACE_THRESHOLD, measure_validated
 from calibench.recalibration import fit_stage
+from calibench.recalibration.base import underdetermined
 from calibench.recalibration.temperature import T_MAX, T_MIN, fit_temperature, fit_temperature_batch  # noqa: F401 (API)
 
 log = logging.getLogger(__name__)
@@ -113,6 +116,9 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
                 metrics[n][i] = np.nan
             for v in rel.values():
                 v[i] = np.nan
+    flag = underdetermined(stage, y[val_idx], z.shape[-1])
+    if flag is not None:  # a property of the validation part: recorded even where the fit failed
+        info["underdetermined"] = np.full(m, float(flag))
     metrics.update({f"fit_{key}": v for key, v in info.items()})
     return metrics, failures, rel
 
@@ -137,7 +143,8 @@ def measure_stages_batch(
     "accuracy": (M, 15)}}}`` and, with ``post``, ``"temperature": (M,)``. A stage's
     names are the metric suite's (measured on the test part; ``ood_auroc_{set}`` for each
     of ``ood_logits``, OoD sets (M, Q, K) through the same fitted map) and ``fit_{name}``
-    for the fitted parameters (``fit_temperature``, ``fit_w_norm``, ...). ``recalibration``:
+    for the fitted parameters (``fit_temperature``, ``fit_w_norm``, ``fit_converged``,
+    ``fit_underdetermined``, ...). ``recalibration``:
     the methods' options (:func:`calibench.recalibration.fit_stage`); ``method``: the
     temperature fit.
     """

@@ -17,6 +17,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+# Fits on too little data (recalibration-spec.md, "Common rules"): vs, ms and dir with fewer
+# than this many validation samples per class on average; iso and hist with fewer than this
+# many validation positives in some class.
+MIN_SAMPLES_PER_CLASS = 10
+MIN_POSITIVES = 10
+PER_CLASS_AVERAGE_STAGES = ("vs", "ms", "dir")
+POSITIVES_STAGES = ("iso", "hist")
+
 
 @dataclass
 class Fitted:
@@ -67,3 +75,17 @@ def non_finite_failures(params: dict[str, torch.Tensor], failures: list[str | No
         for i in torch.nonzero(bad).flatten().tolist():
             out[i] = out[i] or f"fitted {name} is not finite"
     return out
+
+
+def underdetermined(stage: str, labels_val, k: int) -> bool | None:
+    """Whether ``stage``'s fit has fewer validation samples than it needs
+    (recalibration-spec.md, "Common rules"): ``vs``, ``ms``, ``dir`` when N_val < 10 K;
+    ``iso``, ``hist`` when some class has fewer than 10 positives among the labels (N_val,)
+    (a class absent counts, with 0). None for a stage without the rule (pre, post, spline)."""
+    y = labels_val.detach().cpu().numpy() if isinstance(labels_val, torch.Tensor) else np.asarray(labels_val)
+    y = y.reshape(-1).astype(np.int64)
+    if stage in PER_CLASS_AVERAGE_STAGES:
+        return len(y) < MIN_SAMPLES_PER_CLASS * k
+    if stage in POSITIVES_STAGES:
+        return bool((np.bincount(y, minlength=k)[:k] < MIN_POSITIVES).any())
+    return None

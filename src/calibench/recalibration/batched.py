@@ -8,6 +8,12 @@ from __future__ import annotations
 import torch
 
 ARMIJO_C1 = 1e-4  # sufficient decrease of both solvers' line searches
+# Convergence (recalibration-spec.md, "Common rules"): a gradient norm below the tolerance, or
+# an objective that has stopped moving: relative decrease below FLAT_RTOL over the last
+# FLAT_WINDOW iterations with a gradient norm below FLAT_GRADIENT.
+FLAT_WINDOW = 20
+FLAT_RTOL = 1e-10
+FLAT_GRADIENT = 1e-3
 
 
 def _label_rows(y: torch.Tensor, bsz: int) -> torch.Tensor:
@@ -55,3 +61,29 @@ def _softmax_nll(v: torch.Tensor, yi: torch.Tensor):
     d = vmax - torch.gather(v, -1, yi)
     nll = torch.where(d > 0, d + torch.log(se), torch.log1p(rest))
     return nll.squeeze(-1), e, se.squeeze(-1)
+
+
+def objective_history(f: torch.Tensor, length: int = FLAT_WINDOW + 1) -> torch.Tensor:
+    """The start of a per-problem history of the objective (B, length), oldest first: NaN,
+    then ``f`` (B,) last. Append with :func:`push_objective`."""
+    hist = torch.full((f.shape[0], length), float("nan"), dtype=f.dtype, device=f.device)
+    hist[:, -1] = f
+    return hist
+
+
+def push_objective(hist: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """``hist`` shifted by one iteration, ``f`` (B,) last."""
+    return torch.cat([hist[:, 1:], f[:, None]], dim=1)
+
+
+def convergence(gnorm: torch.Tensor, hist: torch.Tensor, tolerance: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(converged, by objective) per problem, recalibration-spec.md "Common rules": converged
+    when the gradient norm (B,) is below ``tolerance``, or when the objective has stopped
+    moving: ``f[-21] - f[-1] < 1e-10 |f[-1]|`` over the last 20 iterations of ``hist`` (B, >= 21),
+    with a gradient norm below 1e-3. ``by objective``: converged by the second rule only.
+    A history shorter than the window (NaN entries) is never flat. The solvers stop at the
+    tolerance and judge the second rule where a fit would otherwise stop unconverged."""
+    by_gradient = gnorm < tolerance
+    old, new = hist[:, -FLAT_WINDOW - 1], hist[:, -1]
+    flat = (old - new < FLAT_RTOL * new.abs()) & (gnorm < FLAT_GRADIENT)
+    return by_gradient | flat, flat & ~by_gradient

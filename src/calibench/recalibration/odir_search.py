@@ -138,7 +138,7 @@ def search_odir(logits_val, labels_val, method: str, grid=DEFAULT_GRID, folds: i
                 for j, mu in enumerate(grid):
                     lam_t = torch.full((bsz,), lam / (k * (k - 1)), dtype=x.dtype, device=x.device)
                     mu_t = torch.full((bsz,), mu / k, dtype=x.dtype, device=x.device)
-                    theta, _, _, its, conv, reasons = _fit_odir(
+                    theta, _, _, its, conv, _, reasons = _fit_odir(
                         xtr, ytr, wtr, lam_t, mu_t, max_iterations, tolerance, theta0=theta)
                     usable = torch.tensor([r is None or "not finite" not in r for r in reasons], device=x.device)
                     usable &= torch.isfinite(theta).all(-1)

@@ -20,15 +20,19 @@ Solvers and convergence (per network):
   1e-9 times its mean diagonal (softmax is shift-invariant in b, and constant-logit
   networks add null directions; the gradient is orthogonal to them, so the ridge does not
   move the answer), Armijo backtracking. Converged when the L2 norm of the gradient of the
-  mean NLL in (w, b) is below ``tolerance`` (spec: 1e-6); otherwise, after
-  ``max_iterations``, not converged.
+  mean NLL in (w, b) is below ``tolerance`` (spec: 1e-6). After ``max_iterations``, or when
+  no step decreases the objective, converged if the objective has stopped moving (relative
+  decrease below 1e-10 over the last 20 iterations with a gradient norm below 1e-3;
+  :func:`calibench.recalibration.batched.convergence`), otherwise not converged.
 - ``ms``/``dir`` (K^2 + K parameters; 10,100 at K = 100): preconditioned L-BFGS on
   canonical points, batched over networks (:mod:`calibench.recalibration.lbfgs`: solver,
   line search, convergence).
 
 Failures (recalibration-spec.md, "Common rules"): a network whose validation logits hold
 NaN or inf, or whose objective becomes non-finite, is listed in ``failures`` with NaN
-parameters; a network that did not converge keeps its last iterate and is listed too.
+parameters; a network that did not converge keeps its last iterate and is listed too (its
+stage is NaN). ``info`` records ``iterations``, ``converged`` and ``converged_by_objective``
+(1 where only the objective rule held).
 Degenerate inputs (constant logit rows) give constant, finite outputs; a class absent from
 the validation part is driven towards probability 0 (finite parameters: the gradient
 tolerance stops the fit).
@@ -41,7 +45,8 @@ import torch
 
 from calibench.metrics._arrays import check_labels, to_tensor
 from calibench.recalibration.base import Fitted, as_info
-from calibench.recalibration.batched import ARMIJO_C1, _gram, _label_rows, _softmax_nll
+from calibench.recalibration.batched import (ARMIJO_C1, _gram, _label_rows, _softmax_nll, convergence,
+                                             objective_history, push_objective)
 from calibench.recalibration.lbfgs import _fit_odir
 
 DEFAULT_MAX_ITERATIONS = 1000
@@ -210,7 +215,8 @@ def _vs_hessian(z, weight, q):
 def _fit_vs(z, y, weight, max_iterations: int, tolerance: float):
     """Newton's method for vector scaling, B problems at once (each on its own).
 
-    Returns w, b (B, K), iterations, converged, gradient norm, reasons (None if converged)."""
+    Returns w, b (B, K), iterations, converged, converged by the objective rule, gradient
+    norm, reasons (None if converged)."""
     bsz, _, k = z.shape
     dev, dt = z.device, z.dtype
     yi = _label_rows(y, bsz)
@@ -218,22 +224,28 @@ def _fit_vs(z, y, weight, max_iterations: int, tolerance: float):
     b = torch.zeros(bsz, k, dtype=dt, device=dev)
     iterations = torch.zeros(bsz, dtype=torch.int64)
     converged = torch.zeros(bsz, dtype=torch.bool)
+    by_objective = torch.zeros(bsz, dtype=torch.bool)
     gnorm = torch.full((bsz,), float("nan"), dtype=dt)
     reasons: list[str | None] = [None] * bsz
     active = torch.arange(bsz, device=dev)
     eye = torch.eye(2 * k, dtype=dt, device=dev)
     za, ya, wa = z, yi, weight
     f, g, q = _vs_value_grad(za, ya, wa, w, b)
+    hist = objective_history(f)
     ls_failed = torch.zeros(bsz, dtype=torch.bool, device=dev)
     for it in range(max_iterations + 1):
         gn = torch.linalg.vector_norm(g, dim=-1)
         ids = active.cpu()
         gnorm[ids], iterations[ids] = gn.cpu(), it
         bad = ~(torch.isfinite(f) & torch.isfinite(gn))
-        done = (gn < tolerance) & ~bad
-        stop = bad | done | ls_failed | (it == max_iterations)
+        _, flat = convergence(gn, hist, tolerance)
+        end = ls_failed | (it == max_iterations)  # no further iterate: the objective rule decides
+        flat = flat & ~bad & end
+        done = ((gn < tolerance) & ~bad) | flat
+        stop = bad | done | end
         if bool(stop.any()):
             converged[ids[done.cpu()]] = True
+            by_objective[ids[flat.cpu()]] = True
             for i, j in zip(ids[stop.cpu()].tolist(), torch.nonzero(stop).flatten().tolist()):
                 if bool(bad[j]):
                     reasons[i] = f"objective not finite after {it} iterations"
@@ -241,7 +253,7 @@ def _fit_vs(z, y, weight, max_iterations: int, tolerance: float):
                     why = " (line search found no decrease)" if bool(ls_failed[j]) else ""
                     reasons[i] = f"did not converge{why}: gradient norm {float(gn[j]):.3g} after {it} iterations"
             keep = ~stop
-            active, za, ya, wa, f, g, q = (t[keep] for t in (active, za, ya, wa, f, g, q))
+            active, za, ya, wa, f, g, q, hist = (t[keep] for t in (active, za, ya, wa, f, g, q, hist))
             if active.numel() == 0:
                 break
         wv, bv = w[active], b[active]
@@ -282,8 +294,9 @@ def _fit_vs(z, y, weight, max_iterations: int, tolerance: float):
             tw, tb, ft, gt, qt = new
         w[active], b[active] = tw, tb
         f, g, q = ft, gt, qt
+        hist = push_objective(hist, f)
         ls_failed = pending  # such a network keeps its point and stops at the next check
-    return w, b, iterations, converged, gnorm, reasons
+    return w, b, iterations, converged, by_objective, gnorm, reasons
 
 
 def fit_vector_scaling(logits_val, labels_val, max_iterations: int = DEFAULT_MAX_ITERATIONS,
@@ -294,18 +307,19 @@ def fit_vector_scaling(logits_val, labels_val, max_iterations: int = DEFAULT_MAX
     below ``tolerance`` (module docstring).
 
     ``info``: w_norm, b_norm (L2; b is reported with mean 0, its free shift), w_mean,
-    iterations, converged, gradient_norm.
+    iterations, converged, converged_by_objective, gradient_norm.
     """
     z, y, failures = _check_batch(logits_val, labels_val)
     m, n, _ = z.shape
     with torch.no_grad():
-        w, b, iterations, converged, gnorm, reasons = _fit_vs(z, y, _uniform_weights(m, n, z),
-                                                               max_iterations, tolerance)
+        w, b, iterations, converged, by_objective, gnorm, reasons = _fit_vs(z, y, _uniform_weights(m, n, z),
+                                                                             max_iterations, tolerance)
     failures = [f or r for f, r in zip(failures, reasons)]
     b = b - b.mean(-1, keepdim=True)  # softmax is shift-invariant in b: report mean(b) = 0
     w, b = _nan_where_unusable(w, failures), _nan_where_unusable(b, failures)
-    info = _vs_info(w, b) | {"iterations": iterations, "converged": converged & _ok(failures),
-                             "gradient_norm": gnorm}
+    ok = _ok(failures)
+    info = _vs_info(w, b) | {"iterations": iterations, "converged": converged & ok,
+                             "converged_by_objective": by_objective & ok, "gradient_norm": gnorm}
     return _vs_fitted(w, b, info, failures)
 
 
@@ -320,13 +334,14 @@ def _fit_matrix(logits_val, labels_val, lam, mu, max_iterations, tolerance, diri
     mu_t = _per_network(mu, m, "mu", z.device)
     with torch.no_grad():
         x = torch.log_softmax(z, dim=-1) if dirichlet else z
-        theta, f, gnorm, iterations, converged, reasons = _fit_odir(
+        theta, f, gnorm, iterations, converged, by_objective, reasons = _fit_odir(
             x, y, _uniform_weights(m, n, z), lam_t / (k * (k - 1)), mu_t / k, max_iterations, tolerance)
     failures = [f0 or r for f0, r in zip(failures, reasons)]
     W = _nan_where_unusable(theta[:, : k * k].reshape(m, k, k), failures)
     b = _nan_where_unusable(theta[:, k * k :], failures)
-    info = _ms_info(W, b) | {"lambda": lam_t, "mu": mu_t, "iterations": iterations,
-                             "converged": converged & _ok(failures), "gradient_norm": gnorm, "objective": f}
+    ok = _ok(failures)
+    info = _ms_info(W, b) | {"lambda": lam_t, "mu": mu_t, "iterations": iterations, "converged": converged & ok,
+                             "converged_by_objective": by_objective & ok, "gradient_norm": gnorm, "objective": f}
     return _ms_fitted(W, b, dirichlet, info, failures)
 
 
@@ -338,7 +353,7 @@ def fit_matrix_scaling(logits_val, labels_val, lam, mu, max_iterations: int = DE
     from W = I, b = 0 by preconditioned L-BFGS (module docstring: solver, convergence).
 
     ``info``: w_norm (Frobenius), w_offdiag_norm, w_diag_mean, b_norm, lambda, mu,
-    iterations, converged, gradient_norm, objective.
+    iterations, converged, converged_by_objective, gradient_norm, objective.
     """
     return _fit_matrix(logits_val, labels_val, lam, mu, max_iterations, tolerance, dirichlet=False)
 

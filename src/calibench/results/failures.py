@@ -1,5 +1,6 @@
 """What failed, told where the user looks (issue 15): after a run on the terminal
-(:func:`terminal_summary`, printed by ``calibench run``), and in the report (:func:`html`).
+(:func:`terminal_summary`, printed by ``calibench run``), and in the report (:func:`html`);
+and, in the run's closing summary, the fits on too little data (:func:`underdetermined_summary`).
 
 Sources: the failures files the table builds write (``results/failures/*.parquet``: one row
 per failed network and stage, with the file and reason), the coverage each table records
@@ -108,6 +109,46 @@ def html(results: str | Path, tables: Sequence[str | Path]) -> str:
         if len(found) > len(shown):
             parts.append(f"<p>… and {len(found) - len(shown)} more in <code>results/failures/</code>.</p>")
     return "\n".join(parts)
+
+
+FLAG_SUFFIX = "_fit_underdetermined"
+
+
+def underdetermined_counts(table: str | Path) -> tuple[int, dict[str, int]]:
+    """(measured networks, {stage: networks whose fit had too little data}) of one result
+    table (recalibration-spec.md, "Common rules"); TSS isomorph copies are not counted."""
+    import pyarrow.parquet as pq
+
+    flags = [c for c in pq.read_schema(table).names if c.endswith(FLAG_SUFFIX)]
+    if not flags:
+        return 0, {}
+    frame = pd.read_parquet(table, columns=["arch_index", "measured_by", *flags])
+    nets = frame[frame["arch_index"] == frame["measured_by"]]
+    return len(nets), {c.removesuffix(FLAG_SUFFIX): int((nets[c] == 1).sum()) for c in flags}
+
+
+def underdetermined_summary(tables: Sequence[str | Path], ranked: bool = False) -> str:
+    """The run's closing lines on fits on too little data: per table, the stages with such
+    networks and how many; "" when there are none. ``ranked``: the analysis ranks them too
+    (``analysis.include_underdetermined``)."""
+    lines = []
+    for table in tables:
+        if not Path(table).is_file():
+            continue
+        try:
+            n, counts = underdetermined_counts(table)
+        except Exception:  # noqa: BLE001 - a damaged table is told by the failures summary
+            continue
+        flagged = [f"{stage} {k}" for stage, k in counts.items() if k]
+        if flagged:
+            lines.append(f"  {Path(table).stem}: {', '.join(flagged)} of {n} networks")
+    if not lines:
+        return ""
+    rankings = ("the methods' rankings include them (analysis.include_underdetermined)" if ranked
+                else "the methods' rankings in the report leave them out")
+    return "\n".join([f"calibench: fits on too little data (recalibration-spec.md; vs/ms/dir: fewer than 10 "
+                      f"validation samples per class, iso/hist: fewer than 10 positives in a class): their numbers "
+                      f"describe a fit on too little data, not the method; {rankings}:"] + lines)
 
 
 _LOG_LINE = re.compile(r"^\s*log: (\S+) \(check log file")

@@ -129,7 +129,8 @@ def _run(args: argparse.Namespace) -> int:
 
     tables = [t for t in targets if t.endswith(".parquet")]
     told = [failures.failed_jobs_summary(Path.cwd(), since=started - 1) if code != 0 else "",
-            failures.terminal_summary(results, tables)]
+            failures.terminal_summary(results, tables),
+            failures.underdetermined_summary(tables, bool((config.get("analysis") or {}).get("include_underdetermined")))]
     for text in told:
         if text:
             print(text, file=sys.stderr, flush=True)
