@@ -14,7 +14,7 @@ from calibench.recalibration.scaling import fit_dirichlet, fit_vector_scaling
 from calibench.results import shards, tables
 from conftest import sample_problem
 
-DIR = {"dir": {"lambda": 0.1, "mu": 0.1}}
+DIR = {"dir": {"lambda": 0.1, "mu": 0.1}, "max_iterations": 1000}
 
 
 # ---------------------------------------------------------------- the rule on arrays
@@ -59,7 +59,7 @@ def _stall_problem():
 
 def test_a_fit_stalled_at_its_optimum_is_converged():
     z, y = _stall_problem()
-    fitted = fit_dirichlet(torch.tensor(z)[None], torch.tensor(y), 0.1, 0.1)
+    fitted = fit_dirichlet(torch.tensor(z)[None], torch.tensor(y), 0.1, 0.1, max_iterations=1000)
     gn = fitted.info["gradient_norm"][0]
     assert fitted.info["iterations"][0] == 1000 and 1e-6 < gn < 1e-5  # the tolerance is never reached
     assert fitted.failures == [None]

@@ -131,7 +131,7 @@ def _schema_defaults() -> dict:
 
 def schema_defaults() -> dict:
     """Every default of calibench's config schema, nested as the config is (a fresh copy):
-    ``schema_defaults()["recalibration"]["max_iterations"]`` is 1000."""
+    ``schema_defaults()["recalibration"]["max_iterations"]`` is 2000."""
     return copy.deepcopy(_schema_defaults())
 
 
