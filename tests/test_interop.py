@@ -153,7 +153,9 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
         original, got = pd.read_parquet(path), pd.read_parquet(imported)
         shared = assert_same(original, got, skip)
         assert carried <= set(shared), carried - set(shared)
-        assert list(got.columns[:len(tables.FIRST + tables.PROVENANCE)]) == tables.FIRST + tables.PROVENANCE
+        lead = tables.FIRST + [tables.NATS_INDEX] + tables.PROVENANCE  # the published files are NATS-Bench indexed
+        assert list(got.columns[:len(lead)]) == lead
+        assert (got["nats_index"] == got["arch_index"]).all()
         assert (got["pre_accuracy"] == got["accuracy"]).all()
     tss = pd.read_parquet(tmp_path / "imported" / "tables" / "tss_200_cifar10.parquet")
     assert (tss["measured_by"] != tss["arch_index"]).sum() > 5  # the copies found again
