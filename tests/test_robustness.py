@@ -233,6 +233,26 @@ def test_a_join_by_index_without_nats_bench_indices_is_refused(files):
     rb.join_robustness(unknown, rb.load_robustness(files["str"], "arch_str"))  # by the cell: fine
 
 
+def test_tables_built_before_nats_index_join_by_index_only_on_the_whole_space(tmp_path, files):
+    """A table without nats_index (built before it existed): its arch_index is NATS-Bench's
+    only where the population's archive lists the whole TSS space."""
+    import json
+
+    from calibench import layout
+
+    old = result_table().drop(columns=["nats_index"])
+    rob = rb.load_robustness(files["index"], "arch_index")
+    doc = layout.population_path(tmp_path, "tss")
+    doc.parent.mkdir(parents=True)
+    doc.write_text(json.dumps({"arch_strs": ["x"] * 3}))  # a mini benchmark's: its own indices
+    with pytest.raises(ValueError, match="no nats_index column"):
+        rb.join_robustness(rb._index_full_space(old, tmp_path), rob)
+    doc.write_text(json.dumps({"arch_strs": ["x"] * rb.TSS_SIZE}))  # NATS-Bench's archive
+    joined = rb.join_robustness(rb._index_full_space(old, tmp_path), rob)
+    want = rb.join_robustness(result_table(), rob)
+    pd.testing.assert_frame_equal(joined[want.columns], want)
+
+
 def test_join_renames_colliding_columns(files):
     rob = rb.load_robustness(files["index"]).rename(columns={"brightness": "accuracy"})
     joined = rb.join_robustness(result_table(), rob)
