@@ -249,9 +249,9 @@ def sample_real_size_archs(space: str, rng: random.Random, n: int) -> list[str]:
     """n distinct architectures whose mean size makes real-size archive files of the real mean size.
 
     TSS starts with the same isomorphic pair as :func:`sample_tss_archs`; then each next
-    architecture is, of 16 random candidates (TSS: unused cells of :data:`TSS_KNOWN`), the one that brings the running mean of
-    parameter counts closest to the target (``REAL_MEAN_FILE_BYTES`` over the state dicts
-    per file and ``BZ2_BYTES_PER_PARAM``)."""
+    architecture is, of 16 random candidates (TSS: unused cells of :data:`TSS_KNOWN`), the
+    one that brings the running mean of parameter counts closest to the target
+    (``REAL_MEAN_FILE_BYTES`` over the state dicts per file and ``BZ2_BYTES_PER_PARAM``)."""
     target = REAL_MEAN_FILE_BYTES[space] / REAL_STATE_DICTS[space] / BZ2_BYTES_PER_PARAM[space]
     archs = sample_tss_archs(rng, 2)[:n] if space == "tss" else []
     pool = _tss_cells(n)[1] if space == "tss" else []
