@@ -468,6 +468,7 @@ def test_run_analysis_with_a_robustness_table(tmp_path):
     rng = np.random.default_rng(8)
     tables = population(rng, ["pre", "post"], spaces=("tss",), datasets=("cifar10",), full=False)
     tss = tables[("tss", "cifar10")]
+    tss.insert(6, "nats_index", tss["arch_index"])  # as a NATS-Bench archive's tables carry it
     measured_rows = tss[tss["arch_index"] == tss["measured_by"]]
     rob = pd.DataFrame({"arch_index": measured_rows["arch_index"].to_numpy(),
                         "clean_acc": rng.uniform(80, 95, len(measured_rows)),

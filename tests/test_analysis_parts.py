@@ -18,16 +18,17 @@ import pytest
 from test_workflow import TINY, _clone, _planned_jobs, _set_config, _snakemake
 
 PARTS = ("kendall", "overview", "hcs", "methods", "reliability", "groups", "nas", "architecture", "robustness")
-# keyed by cell: the mini benchmark's indices are its own, not NATS-Bench's (a join by index is refused)
-ROBUSTNESS = {"path": "robustness.csv", "key": "arch_str"}
+# keyed by NATS-Bench index (the default), which the mini benchmark's population records (nats_index)
+ROBUSTNESS = {"path": "robustness.csv", "key": "arch_index"}
 
 
 def _robustness_table(run: Path) -> pd.DataFrame:
-    """Per TSS architecture of the tiny mini benchmark (its three cells): two robustness columns."""
+    """Per TSS architecture of the tiny mini benchmark (its three cells, by NATS-Bench index):
+    two robustness columns."""
     import json
 
-    cells = json.loads((run / "results" / "population" / "tss.json").read_text())["arch_strs"]
-    return pd.DataFrame({"arch_str": cells, "clean_acc": [71.0, 71.0, 64.5], "pgd_Linf_acc8_0": [3.5, 3.5, 9.0]})
+    nats = json.loads((run / "results" / "population" / "tss.json").read_text())["nats_index"]
+    return pd.DataFrame({"arch_index": nats, "clean_acc": [71.0, 71.0, 64.5], "pgd_Linf_acc8_0": [3.5, 3.5, 9.0]})
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +115,7 @@ def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
     results = workdir / "results"
     before = _files(results)
     bad = _robustness_table(workdir)
-    bad.loc[2, "arch_str"] = "|conv_99x99~0|+|none~0|none~1|+|none~0|none~1|none~2|"  # no TSS architecture
+    bad.loc[2, "arch_index"] = 99999  # no TSS architecture
     bad.to_csv(workdir / ROBUSTNESS["path"], index=False)
     proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml",
                            "--cores", "2"], cwd=workdir, capture_output=True, text=True, timeout=900)
@@ -122,7 +123,7 @@ def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
     assert proc.returncode != 0, told[-3000:]
     log = (results / "logs" / "analysis" / "robustness.log").read_text()
     for text in (log, told):  # the job's log, and what `calibench run` says on the terminal
-        assert "robustness.csv" in text and "key arch_str" in text and "conv_99x99" in text, text[-3000:]
+        assert "robustness.csv" in text and "key arch_index" in text and "99999" in text, text[-3000:]
     # The failed part's outputs are gone (Snakemake removes them); nothing else was touched,
     # the last good report included.
     robustness = {Path("analysis/parts/robustness.json"), Path("analysis/robustness_kendall.parquet"),

@@ -153,7 +153,9 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
         original, got = pd.read_parquet(path), pd.read_parquet(imported)
         shared = assert_same(original, got, skip)
         assert carried <= set(shared), carried - set(shared)
-        assert list(got.columns[:len(tables.FIRST + tables.PROVENANCE)]) == tables.FIRST + tables.PROVENANCE
+        lead = tables.FIRST + [tables.NATS_INDEX] + tables.PROVENANCE  # the published files are NATS-Bench indexed
+        assert list(got.columns[:len(lead)]) == lead
+        assert (got["nats_index"] == got["arch_index"]).all()
         assert (got["pre_accuracy"] == got["accuracy"]).all()
     tss = pd.read_parquet(tmp_path / "imported" / "tables" / "tss_200_cifar10.parquet")
     assert (tss["measured_by"] != tss["arch_index"]).sum() > 5  # the copies found again
@@ -163,6 +165,19 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
     again = interop.export_tao2024(tmp_path / "imported", tmp_path / "tao2")
     for f in again:
         assert f.read_bytes() == (tmp_path / "tao" / f.name).read_bytes(), f.name
+
+
+def test_export_writes_the_nats_bench_index_as_config(tmp_path):
+    """A table whose archive indexes its cells its own way (the mini benchmark) exports each
+    row's nats_index as config, in that order; a row of unknown NATS-Bench index is refused."""
+    table = pd.read_parquet(build(tmp_path / "results", "sss", "90", "cifar10", 5))
+    nats = [900, 12, 31000, 7, 4096]
+    frame = interop.export_frame(table.assign(nats_index=[nats[i] for i in table["arch_index"]]), source="t")
+    assert frame["config"].tolist() == sorted(nats)
+    assert frame["arch"].tolist() == [table["arch_str"][nats.index(n)] for n in sorted(nats)]
+    unknown = table.assign(nats_index=pd.array([1, None, 3, 4, 5], dtype="Int64"))
+    with pytest.raises(ValueError, match=r"t: 1 of 5 rows have no NATS-Bench index \(nats_index null\)"):
+        interop.export_frame(unknown, source="t")
 
 
 def test_export_of_several_seeds_keeps_the_first_and_omitted_columns_are_logged(tmp_path, caplog):

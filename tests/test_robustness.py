@@ -60,9 +60,9 @@ def result_table(seed: int = 0) -> pd.DataFrame:
                 if s == 888:  # another training seed: other numbers, must not be used
                     vals = {k: (v if np.isnan(v) else 1 - v) for k, v in vals.items()}
                 rows.append({"space": "tss", "hp": "200", "dataset": dataset, "arch_index": i, "measured_by": rep(i),
-                             "arch_str": arch(i), "seed": s, **vals})
-    rows.append({"space": "sss", "hp": "90", "dataset": "cifar10", "arch_index": 0, "measured_by": 0,
-                 "arch_str": "8:8:8:8:8", "seed": 777, "accuracy": 0.5, "pre_ece_15": 0.1})
+                             "seed": s, "nats_index": i, "arch_str": arch(i), **vals})
+    rows.append({"space": "sss", "hp": "90", "dataset": "cifar10", "arch_index": 0, "measured_by": 0, "seed": 777,
+                 "nats_index": 0, "arch_str": "8:8:8:8:8", "accuracy": 0.5, "pre_ece_15": 0.1})
     return pd.DataFrame(rows)
 
 
@@ -193,6 +193,64 @@ def test_join_by_arch_str_equals_join_by_index(files):
     c = rb.join_robustness(table, rb.load_robustness(files["rows"], "arch_index"), datasets=["cifar100"])
     assert set(c["dataset"]) == {"cifar100"}
     assert len(c) == ((table["space"] == "tss") & (table["dataset"] == "cifar100")).sum()  # every index 0..169
+
+
+def reindexed(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` as an archive of its own indexes it (the mini benchmark: 0, 1, ... in its own
+    order): arch_index and measured_by renumbered, nats_index kept."""
+    tss = table[table["space"] == "tss"]
+    own = {n: i for i, n in enumerate(np.random.default_rng(5).permutation(sorted(set(tss["arch_index"]))))}
+    return table.assign(arch_index=[own.get(i, i) for i in table["arch_index"]],
+                        measured_by=[own.get(i, i) for i in table["measured_by"]])
+
+
+def test_a_join_by_index_pairs_nats_bench_indices_not_the_archive_s_own(files):
+    """The tables' arch_index is the archive's own (the mini benchmark's 0, 1, ...); a file
+    keyed by NATS-Bench index joins to each row's nats_index, so every row gets its own
+    cell's values: the same as a join by the cell's string."""
+    table = reindexed(result_table())
+    assert (table["arch_index"] != table["nats_index"]).mean() > 0.9
+    by_index = rb.join_robustness(table, rb.load_robustness(files["index"], "arch_index"))
+    by_cell = rb.join_robustness(table, rb.load_robustness(files["str"], "arch_str"))
+    pd.testing.assert_frame_equal(by_index, by_cell)
+    want = files["raw"].set_index("arch_str")
+    np.testing.assert_array_equal(by_index["clean_acc"], want.loc[by_index["arch_str"], "clean_acc"])
+    assert len(by_index) == (~table["nats_index"].isin(MISSING) & (table["space"] == "tss")).sum()
+
+
+def test_a_join_by_index_without_nats_bench_indices_is_refused(files):
+    rob = rb.load_robustness(files["index"], "arch_index")
+    table = result_table()
+    unknown = table.assign(nats_index=pd.array([None] * len(table), dtype="Int64"))
+    with pytest.raises(ValueError) as err:
+        rb.join_robustness(unknown, rob)
+    assert str(err.value) == (
+        f"robustness table {str(files['index'])!r} (key arch_index): result table tss_200_cifar10: 344 of 344 TSS "
+        "rows have no NATS-Bench index (nats_index null), so a join by arch_index cannot pair their rows with the right "
+        "cells; join by the cell: robustness.key: arch_str")
+    with pytest.raises(ValueError, match="no nats_index column .* robustness.key: arch_str"):
+        rb.join_robustness(table.drop(columns=["nats_index"]), rob)
+    rb.join_robustness(unknown, rb.load_robustness(files["str"], "arch_str"))  # by the cell: fine
+
+
+def test_tables_built_before_nats_index_join_by_index_only_on_the_whole_space(tmp_path, files):
+    """A table without nats_index (built before it existed): its arch_index is NATS-Bench's
+    only where the population's archive lists the whole TSS space."""
+    import json
+
+    from calibench import layout
+
+    old = result_table().drop(columns=["nats_index"])
+    rob = rb.load_robustness(files["index"], "arch_index")
+    doc = layout.population_path(tmp_path, "tss")
+    doc.parent.mkdir(parents=True)
+    doc.write_text(json.dumps({"arch_strs": ["x"] * 3}))  # a mini benchmark's: its own indices
+    with pytest.raises(ValueError, match="no nats_index column"):
+        rb.join_robustness(rb._index_full_space(old, tmp_path), rob)
+    doc.write_text(json.dumps({"arch_strs": ["x"] * rb.TSS_SIZE}))  # NATS-Bench's archive
+    joined = rb.join_robustness(rb._index_full_space(old, tmp_path), rob)
+    want = rb.join_robustness(result_table(), rob)
+    pd.testing.assert_frame_equal(joined[want.columns], want)
 
 
 def test_join_renames_colliding_columns(files):

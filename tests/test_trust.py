@@ -323,24 +323,36 @@ def test_calibench_run_shows_progress_and_a_summary_of_this_run(small_sss_run, t
     assert "Finished jobid" in log.read_text() and log.parent == run / "results/logs/snakemake"
 
 
-# ---------------------------------------------------------------- joins by index need NATS-Bench's indices
+# ---------------------------------------------------------------- joins by index use NATS-Bench's indices
 
-def test_a_join_by_index_on_the_mini_benchmark_is_refused(workflow_run, tmp_path):
-    import json
-
+def test_the_mini_benchmark_s_tables_carry_nats_bench_indices_and_a_join_by_index_pairs_the_right_cells(
+        workflow_run, tmp_path):
+    """The mini benchmark's own indices are 0, 1, ... of its meta; its tables' nats_index is each
+    cell's position in the published NATS-Bench meta (shared fixtures), and a robustness file in
+    the Jung et al. layout (row i = NATS-Bench TSS architecture i, no key column) joined by index
+    gives every row the values of its own cell."""
     from calibench.analysis.nats import robustness
+    from calibench.analysis.tables import load_tables
+    from calibench.sources.nats.archstr import TSS_OPS, tss_edge_ops
+    from calibench.sources.nats.population import read_meta
+    from fixtures import SSS_SIMPLE, TSS_SIMPLE, require_shared
 
-    results = workflow_run / "results"
-    doc = json.loads(layout.population_path(results, "tss").read_text())
-    assert len(doc["arch_strs"]) == 3  # the mini benchmark's own indices 0, 1, 2
-    with pytest.raises(ValueError) as err:
-        robustness._check_indices(results, "rob.csv", "arch_index")
-    assert str(err.value) == (
-        f"robustness table 'rob.csv' (key arch_index): {layout.population_path(results, 'tss')} lists 3 TSS "
-        "architectures indexed by their own archive (not NATS-Bench's 15,625), so a join by arch_index would pair "
-        "rows with other cells' numbers; join by the cell: robustness.key: arch_str")
-    robustness._check_indices(results, "rob.csv", "arch_str")  # by cell: fine
-    full = tmp_path / "results"
-    layout.population_path(full, "tss").parent.mkdir(parents=True)
-    layout.population_path(full, "tss").write_text(json.dumps({"arch_strs": ["x"] * robustness.TSS_SIZE}))
-    robustness._check_indices(full, "rob.csv", "arch_index")  # NATS-Bench's own archive: fine
+    require_shared()
+    meta = {"tss": read_meta(TSS_SIMPLE), "sss": read_meta(SSS_SIMPLE)}
+    paths = layout.result_tables(workflow_run / "results")
+    for path in paths:
+        table = pd.read_parquet(path)
+        space = table["space"].iloc[0]
+        assert table["nats_index"].notna().all(), path
+        assert [meta[space][i] for i in table["nats_index"]] == table["arch_str"].tolist(), path
+        assert (table["nats_index"] != table["arch_index"]).any(), path  # its own indices are not NATS-Bench's
+
+    def code(arch: str) -> int:  # a number that names the cell: its six edge operations in base 5
+        return sum(TSS_OPS.index(op) * 5 ** k for k, op in enumerate(tss_edge_ops(arch)))
+
+    jung = pd.DataFrame({"cell_code": [code(a) for a in meta["tss"]], "clean_acc": np.linspace(0.5, 0.9, 15625)})
+    jung.to_csv(tmp_path / "robustness.csv", index=False)
+    tss = load_tables([p for p in paths if p.name.startswith("tss_")])
+    joined = robustness.join_robustness(tss, robustness.load_robustness(tmp_path / "robustness.csv", "arch_index"))
+    assert len(joined) == len(tss) > 0 and set(joined["arch_index"]) == {0, 1, 2}
+    assert joined["cell_code"].tolist() == [code(a) for a in joined["arch_str"]]

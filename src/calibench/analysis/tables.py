@@ -36,8 +36,8 @@ STAGE_NAMES = {"pre": "no recalibration: the network's softmax", "post": "temper
                "iso": "isotonic regression, one-vs-rest", "hist": "histogram binning, one-vs-rest",
                "spline": "spline recalibration, Gupta et al. 2021"}
 HCS_ECE = "pre_ece_15"  # the ECE of HCS (metrics-spec.md, "Harmonic Calibration Score")
-# A network's identity in a table (results/tables.py, FIRST, and its string).
-KEYS = ("space", "hp", "dataset", "arch_index", "measured_by", "seed", "arch_str")
+# A network's identity in a table (results/tables.py, FIRST, its string and its NATS-Bench index).
+KEYS = ("space", "hp", "dataset", "arch_index", "measured_by", "seed", "arch_str", "nats_index")
 # The method-comparison metrics; the binned ones at the bin count nearest 15 (see summary_metrics).
 BINNED_SUMMARY = ("ece", "cwce", "ace", "tace")
 UNBINNED_SUMMARY = ("ksce", "nll", "brier", "accuracy")

@@ -28,6 +28,11 @@ with our column names and parquet metadata (``calibench.results.tables.METADATA_
 numbers without any archive. Column names are matched case-insensitively; ``acc`` given in
 percent is converted. A malformed file raises ``ValueError`` naming the file and the
 column or CSV line. Needs no torch.
+
+``config`` is the NATS-Bench index: export writes a table's ``nats_index`` (its
+``arch_index`` is the archive's own; the mini benchmark's are 0, 1, ...; a table without
+``nats_index`` gives ``arch_index``) and refuses rows whose NATS-Bench index is unknown;
+import sets both ``arch_index`` and ``nats_index`` to it.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ from calibench.results.interop_columns import (  # noqa: F401 (the column table,
     ASSUMED, CODE, COLUMNS, EXTENSION, ISSUE, README, Column, definition_of, definitions_markdown)
 from calibench.results.interop_columns import (ALIASES, BINNED, OUR_BINNED, PER_ROW, RANGES, REQUIRED, SCALARS,
                                                UNBINNED, our_name)
-from calibench.results.tables import FIRST, METADATA_KEY, PROVENANCE, table_metadata
+from calibench.results.tables import FIRST, METADATA_KEY, NATS_INDEX, PROVENANCE, table_metadata
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +159,19 @@ def export_frame(table: pd.DataFrame, source: str = "table") -> pd.DataFrame | N
     if not first.all():
         log.warning("%s: %d rows of seeds other than each network's first left out (the layout holds one seed)",
                     source, int((~first).sum()))
-    table = table[first].sort_values("arch_index", kind="stable").reset_index(drop=True)
+    # config is the NATS-Bench index: the table's nats_index (its arch_index is the archive's own,
+    # the mini benchmark's 0, 1, ...); a table without that column (imported, built before it) its arch_index
+    index = NATS_INDEX if NATS_INDEX in table.columns else "arch_index"
+    unknown = table[index].isna()
+    if unknown.any():
+        raise ValueError(f"{source}: {int(unknown.sum())} of {len(table)} rows have no NATS-Bench index ({index} null), "
+                         "which the layout's config column holds")
+    table = table[first].sort_values(index, kind="stable").reset_index(drop=True)
     out: dict[str, pd.Series] = {}
     omitted: list[str] = []
-    used: set[str] = set()
+    used: set[str] = {"arch_index", NATS_INDEX}
     for name in PER_ROW:
-        ours = SCALARS[name].ours
+        ours = index if name == "config" else SCALARS[name].ours
         if ours in table.columns:
             out[name] = table[ours].astype("int64") if name == "config" else table[ours]
             used.add(ours)
@@ -401,7 +413,8 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
     accuracy = out["accuracy"]
     columns: dict[str, object] = {
         "space": [space] * n, "hp": [hp] * n, "dataset": [dataset] * n, "arch_index": arch_index,
-        "measured_by": np.zeros(n, np.int32), "seed": seed, "arch_str": arch_strs,
+        "measured_by": np.zeros(n, np.int32), "seed": seed, NATS_INDEX: pd.array(arch_index, dtype="Int64"),
+        "arch_str": arch_strs,
         "params": np.full(n, np.nan), "flops": np.full(n, np.nan), "temperature": np.full(n, np.nan),
         "accuracy": accuracy, "recorded_accuracy": np.full(n, np.nan), "n_eval": np.full(n, np.nan),
         "config_hash": [None] * n, "logits_key": [None] * n, "source_bytes": np.full(n, np.nan),
@@ -409,6 +422,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
     }
     derived = {"measured_by": "the smallest index of the rows of the same TSS isomorphism class holding "
                               "identical values (SSS: the index itself)",
+               NATS_INDEX: "config (the published files are indexed as NATS-Bench)",
                "pre_accuracy": "acc (their pre stage is measured on the whole test set)",
                "post_accuracy": "acc (temperature scaling keeps every prediction; the accuracy of their 80 % "
                                 "post part is not published)"}
@@ -430,9 +444,10 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
                 if name in metrics:
                     columns[name] = metrics[name]
     frame = pd.DataFrame(columns).take(order).reset_index(drop=True)
-    values = ["accuracy"] + [c for c in frame.columns if c not in FIRST + PROVENANCE]
+    lead = FIRST + [NATS_INDEX] + PROVENANCE  # as calibench.results.tables writes a NATS-Bench population's table
+    values = ["accuracy"] + [c for c in frame.columns if c not in lead]
     frame["measured_by"] = _measured_by(space, frame, values)
-    frame = frame[FIRST + PROVENANCE + [c for c in frame.columns if c not in FIRST + PROVENANCE]]
+    frame = frame[lead + [c for c in frame.columns if c not in lead]]
     unavailable = [c for c in PROVENANCE if c not in ("arch_str", "accuracy")]
     meta = {"stages": list(PUBLISHED_STAGES), "constants": {}, "source": FORMAT, "source_file": path.name,
             "source_sha256": hashlib.sha256(data).hexdigest(), "imported_by": f"calibench {__version__}",

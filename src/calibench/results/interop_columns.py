@@ -33,7 +33,8 @@ _PRE_SET = ("ours on the test part (80 %) of the seeded 20/80 split; theirs on t
 _POST = ("ours: T = argmin NLL on the validation part (20 %), T in [0.05, 20] (metrics-spec.md); theirs: T on the "
          "grid 0.1..10.0 minimising 15-bin ECE. Both measure post on the 80 % test part")
 COLUMNS: tuple[Column, ...] = (
-    Column("config", "arch_index", README, "the architecture's NATS-Bench index", ""),
+    Column("config", "nats_index", README, "the architecture's NATS-Bench index (export: a table without "
+           "`nats_index` gives its `arch_index`; import sets both)", ""),
     Column("acc", "accuracy", README, "top-1 accuracy on the whole evaluation (test) set, a fraction in [0, 1]",
            "none in meaning (theirs: \"accuracy at epoch 200\", a fraction); import also accepts percent"),
     Column("correct_confidence", "pre_mean_conf_correct", README,

@@ -40,6 +40,9 @@ KEYS = ["space", "hp", "dataset", "arch_index", "seed"]
 PROVENANCE = ["arch_str", "params", "flops", "temperature", "accuracy", "recorded_accuracy", "n_eval",
               "config_hash", "logits_key", "source_bytes", "source_mtime", "calibench_version"]
 FIRST = ["space", "hp", "dataset", "arch_index", "measured_by", "seed"]  # the wide table's leading columns
+# A NATS-Bench population's tables: each row's NATS-Bench index (``arch_index`` is the archive's
+# own; the mini benchmark's differ), null where unknown; after FIRST. Joins by index use it.
+NATS_INDEX = "nats_index"
 _STRINGS = ["space", "hp", "dataset", "stage", "metric", "arch_str", "config_hash", "logits_key", "source_mtime",
             "calibench_version"]
 _COLUMNS = ["space", "hp", "dataset", "arch_index", "seed", "stage", "metric", "bins", "value", *PROVENANCE[:-1],
@@ -391,7 +394,8 @@ def _metadata(wide: _Wide, matrix: np.ndarray) -> dict:
 def _finish(wide: pd.DataFrame, space: str, doc: Mapping | None, measured: set) -> pd.DataFrame:
     """Rows expanded to every member of a measured class (a population document whose
     ``representatives`` map members to others: NATS-Bench TSS's isomorphism classes);
-    measured_by; column order; sorting."""
+    measured_by; the NATS-Bench index (``nats_index``) where the document has one; column order;
+    sorting."""
     if wide.empty:
         return wide
     reps = (doc or {}).get("representatives") or []
@@ -411,10 +415,16 @@ def _finish(wide: pd.DataFrame, space: str, doc: Mapping | None, measured: set) 
     else:
         wide.insert(4, "measured_by", wide["arch_index"])
     wide = wide[FIRST + [c for c in wide.columns if c not in FIRST]]
+    extra = 0
+    # A NATS-Bench population: each member's NATS-Bench index (null where unknown), after the keys.
+    nats = (doc or {}).get("nats_index")
+    if nats is not None:
+        wide.insert(len(FIRST), NATS_INDEX, pd.array(nats, dtype="Int64").take(wide["arch_index"].to_numpy()))
+        extra = 1
     # A population beyond NATS-Bench: its models.csv metadata, by member index, after the keys.
     for j, (name, values) in enumerate(((doc or {}).get("metadata") or {}).items()):
         column = pd.Series(values).take(wide["arch_index"].to_numpy())
-        wide.insert(len(FIRST) + j, name, column.to_numpy())
+        wide.insert(len(FIRST) + extra + j, name, column.to_numpy())
     order = np.lexsort((wide["seed"].to_numpy(), wide["arch_index"].to_numpy()))  # stable, as sort_values
     if (order != np.arange(len(order))).any():
         wide = wide.take(order)

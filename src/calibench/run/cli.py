@@ -317,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="views:\n"
                "  networks  one row per network and table: space, hp, dataset, arch_index, measured_by, arch_str,\n"
-               "            accuracy, params, flops, temperature, {stage}_{metric} (e.g. pre_ece_15, vs_ksce),\n"
+               "            nats_index (NATS-Bench's index), accuracy, params, flops, temperature, {stage}_{metric}\n"
+               "            (e.g. pre_ece_15, vs_ksce),\n"
                "            hcs_{beta}, provenance columns\n"
                "  metrics   one row per shard value: space, hp, dataset, arch_index, seed, stage, metric, bins, value\n"
                "every column: `calibench query \"DESCRIBE networks\"`; metric definitions: README, \"Querying the "

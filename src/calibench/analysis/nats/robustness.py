@@ -18,6 +18,13 @@ column, TSS cell strings (:func:`calibench.results.archstr.parse_tss`; compared 
 form, so spacing variants of one cell are one key). Either way a key must name a TSS
 architecture (an index in ``0 .. 15624``, a valid cell string) and appear once.
 
+A file's indices are NATS-Bench's: they are matched with the tables' ``nats_index`` (each
+row's NATS-Bench index, recorded by the population), not with ``arch_index``, the archive's
+own index (the mini benchmark's cells are 0, 1, ... of its own meta). A table whose rows have
+no known NATS-Bench index is refused, naming it and ``key: arch_str``, which joins by the
+cell; tables built before ``nats_index`` existed use ``arch_index`` where the population's
+archive lists the whole TSS space (a NATS-Bench archive).
+
 Which robustness value a network gets. The result tables hold one row per TSS index, the
 copies of an isomorphism class repeating the measured representative (``measured_by``).
 The join gives every row its own index's robustness values; the correlations use the
@@ -47,6 +54,7 @@ __all__ = ["KEYS", "TSS_SIZE", "REFERENCE", "POPULATIONS", "load_robustness", "j
            "robustness_columns", "robustness_kendall", "robustness_plot"]
 
 KEYS = ("arch_index", "arch_str")
+NATS_INDEX = "nats_index"             # the tables' NATS-Bench index, which a join by arch_index matches
 TSS_SIZE = len(TSS_OPS) ** 6          # 15625 cells
 REFERENCE = "pre_ece_15"              # Fig. 3: every column against ECE (15 bins, before recalibration)
 POPULATIONS = (100, 1000, 5000, "all")
@@ -195,13 +203,33 @@ def robustness_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if c not in KEYS]
 
 
+def _nats_keys(tss: pd.DataFrame, where: str) -> np.ndarray:
+    """The NATS-Bench index of each TSS row (the tables' ``nats_index``): a join by index pairs
+    the file's indices with it, never with ``arch_index``, the archive's own (the mini
+    benchmark's 0, 1, ... are other cells'). ValueError naming the table where it is unknown."""
+    if NATS_INDEX in tss.columns:
+        unknown = tss[NATS_INDEX].isna().to_numpy()
+        if not unknown.any():
+            return tss[NATS_INDEX].to_numpy(dtype=np.int64)
+        first = tss[unknown].iloc[0]
+        table = f"result table {first['space']}_{first['hp']}_{first['dataset']}"
+        what = f"{int(unknown.sum())} of {len(tss)} TSS rows have no NATS-Bench index (nats_index null)"
+    else:
+        table, what = "the result tables", "no nats_index column (each row's NATS-Bench index)"
+    raise ValueError(f"{where}: {table}: {what}, so a join by arch_index cannot pair their rows with the right cells; "
+                     "join by the cell: robustness.key: arch_str")
+
+
 def join_robustness(table_df: pd.DataFrame, robustness_df: pd.DataFrame, key: str | None = None,
                     datasets: Sequence[str] | None = None) -> pd.DataFrame:
     """The TSS rows of ``table_df`` (result tables, one row per index and seed; ``datasets``:
     only these, if given) with the robustness values of their key appended (an inner join:
     rows whose key has no robustness row are dropped; table row order kept).
 
-    ``key``: ``arch_index`` or ``arch_str`` (default: ``robustness_df.attrs['key']``). A
+    ``key``: ``arch_index`` or ``arch_str`` (default: ``robustness_df.attrs['key']``); by
+    ``arch_index`` the file's NATS-Bench indices match the tables' ``nats_index`` (refused,
+    naming the table, where that is missing or null: the archive's own ``arch_index`` need not
+    be NATS-Bench's). A
     robustness column named like a table column is renamed ``{name}_robustness`` (logged).
     ``attrs['robustness_columns']`` lists the appended columns. Logs how many table rows
     and measured networks matched; ValueError if none (or no TSS rows, or an unknown key).
@@ -230,7 +258,7 @@ def join_robustness(table_df: pd.DataFrame, robustness_df: pd.DataFrame, key: st
     if key == "arch_str":
         table_keys = _canonical_tss(tss["arch_str"].tolist(), "result table")
     else:
-        table_keys = tss["arch_index"].to_numpy(dtype=np.int64)
+        table_keys = _nats_keys(tss, where)
     lookup = pd.Index(rob[key].to_numpy())
     if not lookup.is_unique:
         raise ValueError(f"{where}: duplicate keys in the robustness data frame")
@@ -504,22 +532,19 @@ def _named(exc: Exception, path: str, key: str) -> ValueError:
     return ValueError(text)
 
 
-def _check_indices(results: Path, path, key: str) -> None:
-    """A join by ``arch_index`` needs NATS-Bench's indices: a TSS population read from an
-    archive of another size (the mini benchmark: its own indices 0, 1, ...) would pair each
-    row with another cell's numbers, so it is refused, naming the key that joins right."""
+def _index_full_space(tss: pd.DataFrame, results: Path) -> pd.DataFrame:
+    """Tables built before they carried ``nats_index``: where the TSS population's archive
+    lists the whole space (a NATS-Bench archive), its ``arch_index`` is NATS-Bench's index."""
     import json
 
     from calibench.layout import population_path
 
+    if tss.empty or (NATS_INDEX in tss.columns and tss[NATS_INDEX].notna().all()):
+        return tss
     doc_path = population_path(results, "tss")
-    if key != "arch_index" or not doc_path.is_file():
-        return
-    archs = json.loads(doc_path.read_text()).get("arch_strs") or []
-    if len(archs) != TSS_SIZE:
-        raise ValueError(f"robustness table {str(path)!r} (key {key}): {doc_path} lists {len(archs)} TSS architectures "
-                         f"indexed by their own archive (not NATS-Bench's {TSS_SIZE:,}), so a join by arch_index "
-                         "would pair rows with other cells' numbers; join by the cell: robustness.key: arch_str")
+    if doc_path.is_file() and len(json.loads(doc_path.read_text()).get("arch_strs") or []) == TSS_SIZE:
+        return tss.assign(**{NATS_INDEX: tss["arch_index"]})
+    return tss
 
 
 def run(settings, tables, results: Path, plots: Path) -> dict:
@@ -534,7 +559,6 @@ def run(settings, tables, results: Path, plots: Path) -> dict:
     options, bins = settings["robustness"], settings["bins"]
     path, key = options["path"], options.get("key", "arch_index")
     datasets = options.get("datasets") or ["cifar10"]
-    _check_indices(results, path, key)
     try:
         table = load_robustness(path, key)
     except (OSError, ValueError) as exc:
@@ -542,7 +566,7 @@ def run(settings, tables, results: Path, plots: Path) -> dict:
     candidate = metric_candidates(bins)
     named = set(table.columns)  # a robustness column named like a table column is renamed in the join
     df = load_tables(tables, lambda c: candidate(c) or c in named)
-    tss = df[df["space"] == "tss"] if not df.empty else df
+    tss = _index_full_space(df[df["space"] == "tss"] if not df.empty else df, results)
     try:
         joined = join_robustness(tss, table, datasets=datasets)
     except (KeyError, ValueError) as exc:

@@ -18,6 +18,7 @@ from calibench.atomic import write_json_atomic
 from calibench.inference.jobs import store_chunk_logits
 from calibench.layout import population_path
 from calibench.sources.nats import population as pop
+from calibench.sources.nats.indices import nats_indices
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +44,8 @@ def logits_key(settings: Mapping, space: str, hp: str, dataset: str, index: int,
 
 
 def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
-    """Selected indices, chunks, every arch string and class representative of one space
-    (``settings``: :func:`calibench.config.settings.population_settings`)."""
+    """Selected indices, chunks, every arch string, class representative and NATS-Bench index
+    of one space (``settings``: :func:`calibench.config.settings.population_settings`)."""
     arch_strs = pop.read_meta(settings["archive"])
     meta_sha256 = store.file_sha256(Path(settings["archive"]) / "meta.pickle.pbz2")
     representatives = pop.representatives(space, arch_strs)
@@ -55,6 +56,8 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
         "meta_sha256": meta_sha256,  # the archive's identity in every logits key (calibench.store.logits)
         "arch_strs": arch_strs,
         "representatives": representatives,
+        # each member's NATS-Bench index (None where unknown): joins by index use it
+        "nats_index": nats_indices(space, arch_strs),
         "selected": selected,
         "chunks": pop.chunks(selected, int(settings["chunk_size"])),
     }

@@ -8,7 +8,10 @@ benchmark written in exactly the real on-disk formats (nats-bench-facts.md):
   plus one ``{index:06d}.pickle.pbz2`` per architecture, readable by
   ``nats_bench.create(dir, space, fast_mode=True)``. The architectures are real
   members of each space (TSS cells, SSS channel strings), re-indexed 0..n-1 in a
-  mini meta; the weights are those of real NATS network definitions.
+  mini meta; the weights are those of real NATS network definitions. Each has a known
+  NATS-Bench index (:mod:`calibench.sources.nats.indices`: TSS cells are drawn from a table
+  of 64 published cells, SSS indices are computed), which the population records
+  (``nats_index``) and joins by index use.
 * ``datasets/``: CIFAR-10 ``test_batch``, CIFAR-100 ``test``, ImageNet16-120
   ``val_data`` and an SVHN ``test_32x32.mat``, in their real formats, holding
   synthetic images: per-class smooth colour patterns, shifted and noised.
@@ -69,7 +72,8 @@ from calibench.inference import data as data_io
 from calibench.inference.data import IMAGE_SIZE, NUM_CLASSES
 from calibench.atomic import atomic_write
 from calibench.sources.nats.archive import arch_file
-from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, SSS_GENOTYPE, TSS_OPS, format_tss
+from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, SSS_GENOTYPE
+from calibench.sources.nats.indices import TSS_KNOWN
 from calibench.sources.nats.networks import build_network, count_parameters, inference_network, multiply_adds
 
 TSS_DIR = "NATS-tss-v1_0-3ffb9-full"
@@ -213,19 +217,23 @@ def _write_datasets(root: Path, rng: np.random.Generator, splits: dict[str, _Dat
 
 # ---------------------------------------------------------------- architectures
 
+def _tss_cells(n: int) -> tuple[list[str], list[str]]:
+    """The isomorphic pair and the other cells of :data:`TSS_KNOWN` (the mini benchmark's TSS
+    cells, each of known NATS-Bench index); ValueError if ``n`` is more than it holds."""
+    if n > len(TSS_KNOWN):
+        raise ValueError(f"n_tss = {n}: the mini benchmark draws its TSS cells from the {len(TSS_KNOWN)} cells of "
+                         "known NATS-Bench index (calibench.sources.nats.indices.TSS_KNOWN)")
+    cells = [arch for _, arch in TSS_KNOWN]
+    return cells[:2], cells[2:]
+
+
 def sample_tss_archs(rng: random.Random, n: int) -> list[str]:
-    """n distinct TSS cells. The first two are isomorphic (node 2 is conv3x3 of the input
-    either way, since node 1 = skip of the input), so representative expansion is exercised."""
-    a = (("skip_connect", 0),), (("none", 0), ("nor_conv_3x3", 1)), (("none", 0), ("none", 1), ("nor_conv_3x3", 2))
-    b = (("skip_connect", 0),), (("nor_conv_3x3", 0), ("none", 1)), (("none", 0), ("none", 1), ("nor_conv_3x3", 2))
-    archs = [format_tss(a), format_tss(b)]
-    while len(archs) < n:
-        ops = [rng.choice(TSS_OPS) for _ in range(6)]
-        cell = ((ops[0], 0),), ((ops[1], 0), (ops[2], 1)), ((ops[3], 0), (ops[4], 1), (ops[5], 2))
-        s = format_tss(cell)
-        if s not in archs:
-            archs.append(s)
-    return archs[:n]
+    """n distinct TSS cells of known NATS-Bench index (:data:`TSS_KNOWN`, at most 64). The
+    first two are its isomorphic pair (node 2 is conv3x3 of the input either way, since node
+    1 = skip of the input), so representative expansion is exercised; the others a random
+    choice of the rest."""
+    pair, rest = _tss_cells(n)
+    return (pair + rng.sample(rest, max(0, n - len(pair))))[:n]
 
 
 def sample_sss_archs(rng: random.Random, n: int) -> list[str]:
@@ -241,16 +249,17 @@ def sample_real_size_archs(space: str, rng: random.Random, n: int) -> list[str]:
     """n distinct architectures whose mean size makes real-size archive files of the real mean size.
 
     TSS starts with the same isomorphic pair as :func:`sample_tss_archs`; then each next
-    architecture is, of 16 random candidates, the one that brings the running mean of
-    parameter counts closest to the target (``REAL_MEAN_FILE_BYTES`` over the state dicts
-    per file and ``BZ2_BYTES_PER_PARAM``)."""
+    architecture is, of 16 random candidates (TSS: unused cells of :data:`TSS_KNOWN`), the
+    one that brings the running mean of parameter counts closest to the target
+    (``REAL_MEAN_FILE_BYTES`` over the state dicts per file and ``BZ2_BYTES_PER_PARAM``)."""
     target = REAL_MEAN_FILE_BYTES[space] / REAL_STATE_DICTS[space] / BZ2_BYTES_PER_PARAM[space]
     archs = sample_tss_archs(rng, 2)[:n] if space == "tss" else []
+    pool = _tss_cells(n)[1] if space == "tss" else []
     sizes = [_parameters(space, a) for a in archs]
     while len(archs) < n:
         if space == "tss":
-            candidates = [format_tss((((o[0], 0),), ((o[1], 0), (o[2], 1)), ((o[3], 0), (o[4], 1), (o[5], 2))))
-                          for o in ([rng.choice(TSS_OPS) for _ in range(6)] for _ in range(16))]
+            unused = [c for c in pool if c not in archs]
+            candidates = rng.sample(unused, min(16, len(unused)))
         else:
             candidates = [":".join(str(rng.choice(SSS_CHANNEL_CHOICES)) for _ in range(5)) for _ in range(16)]
         candidates = [c for c in dict.fromkeys(candidates) if c not in archs]
