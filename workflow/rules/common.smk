@@ -79,15 +79,13 @@ def _check_nats_inputs():
     missing one stops the run; once a space's population is written (its logits store is
     what later runs read) the missing ones are said in one line, and only networks not yet
     stored would need them (their jobs fail naming the file)."""
-    mini = config["minibench"]
-    built = Path(mini["dir"]).resolve() if mini["build"] else None
     nats = sorted({space for space, _ in TARGETS.values() if space in ("tss", "sss")})
     needed = [(f"archives.{s}", config["archives"][s], "meta.pickle.pbz2", [s]) for s in nats]
     needed += [("datasets_root", config["datasets_root"], "", nats)] if nats else []
     missing = []
     for key, value, inside, spaces in needed:
         path = Path(value, inside)
-        if path.exists() or (built is not None and path.resolve().is_relative_to(built)):
+        if path.exists() or stage.under_minibench(config, path, built=True):
             continue
         if not all(layout.population_path(RESULTS, s).is_file() for s in spaces):
             raise WorkflowError(f"{key} = {value}: " + (f"no {inside} there" if inside else "not found")
@@ -156,11 +154,10 @@ def labels_file(wildcards):
 
 def eval_data_input(space):
     """A torch population evaluated on the mini benchmark's datasets waits for the rule that builds them."""
-    mini = config["minibench"]
     spec = POPULATIONS.get(space) or {}
-    if spec.get("source") == "torch" and spec.get("datasets") and mini["build"] and \
-            Path(config["datasets_root"]).resolve().is_relative_to(Path(mini["dir"]).resolve()):
-        return [f"{mini['dir']}/README.txt"]
+    if spec.get("source") == "torch" and spec.get("datasets") and \
+            stage.under_minibench(config, config["datasets_root"], built=True):
+        return [f"{config['minibench']['dir']}/README.txt"]
     return []
 
 

@@ -23,23 +23,37 @@ def _choices(found: Sequence[str]) -> str:
     return ", ".join(found) if found else "none: run the workflow first"
 
 
+def _measured(results: Path, space: str) -> dict[str, set[str]]:
+    """{hp: datasets} with shards for ``space`` ("" for a population without schedules), read
+    from the folder names only (never the shard files themselves)."""
+    base = layout.shards_dir(results) / f"space={space}"
+    out: dict[str, set[str]] = {}
+    for part in (base.iterdir() if base.is_dir() else []):
+        key, _, value = part.name.partition("=")
+        if key == "hp" and part.is_dir():
+            out[value] = {d.name.split("=", 1)[1] for d in part.iterdir() if d.name.startswith("dataset=")}
+        elif key == "dataset":
+            out.setdefault("", set()).add(value)
+    return out
+
+
 def _hp_of(results: Path, space: str, dataset: str, hp: str | None) -> str:
     spaces = sorted(p.name.split("=", 1)[1] for p in layout.shards_dir(results).glob("space=*"))
     if space not in spaces:
         raise ValueError(f"--space {space}: no shards of it under {layout.shards_dir(results)} "
                          f"(spaces measured: {_choices(spaces)})")
-    datasets = sorted({p.name.split("=", 1)[1] for p in (layout.shards_dir(results) / f"space={space}").glob("**/dataset=*")})
+    measured = _measured(results, space)
+    datasets = sorted(set().union(*measured.values()))
     if dataset not in datasets:
         raise ValueError(f"--dataset {dataset}: not measured for space {space} (datasets: {_choices(datasets)})")
     if hp is not None:
-        hps = sorted(p.name.split("=", 1)[1] for p in (layout.shards_dir(results) / f"space={space}").glob("hp=*"))
+        hps = sorted(h for h in measured if h)
         if str(hp) not in hps:
             raise ValueError(f"--hp {hp}: not measured for space {space} (hps: {_choices(hps)})")
         return str(hp)
-    if layout.shard_dir(results, space, "", dataset).is_dir():
+    if dataset in measured.get("", set()):
         return ""  # a population beyond NATS-Bench: no schedule
-    found = sorted(p.name.split("=", 1)[1] for p in (layout.shards_dir(results) / f"space={space}").glob("hp=*")
-                   if (p / f"dataset={dataset}").is_dir())
+    found = sorted(h for h, held in measured.items() if h and dataset in held)
     if len(found) != 1:
         raise ValueError(f"{results}/shards/space={space}: {'no hp holds' if not found else f'hps {found} hold'} "
                          f"dataset {dataset}; give --hp")

@@ -267,12 +267,20 @@ def search_sample(selected: list[int], networks: int, seed: int) -> list[int]:
     return sorted(selected[i] for i in chosen)
 
 
+def under_minibench(config: Mapping, path: str | Path, built: bool = False) -> bool:
+    """Whether ``path`` lies in the mini benchmark's directory (config ``minibench.dir``);
+    with ``built``, only where this run builds it (``minibench.build``)."""
+    mini = config["minibench"]
+    if built and not mini["build"]:
+        return False
+    return Path(path).resolve().is_relative_to(Path(mini["dir"]).resolve())
+
+
 def is_demo(config: Mapping) -> bool:
     """Whether the NATS-Bench spaces are read from the mini benchmark (its archives under its
     directory), built by this run or before it: the report then says its numbers are a demo."""
     spaces = [s for s in config.get("spaces") or [] if s in ("tss", "sss")]
-    mini = Path(config["minibench"]["dir"]).resolve()
-    return bool(spaces) and all(Path(config["archives"][s]).resolve().is_relative_to(mini) for s in spaces)
+    return bool(spaces) and all(under_minibench(config, config["archives"][s]) for s in spaces)
 
 
 def analysis_settings(config: Mapping) -> dict:

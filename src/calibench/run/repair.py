@@ -86,25 +86,44 @@ def describe(manifest: Path, reasons: list[str], planning: bool = False) -> str:
 SET_ASIDE = ".changed"
 
 
-def set_aside(results: str | os.PathLike, changed: list[tuple[Path, list[str]]]) -> list[Path]:
-    """Rename each changed manifest, the measurement manifests of the same chunk (for an
-    inference chunk) and the tables they feed to ``*.changed``; returns what was renamed."""
-    results = Path(results)
-    moved: list[Path] = []
+def _measure_manifests(results: Path, changed: list[tuple[Path, list[str]]]) -> set[Path]:
+    """The measurement manifests that changed chunks make stale: a changed measurement chunk
+    itself, and every dataset's measurement of a changed inference chunk (they read its logits)."""
     measure: set[Path] = set()
     infer = str(layout.infer_manifest(".", "*", "*"))  # chunks/infer/*/chunk*.json
     for manifest, _ in changed:
-        if manifest.match(infer):  # the measurement chunks of every dataset read its logits
+        if manifest.match(infer):
             chunk = manifest.stem.removeprefix("chunk")
             measure.update(layout.matching(layout.measure_manifest(results, manifest.parent.name, "*", chunk)))
         else:
             measure.add(manifest)
-        moved.append(manifest)
+    return measure
+
+
+def affected_tables(results: str | os.PathLike, changed: list[tuple[Path, list[str]]]) -> dict[Path, list[str]]:
+    """Each result table that changed chunks feed, with the reasons (:func:`changed_chunks`)."""
+    results = Path(results)
+    reasons = {manifest: why for manifest, why in changed}
+    out: dict[Path, list[str]] = {}
+    for measure in sorted(_measure_manifests(results, changed)):
+        # a measurement manifest's folder is {target}_{dataset}; a dataset's name has no "_"
+        target, _, dataset = measure.parent.name.rpartition("_")
+        infer = layout.infer_manifest(results, target, measure.stem.removeprefix("chunk"))
+        why = reasons.get(measure, []) + reasons.get(infer, [])
+        out.setdefault(layout.table_path(results, target, dataset), []).extend(
+            r for r in why if r not in out.get(layout.table_path(results, target, dataset), []))
+    return out
+
+
+def set_aside(results: str | os.PathLike, changed: list[tuple[Path, list[str]]]) -> list[Path]:
+    """Rename each changed manifest, the measurement manifests of the same chunk (for an
+    inference chunk) and the tables they feed to ``*.changed``; returns what was renamed."""
+    results = Path(results)
+    measure = _measure_manifests(results, changed)
+    moved = [manifest for manifest, _ in changed]
     moved += sorted(measure - set(moved))
-    # a measurement manifest's folder is {target}_{dataset}; a dataset's name has no "_"
-    tables = {layout.table_path(results, *m.parent.name.rpartition("_")[::2]) for m in measure}
     renamed = []
-    for path in moved + sorted(tables):
+    for path in moved + sorted(affected_tables(results, changed)):
         if path.exists():
             os.replace(path, path.with_name(path.name + SET_ASIDE))
             renamed.append(path)

@@ -66,6 +66,8 @@ def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
 def _status(args: argparse.Namespace) -> int:
     """What is complete, missing, damaged or stale for the current config; runs nothing and
     changes no file (Snakemake's --summary, and the repair check in planning mode)."""
+    from calibench.run import repair
+
     config, targets = _config_and_targets(args)
     cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", "1", "--summary",
            *targets, *args.snakemake_args]
@@ -78,23 +80,24 @@ def _status(args: argparse.Namespace) -> int:
         cells = line.split("\t")
         if len(cells) >= 6 and cells[0] in targets:
             rows[cells[0]] = (cells[-2], cells[-1])  # status, plan
-    repairs = [line.removeprefix("calibench: ") for line in proc.stderr.splitlines() if line.startswith("calibench: ")]
+    results = Path(config["results"])
+    changed = repair.changed_chunks(results, logits=bool(config["keep_logits"]))
+    damaged = {str(table): why for table, why in repair.affected_tables(results, changed).items()}
     counts = {"complete": 0, "to run": 0}
     for target in targets:
         status, plan = rows.get(target, ("not planned", "?"))
-        stem = Path(target).stem  # {target}_{dataset}; a dataset's name has no "_"
-        damaged = [r for r in repairs if f"/measure/{stem}/" in r or f"/infer/{stem.rpartition('_')[0]}/" in r]
+        why_damaged = damaged.get(target)
         if target.endswith(".html") and counts["to run"]:  # the report is built from every table
             plan, status = "update pending", "after its tables"
-        word = "complete" if plan == "no update" and not damaged else "to run"
+        word = "complete" if plan == "no update" and not why_damaged else "to run"
         counts[word] += 1
-        why = ("damaged: " + damaged[0].split(": a run would", 1)[0] if damaged
+        why = ("damaged: " + "; ".join(why_damaged[:2]) if why_damaged
                else status if status != "ok" else "a job before it reruns: a setting or an input changed")
         print(f"{word:9s} {target}" + (f"  ({why})" if word != "complete" and why else ""))
-    for line in repairs:
-        print(f"repair: {line}")
+    for manifest, reasons in changed:
+        print(f"repair: {repair.describe(manifest, reasons, planning=True)}")
     print(f"{counts['complete']} complete, {counts['to run']} to run: "
-          + ("`calibench run` completes them" if counts["to run"] or repairs else "nothing to do"))
+          + ("`calibench run` completes them" if counts["to run"] or changed else "nothing to do"))
     return 0
 
 
