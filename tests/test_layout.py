@@ -76,7 +76,7 @@ def test_the_defaults_are_the_schemas():
     defaults = schema_defaults()
     assert defaults["recalibration"] == {"max_iterations": 2000, "tolerance": 1e-6, "hist_bins": 15,
                                          "spline_knots": 6, "odir": {"search": {
-                                             "networks": 64, "folds": 5, "seed": 0,
+                                             "networks": 64, "folds": 5, "seed": 0, "max_iterations": 1000,
                                              "grid": [1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3]}}}
     assert defaults["analysis"]["hcs_betas"] == [1, 2, 3]
     assert (defaults["batch_size"], defaults["loader_workers"], defaults["measure_group"]) == (1000, "auto", 8)
@@ -90,7 +90,7 @@ def test_the_defaults_are_the_schemas():
     search = settings.odir_search_settings(config)
     assert search == {"stages": ["ms", "dir"], "networks": 64, "folds": 5, "seed": 0,
                       "grid": [1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3], "split": {"val_fraction": 0.2, "seed": 42},
-                      "max_iterations": 2000, "tolerance": 1e-6, "fit_rules": settings.FIT_RULES}
+                      "max_iterations": 1000, "tolerance": 1e-6, "fit_rules": settings.FIT_RULES}
     given = dict(config, recalibration={"max_iterations": 50, "odir": {"search": {"folds": 3, "grid": [1.0]}}})
     search = settings.odir_search_settings(given)
     assert (search["folds"], search["grid"], search["networks"], search["max_iterations"]) == (3, [1.0], 64, 50)

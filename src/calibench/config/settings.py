@@ -253,7 +253,8 @@ def odir_search_settings(config: Mapping) -> dict:
             "networks": int(search["networks"]), "folds": int(search["folds"]), "seed": int(search["seed"]),
             "grid": [float(g) for g in search["grid"]],
             "split": {"val_fraction": config["temperature"]["val_fraction"], "seed": config["temperature"]["seed"]},
-            "max_iterations": rec["max_iterations"], "tolerance": rec["tolerance"], "fit_rules": FIT_RULES}
+            "max_iterations": min(int(rec["max_iterations"]), int(search["max_iterations"])),
+            "tolerance": rec["tolerance"], "fit_rules": FIT_RULES}
 
 
 def search_sample(selected: list[int], networks: int, seed: int) -> list[int]:
