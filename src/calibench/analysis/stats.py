@@ -51,12 +51,16 @@ def _interval(taus: np.ndarray, level: float) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+ZERO_WIDTH = 1e-9  # taus lie in [-1, 1]: an interval narrower than this is degenerate
+
+
 def interval_side(lo: float, hi: float, bound: float) -> bool | None:
     """True if the interval [lo, hi] lies strictly below ``bound``, False if strictly above,
     None if it contains it, is NaN, or has zero width (a degenerate interval, e.g. the
-    bootstrap of a few networks that all agree, is never significant)."""
+    bootstrap of a few networks that all agree, is never significant): a width below
+    :data:`ZERO_WIDTH` (the quantiles' rounding, e.g. [0.9999999999999999, 1]) counts as zero."""
     lo, hi = float(lo), float(hi)
-    if np.isnan(lo) or np.isnan(hi) or not hi > lo:
+    if np.isnan(lo) or np.isnan(hi) or not hi - lo > ZERO_WIDTH:
         return None
     return True if hi < bound else False if lo > bound else None
 

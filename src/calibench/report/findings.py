@@ -49,7 +49,7 @@ def _zero_text(lo: float, hi: float, level: float) -> str:
     side = stats.interval_side(lo, hi, 0.0)
     if side is not None:
         return f" (interval excludes 0: differs from 0 at {level:.0%})"
-    if not hi > lo:
+    if not hi - lo > stats.ZERO_WIDTH:
         return " (zero-width interval: not significant)"
     return f" (0 inside the interval: no difference from 0 at {level:.0%})"
 
