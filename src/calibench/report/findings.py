@@ -130,7 +130,7 @@ def _q5(nets: pd.DataFrame, b: int, level: float, m: int) -> list[dict]:
         out.append(_jackknife_row("q5", space, hp, dataset, f"{what}, all networks", part["accuracy"], part[col],
                                   level, m))
         high = part[part["accuracy"] > 0.9]
-        if len(high) >= max(m, 2):
+        if len(high) >= 2:
             out.append(_jackknife_row("q5", space, hp, dataset, f"{what}, accuracy > 90 %", high["accuracy"],
                                       high[col], level, m))
         else:
