@@ -98,12 +98,19 @@ def test_budget_covering_the_table_finds_the_global_optimum(request, fixture, ob
     values = hcs(df["accuracy"], df["pre_ece_15"], float(objective[4:])) if objective.startswith("hcs") \
         else df[objective].to_numpy()
     best = values.argmin() if objective == "pre_ece_15" else values.argmax()  # ECE is minimised
-    out = nas.nas_table(df, [objective], budget=60, repeats=5, seed=3)
+    # the searchers themselves (collapse=False): every run of every algorithm queries all 50
+    out = nas.nas_table(df, [objective], budget=60, repeats=5, seed=3, collapse=False)
+    assert len(out) == len(nas.ALGORITHMS) and not out["exhaustive"].any()
     assert (out["hit_rate"] == 1.0).all()
     assert (out["queries_mean"] == 50).all()  # absent architectures cost nothing; the run stops at 50
     assert (out["top_arch"] == df["arch_str"].iloc[best]).all()
     assert (out["top_arch_share"] == 1.0).all()
     assert np.allclose(out[f"{objective}_mean"], values[best]) and np.allclose(out[f"{objective}_sd"], 0)
+    # Table 1 as the report gets it: one exhaustive row, the optimum, the same numbers
+    ex = nas.nas_table(df, [objective], budget=60, repeats=5, seed=3)
+    assert ex[["algorithm", "exhaustive", "architectures", "queries_mean"]].values.tolist() == [["exhaustive", True, 50, 50]]
+    assert ex["top_arch"].iloc[0] == df["arch_str"].iloc[best] and ex["top_arch_index"].iloc[0] == best
+    assert ex[f"{objective}_mean"].iloc[0] == values[best] and np.isnan(ex[f"{objective}_sd"].iloc[0])
     for algorithm in nas.ALGORITHMS:
         r = nas.search(df, objective, algorithm, budget=50, seed=11)
         assert (r.arch_str, r.arch_index, r.queries) == (df["arch_str"].iloc[best], best, 50)
@@ -179,7 +186,8 @@ def test_evolution_leaves_a_closed_component_of_the_table():
     old = signal.signal(signal.SIGALRM, hang)
     signal.alarm(20)
     try:
-        out = nas.nas_table(df, ["accuracy"], ["evolution"], budget=len(df), repeats=20, population=3, sample=2)
+        out = nas.nas_table(df, ["accuracy"], ["evolution"], budget=len(df), repeats=20, population=3, sample=2,
+                            collapse=False)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
@@ -227,7 +235,7 @@ def test_rows_of_several_seeds_are_averaged_and_nan_rows_left_out(dense50):
     both = pd.concat([df, twin], ignore_index=True).sample(frac=1, random_state=0)  # rows in any order,
     last = both["arch_index"] == want.argmax()  # the best architecture's two rows last
     both = pd.concat([both[~last], both[last]])
-    out = nas.nas_table(both, ["accuracy"], ["random"], budget=50, repeats=2)
+    out = nas.nas_table(both, ["accuracy"], ["random"], budget=50, repeats=2, collapse=False)
     assert out["accuracy_mean"].iloc[0] == pytest.approx(want.max())
     assert (out["top_arch"].iloc[0], out["top_arch_index"].iloc[0]) == (df["arch_str"].iloc[want.argmax()],
                                                                         want.argmax())
@@ -286,3 +294,35 @@ def test_bad_inputs_raise_value_errors_naming_the_problem(dense50):
         nas.nas_table(dense50.assign(accuracy=np.nan), ["accuracy"])
     with pytest.raises(ValueError, match="bad edge"):
         nas.nas_table(dense50.assign(space="tss", arch_str="|x~0|+|none~0|none~1|+|none~0|none~1|none~2|"))
+
+
+def test_a_budget_reaching_a_six_row_table_reports_the_optimum_once():
+    """The mini benchmark's case (issue 25): budget 100 on 6 architectures. nas.csv holds one
+    exhaustive row per objective with the table's best, the report says so once, and the
+    finding names it; a budget below the table's size still searches (12 rows, not exhaustive)."""
+    from calibench.report.findings import findings
+
+    rng = np.random.default_rng(12)
+    df = table(ALL_TSS[:6], rng, "tss")
+    out = nas.nas_tables(df, {"repeats": 100, "budget": 100, "seed": 0})
+    assert out["objective"].tolist() == list(nas.OBJECTIVES) and out["exhaustive"].all()
+    assert (out["algorithm"] == "exhaustive").all() and (out["architectures"] == 6).all()
+    for objective in nas.OBJECTIVES:
+        values = hcs(df["accuracy"], df["pre_ece_15"], float(objective[4:])) if objective.startswith("hcs") \
+            else df[objective].to_numpy()
+        row = out[out["objective"] == objective].iloc[0]
+        assert row[f"{objective}_mean"] == values.max() and row["top_arch"] == df["arch_str"].iloc[values.argmax()]
+        assert row["accuracy_mean"] == df["accuracy"].iloc[values.argmax()]
+    page = nas.nas_tables_html(out)
+    assert page.count("Exhaustive") == 1 and "reaches all 6 architectures" in page and "Mean ± sd" not in page
+    assert page.count("(optimum)") == 4
+    found = findings(df, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), [15], min_networks=30,
+                     nas=out)
+    text = found.loc[found["question"] == "nas", "text"].tolist()
+    assert len(text) == 1 and text[0].startswith("exhaustive search (the budget 100 reaches all 6 architectures)")
+    best = out.set_index("objective")
+    assert found.loc[found["question"] == "nas", "value"].iloc[0] == pytest.approx(
+        best.loc["hcs_1", "accuracy_mean"] - best.loc["accuracy", "accuracy_mean"], abs=1e-15)
+    searched = nas.nas_tables(df, {"repeats": 3, "budget": 5})
+    assert len(searched) == 12 and not searched["exhaustive"].any()
+    assert "Exhaustive" not in nas.nas_tables_html(searched)

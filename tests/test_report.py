@@ -74,6 +74,11 @@ def test_question_5_and_6_taus_equal_direct_computations(run):
         if "accuracy > 90 %" in r.text:
             part = part[part["accuracy"] > 0.9]
         assert r.value == pytest.approx(_scipy(part["accuracy"], part["pre_ece_15"]), abs=1e-12)
+        if len(part) < 30:  # the schema's analysis.min_networks: tau without interval
+            assert r.text.endswith(f", too few networks to decide (n = {len(part)})") and "accuracy > 90 %" in r.text
+            assert np.isnan(r.lo) and np.isnan(r.hi) and pd.isna(r.interval)
+            checked += 1
+            continue
         want = stats.kendall_jackknife(part["accuracy"], part["pre_ece_15"], level)
         assert (r.value, r.lo, r.hi) == pytest.approx(want, abs=1e-12) and r.interval == "jackknife"
         assert f"{len(part)} networks" in r.text
@@ -220,35 +225,57 @@ def test_two_schedules_are_compared_in_question_6(tmp_path):
     q6 = re.search(r"<section id='q6'>(.*?)</section>", html, re.S).group(1)
     assert "plots/schedules/hp_comparison.png" in q6
     found = pd.read_csv(out["findings"], dtype={"hp": str})
-    extra = hp_compare.findings(want, BINS)
+    extra = hp_compare.findings(want, BINS, min_networks=30)  # the schema's analysis.min_networks
     assert len(extra) > 0 and set(extra["text"]) <= set(found.loc[found["question"] == "q6", "text"])
+    # at most 25 networks a table, fewer than the schema's 30: tau without interval, no decision
+    ns = extra["text"].str.extract(r"of (\d+) architectures\); tau [-\d.]+, too few networks to decide \(n = (\d+)\)$")
+    assert ns.notna().all().all() and (ns[0] == ns[1]).all() and (ns[0].astype(int) <= 25).all(), extra["text"]
+    assert extra["lo"].isna().all() and extra["interval"].isna().all()
 
 
 def test_the_papers_claims_are_tested_from_the_tables(run):
     """claims.csv: each claim's verdict follows from its per-table outcomes, and the
-    outcomes from direct computations (question 1 from the Kendall table's intervals,
-    question 6 from the medians)."""
+    outcomes from direct computations (question 1 from the Kendall table's intervals of
+    positive width on at least analysis.min_networks networks, question 6 from scipy's
+    Wilcoxon signed-rank test of the per-network relative changes)."""
+    from scipy.stats import wilcoxon
+
     claims = pd.read_csv(run["out"]["claims"])
     assert set(claims["question"]) == {"q1", "q3", "q4", "q5", "q6", "q7"}
     assert set(claims["claim"]) == {c for c, _ in rc.CLAIMS.values()}
     for r in claims.itertuples():
         undecided = str(r.evidence).count(": undecided")
-        assert r.verdict == rc._verdict(r.held, r.tested, undecided)
+        few = str(r.evidence).count("too few networks to decide")
+        assert r.verdict == rc._verdict(r.held, r.tested, undecided, few)
     assert rc._verdict(1, 1, 5) == "holds in 1 of 6 (5 undecided)" and rc._verdict(2, 2) == "holds"
     assert rc._verdict(0, 3) == "does not hold" and rc._verdict(0, 0, 2) == "undecided at this level"
+    assert rc._verdict(0, 0, 0, 4) == "undecided (too few networks)"
     kendall = pd.read_parquet(run["results"] / "analysis" / "kendall.parquet")
     q1 = kendall[(kendall["figure"] == "datasets") & (kendall["population"] == "all")
                  & (kendall["metric"] == "pre_ece_15") & (kendall["row"] < kendall["col"])]
+    assert (q1["n"] >= 30).all()  # 40 networks a table, the schema's minimum 30: every pair decides
+    wide_enough = q1["hi"] - q1["lo"] > 1e-9
     row = claims[claims["question"] == "q1"].iloc[0]
-    assert row["held"] == int((q1["hi"] < 0.5).sum()) and row["tested"] == int(((q1["hi"] < 0.5) | (q1["lo"] > 0.5)).sum())
+    assert row["held"] == int(((q1["hi"] < 0.5) & wide_enough).sum())
+    assert row["tested"] == int((((q1["hi"] < 0.5) | (q1["lo"] > 0.5)) & wide_enough).sum())
     nets = _nets(run["df"])
-    held = 0
+    held = tested = 0
     for _, part in nets.groupby(["space", "hp", "dataset"]):
-        change = {s: part[f"{s}_ece_{max(BINS)}"].median() / part[f"{s}_ece_{min(BINS)}"].median() for s in ("pre", "post")}
-        held += change["post"] > change["pre"]
-    assert claims[claims["question"] == "q6"].iloc[0]["held"] == held
+        change = {s: part[f"{s}_ece_{max(BINS)}"] / part[f"{s}_ece_{min(BINS)}"] - 1 for s in ("pre", "post")}
+        d = (change["post"] - change["pre"]).to_numpy()
+        d = d[np.isfinite(d)]
+        test = wilcoxon(d)
+        assert f"W = {test.statistic:.1f}, p = {test.pvalue:.3g}, n = {len(d)}" in claims.loc[
+            claims["question"] == "q6", "evidence"].iloc[0]
+        if test.pvalue < 1 - 0.9:  # the fixture's level
+            tested += 1
+            held += bool(np.median(d) > 0)
+    q6 = claims[claims["question"] == "q6"].iloc[0]
+    assert (q6["held"], q6["tested"]) == (held, tested)
     wide = claims[claims["claim"].str.startswith("Wider")].iloc[0]
-    assert wide["tested"] == 1  # cifar100 (the fixture's datasets: cifar10 and cifar100)
+    # cifar100 (the fixture's datasets: cifar10 and cifar100) has the 8 uniform-width networks: fewer than 30
+    assert wide["tested"] == 0 and wide["verdict"] == "undecided (too few networks)"
+    assert wide["evidence"].endswith("at 64: too few networks to decide (n = 8)")
     html = run["out"]["report"].read_text()
     sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", html, re.S))
     assert "Tao et al.: “The calibration property" in sections["q1"] and "Wider model" in sections["q7"]

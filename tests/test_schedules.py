@@ -148,7 +148,7 @@ def test_compare_hps_options_and_nothing_to_compare():
     single = df[df["hp"] != "12"]
     empty = hp_compare.compare_hps(single)
     assert empty.empty and list(empty.columns) == hp_compare.COLUMNS
-    assert hp_compare.findings(empty).empty and hp_compare.comparison_html(empty) == ""
+    assert hp_compare.findings(empty, min_networks=2).empty and hp_compare.comparison_html(empty) == ""
     # two schedules but no architecture measured under both: no rows
     apart = df[~((df["hp"] == "200") & (df["arch_index"] != 9))]
     assert hp_compare.compare_hps(apart).empty
@@ -167,7 +167,7 @@ def test_findings_and_html_name_the_schedules():
     from calibench.analysis.findings import FINDING_COLUMNS
 
     out = hp_compare.compare_hps(_two_hp_table())
-    found = hp_compare.findings(out, BINS)
+    found = hp_compare.findings(out, BINS, min_networks=2)
     assert list(found.columns) == FINDING_COLUMNS
     assert len(found) == 2 * 2  # pre and post at 15 bins, two datasets
     assert (found["question"] == "q6").all() and (found["hp"] == "12 vs 200").all()
@@ -177,6 +177,11 @@ def test_findings_and_html_name_the_schedules():
     assert first["value"] == want["tau"] and first["lo"] == want["lo"]
     assert "pre ECE (15 bins), tss hp 12 against hp 200, cifar10" in first["text"]
     assert f"median {want['median_a']:.3f} against {want['median_b']:.3f}" in first["text"]
+    assert f"[{want['lo']:.2f}, {want['hi']:.2f}]" in first["text"] and "too few" not in first["text"]
+    # below analysis.min_networks architectures: tau without its interval, and no decision
+    few = hp_compare.findings(out, BINS, min_networks=int(want["n"]) + 1).iloc[0]
+    assert few["text"].endswith(f"tau {want['tau']:.2f}, too few networks to decide (n = {int(want['n'])})")
+    assert few["value"] == want["tau"] and math.isnan(few["lo"]) and pd.isna(few["interval"])
     page = hp_compare.comparison_html(out)
     assert "hp 12: median [IQR]" in page and "hp 200: median [IQR]" in page and "<table" in page
     assert "iso" not in page  # pre and post only by default

@@ -10,6 +10,12 @@
 
 * :func:`kendall_jackknife`: tau-b's jackknife normal interval, about 20x cheaper.
 
+What a finding may conclude from them (issue 25: decide only with enough data):
+:func:`interval_side` (an interval on one side of a bound; a zero-width interval, or one
+with NaN, decides nothing) and :func:`wilcoxon_paired` (paired Wilcoxon signed-rank test,
+``scipy.stats.wilcoxon``), each used only from a minimum number of networks (the config's
+``analysis.min_networks``).
+
 NaN policy (that of ``analysis.kendall_matrix``): a pair of columns uses the rows where
 neither value is NaN; with fewer than two such rows, or a constant column among them,
 tau is NaN. Infinite values are ordinary values (ranked, tied with each other).
@@ -31,7 +37,7 @@ import pandas as pd
 from calibench.analysis.tau_b import (_count, _dense_ranks, _jackknife_interval, _level, _pair,
                                       _tau_and_leave_one_out, jackknife_taus, kendall_jackknife, kendall_tau)
 
-__all__ = ["kendall_tau", "bootstrap_indices", "bootstrap_taus", "kendall_bootstrap", "jackknife_taus",
+__all__ = ["interval_side", "wilcoxon_paired", "kendall_tau", "bootstrap_indices", "bootstrap_taus", "kendall_bootstrap", "jackknife_taus",
            "kendall_jackknife", "kendall_matrix_ci", "kendall_cross_ci"]
 
 
@@ -43,6 +49,38 @@ def _interval(taus: np.ndarray, level: float) -> tuple[float, float]:
         return float("nan"), float("nan")
     lo, hi = np.quantile(ok, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
+
+
+ZERO_WIDTH = 1e-9  # taus lie in [-1, 1]: an interval narrower than this is degenerate
+
+
+def interval_side(lo: float, hi: float, bound: float) -> bool | None:
+    """True if the interval [lo, hi] lies strictly below ``bound``, False if strictly above,
+    None if it contains it, is NaN, or has zero width (a degenerate interval, e.g. the
+    bootstrap of a few networks that all agree, is never significant): a width below
+    :data:`ZERO_WIDTH` (the quantiles' rounding, e.g. [0.9999999999999999, 1]) counts as zero."""
+    lo, hi = float(lo), float(hi)
+    if np.isnan(lo) or np.isnan(hi) or not hi - lo > ZERO_WIDTH:
+        return None
+    return True if hi < bound else False if lo > bound else None
+
+
+def wilcoxon_paired(x, y) -> tuple[float, float, int, float]:
+    """(statistic, p-value, n, median difference) of the two-sided Wilcoxon signed-rank test
+    of the paired differences ``y - x`` (``scipy.stats.wilcoxon``, zero differences
+    dropped as its default ``zero_method="wilcox"``) over the pairs where both are finite;
+    n counts those pairs. Statistic and p are NaN when no difference is non-zero."""
+    from scipy.stats import wilcoxon
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"x and y must be 1-d arrays of one length, got shapes {x.shape} and {y.shape}")
+    d = (y - x)[np.isfinite(x) & np.isfinite(y)]
+    median = float(np.median(d)) if len(d) else float("nan")
+    if not np.any(d != 0):
+        return float("nan"), float("nan"), len(d), median
+    res = wilcoxon(d)
+    return float(res.statistic), float(res.pvalue), len(d), median
 
 
 def bootstrap_taus(x, y, resamples: int = 1000, seed: int = 0) -> np.ndarray:

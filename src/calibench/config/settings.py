@@ -312,7 +312,8 @@ def analysis_parts(config: Mapping) -> list[str]:
 
 def part_settings(settings: Mapping, part: str) -> dict:
     """What one analysis part's outputs depend on, out of :func:`analysis_settings`; ``report``:
-    what the report adds (bins, the interval level, the demo flag)."""
+    what the report adds (bins, the interval level, the demo flag, the fewest networks a
+    finding decides on)."""
     analysis = settings["analysis"]
 
     def pick(*keys):
@@ -335,7 +336,8 @@ def part_settings(settings: Mapping, part: str) -> dict:
         "schedules": lambda: {"level": level, "demo": demo},
         "robustness": lambda: {"robustness": dict(settings.get("robustness") or {}), "analysis": pick("top_k"),
                                "bins": bins, "demo": demo},
-        "report": lambda: {"bins": bins, "level": level, "demo": demo},
+        "report": lambda: {"bins": bins, "level": level, "demo": demo,
+                           "min_networks": int(analysis.get("min_networks", schema_default("analysis", "min_networks")))},
     }
     if part not in chosen:
         raise ValueError(f"unknown analysis part {part!r}")

@@ -58,7 +58,7 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     :func:`calibench.config.settings.analysis_part_settings` of ``report``)."""
     results = Path(results)
     parts = [p for p in analysis_parts.PARTS if p in set(settings["parts"])]
-    bins, level = settings["bins"], settings["level"]
+    bins, level, few = settings["bins"], settings["level"], settings["min_networks"]
     manifests = {p: analysis_parts.read_manifest(results, p) for p in parts}
     out = analysis_dir(results)
     nets = _networks(tables, bins)
@@ -70,17 +70,17 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     brackets = _read(results, "sss_size_brackets.parquet", parts, "architecture")
     edges = _read(results, "tss_edge_ops.parquet", parts, "architecture")
     found = findings(nets, kendall, q4, pd.DataFrame() if brackets is None else brackets,
-                     pd.DataFrame() if edges is None else edges, bins, level,
+                     pd.DataFrame() if edges is None else edges, bins, level, min_networks=few,
                      robustness=_read(results, "robustness_kendall.parquet", parts, "robustness"),
                      nas=_read(results, "nas.csv", parts, "nas"),
                      architecture=architecture.findings(kernel, width, bins) if kernel is not None else ())
     comparison = _read(results, "hp_comparison.parquet", parts, "schedules")
     if comparison is not None:
-        extra = schedules.findings(comparison, bins)
+        extra = schedules.findings(comparison, bins, min_networks=few)
         if not extra.empty:
             found = pd.concat([found, extra], ignore_index=True)
     found.to_csv(out / "findings.csv", index=False)
-    claimed = claims(nets, kendall, q4, bins, level, width)
+    claimed = claims(nets, kendall, q4, bins, level, width, min_networks=few)
     claimed.to_csv(out / "claims.csv", index=False)
 
     pieces: dict[str, list[tuple[int, str]]] = {sid: [] for sid, _, _ in SECTIONS}

@@ -1,5 +1,12 @@
 """The paper's qualitative answers (Tao et al., ICLR 2024, project page), each put to a stated
-test on these tables (``analysis/claims.csv``) and shown at the head of its question's section."""
+test on these tables (``analysis/claims.csv``) and shown at the head of its question's section.
+
+Decide only with enough data (issue 25): a table (or pair of datasets) with fewer than
+``min_networks`` networks (``analysis.min_networks``) decides nothing ("too few networks to
+decide (n = 5)"); an interval decides only where it has positive width and lies on one side
+of the bound (:func:`calibench.analysis.stats.interval_side`); question 6 is a paired
+Wilcoxon signed-rank test (:func:`calibench.analysis.stats.wilcoxon_paired`), not a
+comparison of medians. A claim no table can decide reads "undecided (too few networks)"."""
 
 from __future__ import annotations
 
@@ -11,9 +18,9 @@ import pandas as pd
 
 from calibench.analysis import stats
 from calibench.analysis.tables import nearest_bins
-from calibench.report.findings import MIN_NETWORKS
+from calibench.report.findings import too_few
 
-__all__ = ["CLAIMS", "CLAIM_COLUMNS", "claims", "claims_html"]
+__all__ = ["CLAIMS", "CLAIM_COLUMNS", "claims", "claims_html", "bins_outcome"]
 
 # Tao et al.'s answers (project page of the paper), and the test each is put to here.
 CLAIMS = {
@@ -30,69 +37,106 @@ CLAIMS = {
            "prediction performance.",
            "accuracy against ECE: tau below 0 at this level above 90 % accuracy, and not below 0 over all networks"),
     "q6": ("The bin size has a more substantial impact on post-ECE.",
-           "the median ECE changes more (relatively) from the fewest to the most bins after temperature scaling "
-           "than before"),
+           "per network, the relative change of ECE from the fewest to the most bins after temperature scaling "
+           "against before: paired Wilcoxon signed-rank test (two-sided), p below 1 - level, positive median "
+           "difference"),
     "q7": ("Wider model can worsen calibration performance, especially when dealing with complex datasets.",
            "uniform-width SSS networks: ECE of the widest above that of the narrowest, on CIFAR-100 and "
-           "ImageNet16-120"),
+           "ImageNet16-120 (decided only from the minimum number of uniform-width networks)"),
 }
 CLAIM_COLUMNS = ["question", "claim", "test", "verdict", "held", "tested", "evidence"]
 _ERROR_METRICS = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace", "ksce", "ks_top2", "ks_within_top2",
                   "kdece", "mmce", "nll", "brier")
 
 
-def _verdict(held: int, tested: int, undecided: int = 0) -> str:
-    """``tested`` outcomes that decide (held of them yes), ``undecided`` that do not."""
+FEW = "few"  # an outcome on too few networks to decide
+
+
+def _verdict(held: int, tested: int, undecided: int = 0, few: int = 0) -> str:
+    """``tested`` outcomes that decide (held of them yes), ``undecided`` that do not at this
+    level, ``few`` on too few networks."""
     if not tested:
-        return "undecided at this level" if undecided else "not tested (no data)"
-    if held == tested and not undecided:
-        return "holds"
-    if held == 0 and not undecided:
-        return "does not hold"
-    return f"holds in {held} of {tested + undecided}" + (f" ({undecided} undecided)" if undecided else "")
+        if undecided:
+            return "undecided at this level" + (f" ({few} with too few networks)" if few else "")
+        return "undecided (too few networks)" if few else "not tested (no data)"
+    if not undecided and not few:
+        if held == tested:
+            return "holds"
+        if held == 0:
+            return "does not hold"
+    rest = [f"{undecided} undecided"] * bool(undecided) + [f"{few} with too few networks"] * bool(few)
+    return f"holds in {held} of {tested + undecided + few}" + (f" ({', '.join(rest)})" if rest else "")
 
 
-def _claim(key: str, outcomes: Sequence[tuple[str, bool | None]]) -> dict:
-    """``outcomes``: (what was tested, True/False, or None where the data cannot decide)."""
-    decided = [(what, ok) for what, ok in outcomes if ok is not None]
+def _few(what: str, n: int) -> tuple[str, str]:
+    return f"{what}: {too_few(n)}", FEW
+
+
+def _claim(key: str, outcomes: Sequence[tuple[str, bool | None | str]]) -> dict:
+    """``outcomes``: (what was tested, True/False, None where the test cannot decide, or
+    :data:`FEW` where there are too few networks)."""
+    decided = [(what, ok) for what, ok in outcomes if ok is not None and ok is not FEW]
+    few = sum(ok is FEW for _, ok in outcomes)
     held = sum(ok for _, ok in decided)
-    evidence = "; ".join(f"{what}: {'yes' if ok else 'no' if ok is not None else 'undecided'}"
+    evidence = "; ".join(what if ok is FEW else f"{what}: {'yes' if ok else 'no' if ok is not None else 'undecided'}"
                          for what, ok in outcomes)
     claim, test = CLAIMS[key]
     return {"question": key[:2], "claim": claim, "test": test,
-            "verdict": _verdict(held, len(decided), len(outcomes) - len(decided)),
+            "verdict": _verdict(held, len(decided), len(outcomes) - len(decided) - few, few),
             "held": held, "tested": len(decided), "evidence": evidence}
 
 
-def _below(lo: float, hi: float, bound: float) -> bool | None:
-    """True if the interval lies below ``bound``, False if above, None if it contains it."""
-    if np.isnan(lo) or np.isnan(hi):
-        return None
-    return True if hi < bound else False if lo > bound else None
+def bins_outcome(what: str, pre_lo, pre_hi, post_lo, post_hi, level: float, min_networks: int) -> tuple[str, object]:
+    """Question 6 on one table (arrays per network: ECE before and after temperature scaling
+    at the fewest and the most bins): the relative change ``hi / lo - 1`` per network, post
+    against pre, by :func:`calibench.analysis.stats.wilcoxon_paired`. True where p < 1 - level
+    and the median difference (post - pre) is positive, False where p < 1 - level and it is
+    negative, None otherwise; :data:`FEW` below ``min_networks`` pairs."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pre = np.asarray(pre_hi, float) / np.asarray(pre_lo, float) - 1
+        post = np.asarray(post_hi, float) / np.asarray(post_lo, float) - 1
+    w, p, n, diff = stats.wilcoxon_paired(pre, post)
+    if n < min_networks:
+        return _few(what, n)
+    ok = np.isfinite(pre) & np.isfinite(post)
+    text = (f"{what}: median change pre {np.median(pre[ok]):+.0%}, post {np.median(post[ok]):+.0%}; Wilcoxon "
+            f"signed-rank W = {w:.1f}, p = {p:.3g}, n = {n}")
+    if np.isnan(p) or p >= 1 - level or diff == 0:
+        return text, None
+    return text, bool(diff > 0)
 
 
 def claims(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, bins: Sequence[int],
-           level: float = 0.95, width: pd.DataFrame | None = None) -> pd.DataFrame:
+           level: float = 0.95, width: pd.DataFrame | None = None, *, min_networks: int) -> pd.DataFrame:
     """Which of the paper's qualitative claims (:data:`CLAIMS`) hold on these tables, at
     ``level``: each claim's test over every table (or pair of datasets) it applies to, with
     the verdict ("holds", "does not hold", "holds in k of n", undecided where an interval
-    contains the bound) and the evidence per table."""
+    contains the bound or has zero width, "too few networks" below ``min_networks``) and the
+    evidence per table."""
+    m = int(min_networks)
     b = nearest_bins(bins)
     out = []
     if not kendall.empty:
         k = kendall[(kendall["figure"] == "datasets") & (kendall["population"] == "all")
                     & (kendall["metric"] == f"pre_ece_{b}") & (kendall["row"] < kendall["col"])]
-        out.append(_claim("q1", [(f"{r.space} {r.row}/{r.col} tau {r.tau:.2f}", _below(r.lo, r.hi, 0.5))
+        out.append(_claim("q1", [_few(f"{r.space} {r.row}/{r.col} tau {r.tau:.2f}", r.n) if r.n < m else
+                                 (f"{r.space} {r.row}/{r.col} tau {r.tau:.2f} [{r.lo:.2f}, {r.hi:.2f}], {r.n} "
+                                  f"networks", stats.interval_side(r.lo, r.hi, 0.5))
                                  for r in k.itertuples()]))
-        m = kendall[(kendall["figure"] == "metrics") & (kendall["population"] == "all") & kendall["stage"].isna()]
+        mk = kendall[(kendall["figure"] == "metrics") & (kendall["population"] == "all") & kendall["stage"].isna()]
         errors = {f"pre_{e}_{b}" for e in _ERROR_METRICS} | {f"pre_{e}" for e in _ERROR_METRICS}
-        m = m[m["row"].isin(errors) & m["col"].isin(errors) & (m["row"] != m["col"])]
+        mk = mk[mk["row"].isin(errors) & mk["col"].isin(errors) & (mk["row"] != mk["col"])]
         outcomes, unreliable = [], []
-        for (space, hp, dataset), part in m.groupby(["space", "hp", "dataset"]):
+        for (space, hp, dataset), part in mk.groupby(["space", "hp", "dataset"]):
+            n = int(part["n"].min())
+            if n < m:
+                outcomes.append(_few(f"{space} {dataset}", n))
+                unreliable.append(_few(f"{space} {dataset}", n))
+                continue
             pairs = part[part["row"] < part["col"]].dropna(subset=["lo"])
             if len(pairs):
-                positive = int((pairs["lo"] > 0).sum())
-                outcomes.append((f"{space} {dataset}: {positive} of {len(pairs)} pairs above 0",
+                positive = sum(stats.interval_side(r.lo, r.hi, 0.0) is False for r in pairs.itertuples())
+                outcomes.append((f"{space} {dataset}: {positive} of {len(pairs)} pairs above 0, {n} networks",
                                  positive > len(pairs) / 2))
             medians = part.groupby("row")["tau"].median().dropna()
             em = f"pre_cwce_em_{b}"
@@ -103,22 +147,25 @@ def claims(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, bins: Se
         out.append(_claim("q3b", unreliable))
     if not q4.empty:
         post = q4[q4["stage"] == "post"]
-        out.append(_claim("q4", [(f"{r.space} {r.dataset} tau {r.tau:.2f}", _below(r.lo, r.hi, 0.5))
+        out.append(_claim("q4", [_few(f"{r.space} {r.dataset} tau {r.tau:.2f}", r.n) if r.n < m else
+                                 (f"{r.space} {r.dataset} tau {r.tau:.2f} [{r.lo:.2f}, {r.hi:.2f}], {r.n} networks",
+                                  stats.interval_side(r.lo, r.hi, 0.5))
                                  for r in post.itertuples()]))
     col = f"pre_ece_{b}"
     outcomes = []
     for (space, hp, dataset), part in nets.groupby(["space", "hp", "dataset"]):
+        if col not in part:
+            continue
         high = part[part["accuracy"] > 0.9]
-        if col not in part or len(high) < MIN_NETWORKS:
-            outcomes.append((f"{space} {dataset}: {len(high)} networks above 90 %", None))
+        if len(high) < max(m, 2):
+            outcomes.append(_few(f"{space} {dataset}: networks above 90 %", len(high)))
             continue
         _, lo_h, hi_h = stats.kendall_jackknife(high["accuracy"], high[col], level)
         _, lo_a, hi_a = stats.kendall_jackknife(part["accuracy"], part[col], level)
-        if np.isnan(hi_h) or np.isnan(hi_a):
-            outcomes.append((f"{space} {dataset}", None))
-            continue
-        outcomes.append((f"{space} {dataset}: above 90 % [{lo_h:.2f}, {hi_h:.2f}], all [{lo_a:.2f}, {hi_a:.2f}]",
-                         bool(hi_h < 0 and hi_a >= 0)))
+        below_h = stats.interval_side(lo_h, hi_h, 0.0)
+        ok = None if below_h is None else bool(below_h and stats.interval_side(lo_a, hi_a, 0.0) is not True)
+        outcomes.append((f"{space} {dataset}: above 90 % [{lo_h:.2f}, {hi_h:.2f}] ({len(high)} networks), all "
+                         f"[{lo_a:.2f}, {hi_a:.2f}] ({len(part)})", ok))
     out.append(_claim("q5", outcomes))
     lo_b, hi_b = min(bins), max(bins)
     outcomes = []
@@ -126,9 +173,7 @@ def claims(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, bins: Se
         cols = [f"{s}_ece_{x}" for s in ("pre", "post") for x in (lo_b, hi_b)]
         if lo_b == hi_b or not all(c in part for c in cols):
             continue
-        change = {s: part[f"{s}_ece_{hi_b}"].median() / part[f"{s}_ece_{lo_b}"].median() - 1 for s in ("pre", "post")}
-        outcomes.append((f"{space} {dataset}: pre {change['pre']:+.0%}, post {change['post']:+.0%}",
-                         bool(change["post"] > change["pre"])))
+        outcomes.append(bins_outcome(f"{space} {dataset}", *(part[c] for c in cols), level, m))
     out.append(_claim("q6", outcomes))
     outcomes = []
     if width is not None and not width.empty and col in width:
@@ -136,8 +181,9 @@ def claims(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, bins: Se
             if dataset == "cifar10" or len(part) < 2:
                 continue
             first, last = part.iloc[0], part.iloc[-1]
-            outcomes.append((f"{dataset}: {first[col]:.3f} at width {int(first['width'])}, {last[col]:.3f} at "
-                             f"{int(last['width'])}", bool(last[col] > first[col])))
+            what = (f"{dataset}: {first[col]:.3f} at width {int(first['width'])}, {last[col]:.3f} at "
+                    f"{int(last['width'])}")
+            outcomes.append(_few(what, len(part)) if len(part) < m else (what, bool(last[col] > first[col])))
     out.append(_claim("q7", outcomes))
     return pd.DataFrame(out, columns=CLAIM_COLUMNS)
 

@@ -2,9 +2,14 @@
 the analysis parts' outputs (``analysis/findings.csv``).
 
 A finding is e.g. "pre ECE (15 bins) across datasets, tss hp 200, cifar10 vs cifar100: tau
-0.62 [0.58, 0.66] (bootstrap)". Intervals come from the Kendall table
+0.62 [0.58, 0.66] (bootstrap), 200 networks". Intervals come from the Kendall table
 (:func:`calibench.analysis.kendall.kendall_all`) or, for taus computed here (questions 5 and
 6), from :func:`calibench.analysis.stats.kendall_jackknife`.
+
+Decide only with enough data (issue 25): a tau on fewer than ``min_networks`` networks (the
+config's ``analysis.min_networks``) is stated without interval and reads "too few networks
+to decide (n = 5)" (``lo``, ``hi`` and ``interval`` empty); question 4's "differs from 0"
+needs an interval of positive width that excludes 0 (:func:`calibench.analysis.stats.interval_side`).
 """
 
 from __future__ import annotations
@@ -18,9 +23,12 @@ from calibench.analysis import stats
 from calibench.analysis.findings import FINDING_COLUMNS, finding_row
 from calibench.analysis.tables import nearest_bins
 
-__all__ = ["FINDING_COLUMNS", "MIN_NETWORKS", "finding_row", "findings"]
+__all__ = ["FINDING_COLUMNS", "finding_row", "findings", "too_few"]
 
-MIN_NETWORKS = 10  # question 5's networks above 90 % accuracy: fewer give no tau
+
+def too_few(n: int) -> str:
+    """The words of a finding or claim outcome on too few networks."""
+    return f"too few networks to decide (n = {int(n)})"
 
 
 def _name(space, hp) -> str:
@@ -34,26 +42,44 @@ def _interval_text(lo: float, hi: float, interval) -> str:
     return f" [{lo:.2f}, {hi:.2f}]" + (f" ({interval})" if isinstance(interval, str) and interval else "")
 
 
+def _zero_text(lo: float, hi: float, level: float) -> str:
+    """What the interval says of tau = 0 (question 4): a degenerate interval decides nothing."""
+    if np.isnan(lo) or np.isnan(hi):
+        return ""
+    side = stats.interval_side(lo, hi, 0.0)
+    if side is not None:
+        return f" (interval excludes 0: differs from 0 at {level:.0%})"
+    if not hi - lo > stats.ZERO_WIDTH:
+        return " (zero-width interval: not significant)"
+    return f" (0 inside the interval: no difference from 0 at {level:.0%})"
 
 
-def _tau_text(what: str, tau: float, lo: float, hi: float, interval, n: int | None = None) -> str:
-    nets = f", {n} networks" if n is not None else ""
-    return f"{what}: tau {tau:.2f}{_interval_text(lo, hi, interval)}{nets}"
+def _tau_row(question, space, hp, dataset, what: str, tau, lo, hi, interval, n: int, min_networks: int,
+             zero_level: float | None = None) -> dict:
+    """A tau finding: with its interval (and, given ``zero_level``, whether it excludes 0)
+    from ``min_networks`` networks on, else tau alone and "too few networks to decide"."""
+    n = int(n)
+    if n < min_networks:
+        return finding_row(question, space, hp, dataset, f"{what}: tau {tau:.2f}, {too_few(n)}", tau)
+    verdict = "" if zero_level is None else _zero_text(lo, hi, zero_level)
+    return finding_row(question, space, hp, dataset,
+                       f"{what}: tau {tau:.2f}{_interval_text(lo, hi, interval)}, {n} networks{verdict}",
+                       tau, lo, hi, interval)
 
 
-def _q1(kendall: pd.DataFrame, b: int) -> list[dict]:
+def _q1(kendall: pd.DataFrame, b: int, m: int) -> list[dict]:
     out = []
     k = kendall[(kendall["figure"] == "datasets") & (kendall["population"] == "all")
                 & kendall["metric"].isin([f"pre_ece_{b}", f"post_ece_{b}"]) & (kendall["row"] < kendall["col"])]
     for r in k.itertuples():
         stage = r.metric.split("_", 1)[0]
-        out.append(finding_row("q1", r.space, r.hp, "*", _tau_text(
-            f"{stage} ECE ({b} bins) across datasets, {_name(r.space, r.hp)}, {r.row} vs {r.col}",
-            r.tau, r.lo, r.hi, r.interval, r.n), r.tau, r.lo, r.hi, r.interval))
+        out.append(_tau_row("q1", r.space, r.hp, "*",
+                            f"{stage} ECE ({b} bins) across datasets, {_name(r.space, r.hp)}, {r.row} vs {r.col}",
+                            r.tau, r.lo, r.hi, r.interval, r.n, m))
     return out
 
 
-def _q2(robustness: pd.DataFrame | None) -> list[dict]:
+def _q2(robustness: pd.DataFrame | None, m: int) -> list[dict]:
     if robustness is None or robustness.empty:
         return []
     out = []
@@ -61,64 +87,58 @@ def _q2(robustness: pd.DataFrame | None) -> list[dict]:
                    & (robustness["metric"] == robustness["metric"].iloc[0])].dropna(subset=["tau"])
     for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
         strongest = part.loc[part["tau"].abs().idxmax()]
-        out.append(finding_row("q2", space, hp, dataset, _tau_text(
-            f"{strongest['metric']} against robustness, {_name(space, hp)}, {dataset}: strongest column "
-            f"{strongest['robustness']} (median tau over {len(part)} columns {part['tau'].median():.2f})",
-            strongest["tau"], strongest["lo"], strongest["hi"], None, int(strongest["n"])),
-            strongest["tau"], strongest["lo"], strongest["hi"]))
+        out.append(_tau_row("q2", space, hp, dataset,
+                            f"{strongest['metric']} against robustness, {_name(space, hp)}, {dataset}: strongest "
+                            f"column {strongest['robustness']} (median tau over {len(part)} columns "
+                            f"{part['tau'].median():.2f})",
+                            strongest["tau"], strongest["lo"], strongest["hi"], None, int(strongest["n"]), m))
     return out
 
 
-def _q3(kendall: pd.DataFrame, b: int) -> list[dict]:
+def _q3(kendall: pd.DataFrame, b: int, m: int) -> list[dict]:
     out = []
     ref = f"pre_ece_{b}"
     k = kendall[(kendall["figure"] == "metrics") & (kendall["population"] == "all") & kendall["stage"].isna()
                 & (kendall["row"] == ref) & (kendall["col"] != ref)].dropna(subset=["tau"])
     for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
         for label, r in (("most", part.loc[part["tau"].idxmax()]), ("least", part.loc[part["tau"].idxmin()])):
-            out.append(finding_row("q3", space, hp, dataset, _tau_text(
-                f"ECE ({b} bins) agrees {label} with {r['col']} ({_name(space, hp)}, {dataset})",
-                r["tau"], r["lo"], r["hi"], r["interval"], int(r["n"])), r["tau"], r["lo"], r["hi"], r["interval"]))
+            out.append(_tau_row("q3", space, hp, dataset,
+                                f"ECE ({b} bins) agrees {label} with {r['col']} ({_name(space, hp)}, {dataset})",
+                                r["tau"], r["lo"], r["hi"], r["interval"], int(r["n"]), m))
     return out
 
 
-def _q4(q4: pd.DataFrame, b: int) -> list[dict]:
-    out = []
-    for r in q4.itertuples():
-        verdict = "" if np.isnan(r.lo) else (" (differs from 0 at this level)" if r.lo > 0 or r.hi < 0
-                                             else " (0 inside the interval)")
-        out.append(finding_row("q4", r.space, r.hp, r.dataset, _tau_text(
-            f"pre/{r.stage} ECE at {b} bins ({_name(r.space, r.hp)}, {r.dataset})",
-            r.tau, r.lo, r.hi, r.interval, int(r.n)) + verdict, r.tau, r.lo, r.hi, r.interval))
-    return out
+def _q4(q4: pd.DataFrame, b: int, level: float, m: int) -> list[dict]:
+    return [_tau_row("q4", r.space, r.hp, r.dataset, f"pre/{r.stage} ECE at {b} bins ({_name(r.space, r.hp)}, "
+                     f"{r.dataset})", r.tau, r.lo, r.hi, r.interval, int(r.n), m, zero_level=level)
+            for r in q4.itertuples()]
 
 
-def _jackknife_row(question, space, hp, dataset, what, x, y, level) -> dict:
+def _jackknife_row(question, space, hp, dataset, what, x, y, level, m: int) -> dict:
     tau, lo, hi = stats.kendall_jackknife(x, y, level)
     n = int(np.count_nonzero(~(np.isnan(np.asarray(x, float)) | np.isnan(np.asarray(y, float)))))
-    return finding_row(question, space, hp, dataset, _tau_text(what, tau, lo, hi, "jackknife", n), tau, lo, hi,
-                "jackknife")
+    return _tau_row(question, space, hp, dataset, what, tau, lo, hi, "jackknife", n, m)
 
 
-def _q5(nets: pd.DataFrame, b: int, level: float) -> list[dict]:
+def _q5(nets: pd.DataFrame, b: int, level: float, m: int) -> list[dict]:
     out = []
     col = f"pre_ece_{b}"
     for (space, hp, dataset), part in nets.groupby(["space", "hp", "dataset"]):
         if col not in part:
             continue
-        out.append(_jackknife_row("q5", space, hp, dataset, f"accuracy against ECE ({b} bins), {_name(space, hp)}, "
-                                  f"{dataset}, all networks", part["accuracy"], part[col], level))
+        what = f"accuracy against ECE ({b} bins), {_name(space, hp)}, {dataset}"
+        out.append(_jackknife_row("q5", space, hp, dataset, f"{what}, all networks", part["accuracy"], part[col],
+                                  level, m))
         high = part[part["accuracy"] > 0.9]
-        if len(high) >= MIN_NETWORKS:
-            out.append(_jackknife_row("q5", space, hp, dataset, f"accuracy against ECE ({b} bins), {_name(space, hp)}, "
-                                      f"{dataset}, accuracy > 90 %", high["accuracy"], high[col], level))
+        if len(high) >= 2:
+            out.append(_jackknife_row("q5", space, hp, dataset, f"{what}, accuracy > 90 %", high["accuracy"],
+                                      high[col], level, m))
         else:
-            out.append(finding_row("q5", space, hp, dataset, f"{_name(space, hp)}, {dataset}: {len(high)} networks above "
-                                                      f"90 % accuracy (fewer than {MIN_NETWORKS}: no tau)"))
+            out.append(finding_row("q5", space, hp, dataset, f"{what}, accuracy > 90 %: {too_few(len(high))}"))
     return out
 
 
-def _q6(nets: pd.DataFrame, bins: Sequence[int], level: float) -> list[dict]:
+def _q6(nets: pd.DataFrame, bins: Sequence[int], level: float, m: int) -> list[dict]:
     out = []
     lo_b, hi_b = min(bins), max(bins)
     if lo_b == hi_b:
@@ -129,9 +149,9 @@ def _q6(nets: pd.DataFrame, bins: Sequence[int], level: float) -> list[dict]:
             if a not in part or z not in part:
                 continue
             ma, mz = part[a].median(), part[z].median()
-            row = _jackknife_row("q6", space, hp, dataset, f"{stage} ECE at {lo_b} against {hi_b} bins, "
-                                 f"{_name(space, hp)}, {dataset} (median {ma:.3f} → {mz:.3f})", part[a], part[z], level)
-            out.append(row)
+            out.append(_jackknife_row("q6", space, hp, dataset, f"{stage} ECE at {lo_b} against {hi_b} bins, "
+                                      f"{_name(space, hp)}, {dataset} (median {ma:.3f} → {mz:.3f})", part[a],
+                                      part[z], level, m))
     return out
 
 
@@ -159,11 +179,14 @@ def _q7(brackets: pd.DataFrame, edges: pd.DataFrame, extra: Sequence[dict]) -> l
 
 
 def _nas(nas: pd.DataFrame | None) -> list[dict]:
+    """Per table: evolution by the first HCS objective against evolution by accuracy; where
+    the search was exhaustive (``exhaustive`` rows of nas.csv), the optimum by each, said once."""
     if nas is None or nas.empty:
         return []
     out = []
-    evo = nas[nas["algorithm"] == "evolution"] if "evolution" in set(nas["algorithm"]) else nas
-    for (space, hp, dataset), part in evo.groupby(["space", "hp", "dataset"]):
+    for (space, hp, dataset), table in nas.groupby(["space", "hp", "dataset"]):
+        exhaustive = table["exhaustive"].astype(bool) if "exhaustive" in table else pd.Series(False, table.index)
+        part = table[table["algorithm"] == "evolution"] if "evolution" in set(table["algorithm"]) else table
         by = part.set_index("objective")
         if "accuracy" not in by.index:
             continue
@@ -173,32 +196,38 @@ def _nas(nas: pd.DataFrame | None) -> list[dict]:
             ece = next((c[:-5] for c in by.columns if c.startswith("pre_ece") and c.endswith("_mean")), None)
             ece_text = "" if ece is None else (f", ECE {100 * h[f'{ece}_mean']:.2f} % against "
                                                f"{100 * acc[f'{ece}_mean']:.2f} %")
+            if exhaustive.loc[part.index].all():
+                head = (f"exhaustive search (the budget {int(h['budget'])} reaches all {int(h['architectures'])} "
+                        f"architectures): the optimum by {objective} ({_name(space, hp)}, {dataset}) has accuracy")
+            else:
+                head = f"{h['algorithm']} by {objective} ({_name(space, hp)}, {dataset}): accuracy"
             out.append(finding_row("nas", space, hp, dataset,
-                            f"{h['algorithm']} by {objective} ({_name(space, hp)}, {dataset}): accuracy "
-                            f"{100 * h['accuracy_mean']:.2f} % against {100 * acc['accuracy_mean']:.2f} % by "
-                            f"accuracy{ece_text}", h["accuracy_mean"] - acc["accuracy_mean"]))
+                                   f"{head} {100 * h['accuracy_mean']:.2f} % against {100 * acc['accuracy_mean']:.2f} "
+                                   f"% by accuracy{ece_text}", h["accuracy_mean"] - acc["accuracy_mean"]))
     return out
 
 
 def findings(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, brackets: pd.DataFrame,
-             edges: pd.DataFrame, bins: Sequence[int], level: float = 0.95, *,
+             edges: pd.DataFrame, bins: Sequence[int], level: float = 0.95, *, min_networks: int,
              robustness: pd.DataFrame | None = None, nas: pd.DataFrame | None = None,
              architecture: Sequence[dict] = ()) -> pd.DataFrame:
     """Every finding of the report, tidy (``FINDING_COLUMNS``): question, space, hp, dataset,
     the sentence, and its number with interval where it is a tau. ``nets``: measured
     networks (one row per network and seed); ``q4``: :func:`calibench.analysis.kendall.question4_findings`;
-    ``architecture``: further question-7 rows (dicts with the same keys)."""
+    ``architecture``: further question-7 rows (dicts with the same keys); ``min_networks``:
+    the fewest networks a tau's interval is stated on (``analysis.min_networks``)."""
     b = nearest_bins(bins)
     rows = []
+    m = int(min_networks)
     if not kendall.empty:
-        rows += _q1(kendall, b)
-    rows += _q2(robustness)
+        rows += _q1(kendall, b, m)
+    rows += _q2(robustness, m)
     if not kendall.empty:
-        rows += _q3(kendall, b)
+        rows += _q3(kendall, b, m)
     if not q4.empty:
-        rows += _q4(q4, b)
-    rows += _q5(nets, b, level)
-    rows += _q6(nets, bins, level)
+        rows += _q4(q4, b, level, m)
+    rows += _q5(nets, b, level, m)
+    rows += _q6(nets, bins, level, m)
     rows += _q7(brackets, edges, architecture)
     rows += _nas(nas)
     return pd.DataFrame(rows, columns=FINDING_COLUMNS)

@@ -33,7 +33,10 @@ another is drawn, so a mutation is uniform over the parent's neighbours present 
 table; a parent without any present neighbour is replaced by a uniformly random
 architecture of the table. Evolution cannot stall: after ``population`` children in a
 row that were all queried before, the next child is a random unqueried architecture. A
-run stops after ``min(budget, architectures in the table)`` distinct queries. A table
+run stops after ``min(budget, architectures in the table)`` distinct queries, so where the
+budget reaches the table's size every algorithm and run queries every architecture: Table 1
+then holds one ``exhaustive`` row per objective, the table's optimum, instead of identical
+repeats (issue 25). A table
 with several rows per architecture (seeds) is reduced to the mean over its rows, HCS
 computed per row first (as ``calibench.analysis.hcs.hcs_table``).
 """
@@ -364,13 +367,16 @@ def search(df: pd.DataFrame, objective: str = "accuracy", algorithm: str = "evol
 def nas_table(df: pd.DataFrame, objectives: Sequence[str] = OBJECTIVES, algorithms: Sequence[str] = ALGORITHMS,
               budget: int = BUDGET, repeats: int = REPEATS, seed: int = SEED, *, population: int = POPULATION,
               sample: int = SAMPLE, metrics: Sequence[str] = METRICS,
-              maximize: Mapping[str, bool] | None = None) -> pd.DataFrame:
+              maximize: Mapping[str, bool] | None = None, collapse: bool = True) -> pd.DataFrame:
     """Tao et al. Table 1: one row per (algorithm, objective) with the mean and sd (ddof 1)
     over ``repeats`` runs of each metric of the found architecture (``{m}_mean``,
     ``{m}_sd``; ``metrics`` the table cannot give are left out, the objectives are always
     in), ``hit_rate`` (share of runs that found an architecture with the best value of the
     objective), ``queries_mean``, and the architecture found most often (``top_arch``,
-    ``top_arch_index``, ``top_arch_share``; ties: the one found first)."""
+    ``top_arch_index``, ``top_arch_share``; ties: the one found first) and ``exhaustive``
+    (False). Where ``budget`` reaches the objective's architectures (and ``collapse``), every
+    run would query them all: one row with algorithm ``exhaustive``, ``exhaustive`` True,
+    the optimum's metrics (``_sd`` NaN), hit rate 1, ``repeats`` 1 (:func:`_optimum_row`)."""
     objectives, algorithms = list(objectives), list(algorithms)
     if not objectives or not algorithms:
         raise ValueError("need at least one objective and one algorithm")
@@ -383,6 +389,9 @@ def nas_table(df: pd.DataFrame, objectives: Sequence[str] = OBJECTIVES, algorith
         up = maximize.get(objective, _maximised(objective))
         land = _landscape(oracle, objective, up)
         best = land.score.max()
+        if collapse and budget >= land.n:
+            rows.append(_optimum_row(oracle, land, objective, up, budget, seed, shown))
+            continue
         for algorithm in algorithms:
             run = _SEARCHERS[algorithm]
             found = np.empty(repeats, np.int64)
@@ -404,8 +413,24 @@ def nas_table(df: pd.DataFrame, objectives: Sequence[str] = OBJECTIVES, algorith
             row["top_arch"] = str(oracle.arch_str[top])
             row["top_arch_index"] = None if oracle.arch_index is None else int(oracle.arch_index[top])
             row["top_arch_share"] = float(counts.max() / repeats)
+            row["exhaustive"] = False
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _optimum_row(oracle: _Oracle, land: _Landscape, objective: str, up: bool, budget: int, seed: int,
+                 shown: Sequence[str]) -> dict:
+    """The row of an exhaustive search: the best architecture of the landscape (the first in
+    table order among equals), as every algorithm's every run would find it."""
+    top = land.rows[_found(land, np.arange(land.n))]
+    row = {"algorithm": "exhaustive", "objective": objective, "maximize": up, "budget": budget, "repeats": 1,
+           "seed": seed, "architectures": land.n}
+    for m in shown:
+        row[f"{m}_mean"], row[f"{m}_sd"] = float(oracle.values[m][top]), np.nan
+    row.update({"hit_rate": 1.0, "queries_mean": float(land.n), "top_arch": str(oracle.arch_str[top]),
+                "top_arch_index": None if oracle.arch_index is None else int(oracle.arch_index[top]),
+                "top_arch_share": 1.0, "exhaustive": True})
+    return row
 
 
 def _percent(metric: str) -> bool:
@@ -419,12 +444,21 @@ def _display(table: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
                and c != "queries_mean"]
     head = ["algorithm", "objective", *[f"{m} (%)" if _percent(m) else m for m in metrics], "hit rate",
             "most often found (share)"]
+    exhaustive = table["exhaustive"].astype(bool) if "exhaustive" in table else pd.Series(False, table.index)
     protocol = ""
-    if len(table):
-        t = table.iloc[0]
+    searched = table[~exhaustive]
+    if len(searched):
+        t = searched.iloc[0]
         seed, repeats = int(t["seed"]), int(t["repeats"])
         protocol = (f"Mean ± sd over {repeats} runs (seeds {seed}..{seed + repeats - 1}), "
                     f"budget {int(t['budget'])} distinct architectures.")
+    if exhaustive.any():
+        t = table[exhaustive].iloc[0]
+        which = "" if exhaustive.all() else f" for {', '.join(table.loc[exhaustive, 'objective'])}"
+        protocol = (protocol + " " if protocol else "") + (
+            f"Exhaustive{which}: the budget ({int(t['budget'])} distinct architectures) reaches all "
+            f"{int(t['architectures'])} architectures of the table, so every algorithm and run queries every one; "
+            f"the optimum is shown instead of identical repeats.")
 
     def cell(mean, sd, pct):
         if pd.isna(mean):
@@ -434,8 +468,11 @@ def _display(table: pd.DataFrame) -> tuple[list[str], list[list[str]], str]:
         return fmt.format(mean * k) + ("" if pd.isna(sd) else " ± " + fmt.format(sd * k))
 
     rows = []
-    for _, r in table.iterrows():
+    for i, r in table.iterrows():
         values = [cell(r[f"{m}_mean"], r[f"{m}_sd"], _percent(m)) for m in metrics]
+        if exhaustive[i]:
+            rows.append([str(r["algorithm"]), str(r["objective"]), *values, "optimum", f"{r['top_arch']} (optimum)"])
+            continue
         rows.append([str(r["algorithm"]), str(r["objective"]), *values, f"{100 * r['hit_rate']:.0f}%",
                      f"{r['top_arch']} ({100 * r['top_arch_share']:.0f}%)"])
     return head, rows, protocol

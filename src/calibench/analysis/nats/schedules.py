@@ -220,26 +220,30 @@ def _ordered(part: pd.DataFrame, stages: Sequence[str]) -> pd.DataFrame:
 
 
 def findings(comparison: pd.DataFrame, bins: Sequence[int] | None = None,
-             stages: Sequence[str] = ("pre", "post")) -> pd.DataFrame:
+             stages: Sequence[str] = ("pre", "post"), *, min_networks: int) -> pd.DataFrame:
     """The report's question-6 sentences on the schedules (``calibench.analysis.findings.FINDING_COLUMNS``),
     one per (space, dataset, pair, stage) at the bin count nearest 15 among ``bins``
     (default: those of ``comparison``): the two medians, the median paired difference and
-    tau with its interval. ``hp`` reads "12 vs 200"; ``value`` is tau."""
+    tau with its interval. ``hp`` reads "12 vs 200"; ``value`` is tau. Below ``min_networks``
+    architectures (``analysis.min_networks``) tau has no interval: "too few networks to decide"."""
     if comparison.empty:
         return pd.DataFrame(columns=FINDING_COLUMNS)
     b = nearest_bins(list(bins) if bins else sorted(set(comparison["bins"])))
     part = _ordered(comparison[(comparison["bins"] == b) & comparison["stage"].isin(list(stages))], stages)
     rows = []
     for r in part.itertuples():
-        ci = "" if r.interval is None or pd.isna(r.interval) else f" [{r.lo:.2f}, {r.hi:.2f}] ({r.interval})"
+        few = r.n < min_networks
+        ci = "" if few or r.interval is None or pd.isna(r.interval) else f" [{r.lo:.2f}, {r.hi:.2f}] ({r.interval})"
+        ci += f", too few networks to decide (n = {int(r.n)})" if few else ""
         tau = "n/a" if math.isnan(r.tau) else f"{r.tau:.2f}"
         text = (f"{r.stage} {r.metric.upper()} ({b} bins), {r.space} hp {r.hp_a} against hp {r.hp_b}, {r.dataset}: "
                 f"median {r.median_a:.3f} against {r.median_b:.3f}, median paired difference {r.median_diff:+.3f} "
                 f"(lower under hp {r.hp_b} for {100 * r.share_b_lower:.0f} % of {r.n} architectures); "
                 f"tau {tau}{ci}")
         rows.append({"question": "q6", "space": r.space, "hp": f"{r.hp_a} vs {r.hp_b}", "dataset": r.dataset,
-                     "text": text, "value": float(r.tau), "lo": float(r.lo), "hi": float(r.hi),
-                     "interval": None if r.interval is None or pd.isna(r.interval) else r.interval})
+                     "text": text, "value": float(r.tau), "lo": np.nan if few else float(r.lo),
+                     "hi": np.nan if few else float(r.hi),
+                     "interval": None if few or r.interval is None or pd.isna(r.interval) else r.interval})
     return pd.DataFrame(rows, columns=FINDING_COLUMNS)
 
 
