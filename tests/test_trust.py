@@ -204,7 +204,7 @@ def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_
     proc = subprocess.run(status, cwd=run, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert f"to run    results/tables/sss_90_cifar100.parquet  (damaged: " in proc.stdout and f"{shard}: deleted" in proc.stdout
+    assert "to run    results/tables/sss_90_cifar100.parquet  (damaged: " in proc.stdout and f"{shard}: deleted" in proc.stdout
     assert "to run    results/report.html  (after its tables)" in lines
     assert lines[-1] == "5 complete, 2 to run: `calibench run` completes them"
     assert _snapshot(run) == before

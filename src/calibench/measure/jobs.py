@@ -208,7 +208,7 @@ def _read_stored(results: Path, space: str, hp: str, dataset: str, index: int, e
     path = layout.logits_path(results, space, hp, dataset, index)
     if not path.is_file():
         raise store.StoreError(path, "logits file missing (deleted under keep_logits: false, or moved); rerun its "
-                                     f"inference: snakemake --forcerun infer (or delete results/chunks/infer)")
+                                     "inference: snakemake --forcerun infer (or delete results/chunks/infer)")
     stored = store.read_network_logits(path)
     if stored.key != expected_key:
         raise store.StoreError(path, f"written for logits key {stored.key}, but its inference job recorded "

@@ -325,8 +325,8 @@ class _Wide:
         contiguous); NaN where no value. Empties ``shards``."""
         out = np.full((len(self.rows), len(self.columns)), np.nan, order="F")
         if not self.duplicates:
-            for rows, group, layout, values in self.shards:
-                cols = self.mapped[layout][1]
+            for rows, group, shape, values in self.shards:
+                cols = self.mapped[shape][1]
                 out[position[rows[0]] if group is None else position[rows][group], cols] = values
             self.shards.clear()
             return out
