@@ -331,9 +331,9 @@ class _Wide:
             self.shards.clear()
             return out
         # Per cell the first non-missing value, as groupby().first().
-        flat = np.concatenate([self.mapped[layout][1] * len(self.rows) +
+        flat = np.concatenate([self.mapped[shape][1] * len(self.rows) +
                                (position[rows[0]] if group is None else position[rows][group])
-                               for rows, group, layout, _ in self.shards])
+                               for rows, group, shape, _ in self.shards])
         values = np.concatenate([values for *_, values in self.shards])
         self.shards.clear()
         present = ~np.isnan(values)
