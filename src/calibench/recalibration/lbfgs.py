@@ -230,9 +230,9 @@ def _lbfgs_direction(state, g, it: int, memory: int):
     if n_hist == 0:
         return hg
     order = torch.tensor([(it - n_hist + j) % memory for j in range(n_hist)], device=g.device)
-    S, PY = state["S"], state["PY"]
-    a_all = _bmv(S, g)  # S^T g, every slot
-    c_all = _bmv(PY, g)  # (P Y)^T g
+    SPY = state["SPY"]  # S and P Y stacked: one pass over them per product
+    ac = _bmv(SPY, g)  # S^T g and (P Y)^T g, every slot
+    a_all, c_all = ac[:, :memory], ac[:, memory:]
     a, c = a_all[:, order], gamma * c_all[:, order]
     sy = state["SY"][:, order][:, :, order]
     ypy = gamma[:, :, None] * state["YPY"][:, order][:, :, order]
@@ -247,7 +247,7 @@ def _lbfgs_direction(state, g, it: int, memory: int):
     coef2 = torch.zeros_like(a_all)
     coef1[:, order] = p1
     coef2[:, order] = gamma * p2
-    return hg + _bmv(S, coef1, transpose=True) + _bmv(PY, coef2, transpose=True)
+    return hg + _bmv(SPY, torch.cat([coef1, coef2], dim=1), transpose=True)
 
 
 def _lbfgs_update(state, slot: int, good, s_vec, y_vec, py, sy):
@@ -258,10 +258,11 @@ def _lbfgs_update(state, slot: int, good, s_vec, y_vec, py, sy):
         s_vec = torch.where(good[:, None], s_vec, zero)
         y_vec = torch.where(good[:, None], y_vec, zero)
         py = torch.where(good[:, None], py, zero)
-    S, Y, PY = state["S"], state["Y"], state["PY"]
-    S[:, slot], Y[:, slot], PY[:, slot] = s_vec, y_vec, py
+    Y, SPY = state["Y"], state["SPY"]
+    memory = Y.shape[1]
+    SPY[:, slot], Y[:, slot], SPY[:, memory + slot] = s_vec, y_vec, py
     state["SY"][:, slot, :] = _bmv(Y, s_vec)
-    state["SY"][:, :, slot] = _bmv(S, y_vec)
+    state["SY"][:, :, slot] = _bmv(SPY[:, :memory], y_vec)
     ypy = _bmv(Y, py)
     state["YPY"][:, slot, :] = ypy
     state["YPY"][:, :, slot] = ypy
@@ -273,8 +274,9 @@ def _lbfgs_update(state, slot: int, good, s_vec, y_vec, py, sy):
 def _lbfgs_new_preconditioner(state, pre):
     """Recompute the cached P Y and Y^T P Y after the preconditioner changed."""
     Y = state["Y"]
-    state["PY"] = PY = _apply_preconditioner(pre, Y)
-    state["YPY"] = torch.stack([_bmv(Y, PY[:, i]) for i in range(Y.shape[1])], dim=2)
+    memory = Y.shape[1]
+    state["SPY"][:, memory:] = PY = _apply_preconditioner(pre, Y)
+    state["YPY"] = torch.stack([_bmv(Y, PY[:, i]) for i in range(memory)], dim=2)
 
 
 def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, theta0=None,
@@ -330,9 +332,8 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
     pre = preconditioner(xcat, weight, lam_, mu_, q)
     work = dict(x=x, xcat=xcat, yi=yi, weight=weight, lam_=lam_, mu_=mu_)
     state = dict(theta=theta, u=u, q=q, f=f, reg=reg, g=g,
-                 S=torch.zeros(bsz, memory, p, dtype=dt, device=dev),
+                 SPY=torch.zeros(bsz, 2 * memory, p, dtype=dt, device=dev),  # S, then P Y
                  Y=torch.zeros(bsz, memory, p, dtype=dt, device=dev),
-                 PY=torch.zeros(bsz, memory, p, dtype=dt, device=dev),
                  SY=torch.zeros(bsz, memory, memory, dtype=dt, device=dev),
                  YPY=torch.zeros(bsz, memory, memory, dtype=dt, device=dev),
                  valid=torch.zeros(bsz, memory, dtype=torch.bool, device=dev),
