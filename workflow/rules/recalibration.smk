@@ -3,7 +3,8 @@ rule odir_search:
     dataset): 5-fold cross-validated NLL on the validation parts of a seeded sample of the
     population's networks, from the logits store (recalibration-spec.md). Runs only for the
     stages whose lambda, mu the config leaves null."""
-    threads: 2  # one such job per table, often alone: its L-BFGS fits use two threads
+    # one thread: the fits are per-network matrix-vector products that a second thread barely
+    # speeds up (112 % CPU with two), so two searches side by side finish sooner
     input:
         logits=odir_manifests,
         labels=labels_file,
