@@ -19,7 +19,7 @@ import pandas as pd
 from scipy.stats import kendalltau
 
 from calibench.analysis import stats
-from calibench.analysis.plots import heatmap, heatmap_panels, pyplot
+from calibench.analysis.plots import DPI, annotate, annotation_fontsize, heatmap, heatmap_panels, pyplot
 from calibench.analysis.tables import (FIGURE_BINNED, FIGURE_UNBINNED, KEYS, STAGE_NAMES, STAGES, binned, demo_suffix,
                                        figure_bins, first_seed, label, load_tables, measured, method_stages,
                                        metric_candidates, metric_columns, nearest_bins, stage_order, table_columns,
@@ -329,15 +329,19 @@ def make_plots(kendall: pd.DataFrame, demo: str, plots: Path) -> list[tuple[str,
     return made
 
 
-def _methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path: Path) -> None:
-    """Question 4 for every method of one table: one pre-vs-method heatmap per stage."""
+def _methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path: Path) -> float | None:
+    """Question 4 for every method of one table: one pre-vs-method heatmap per stage; returns
+    the font size of the cell values (None: left out, :func:`plots.annotation_fontsize`)."""
     plt = pyplot()
     ncols = min(4, len(stages))
     nrows = -(-len(stages) // ncols)
     size = int(block.groupby("stage")["col"].nunique().max())  # bin counts of a panel
     side = 1.0 + 0.3 * max(size, 3)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols + 0.8, side * nrows + 0.5), squeeze=False,
+    width = side * ncols + 0.8
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width, side * nrows + 0.5), squeeze=False,
                              layout="constrained")
+    cells = int(block.groupby("stage")["row"].nunique().max()) * size
+    fontsize = annotation_fontsize(cells, width, 0.3)  # a panel's cell: about 0.3 in
     im = None
     for ax, stage in zip(axes.flat, stages):
         m = block[block["stage"] == stage]
@@ -349,20 +353,15 @@ def _methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path
         ax.set_xlabel(f"{stage} ECE, bins", fontsize=8)
         ax.set_ylabel("pre ECE, bins", fontsize=8)
         ax.set_title(f"{stage}: {STAGE_NAMES.get(stage, stage)}", fontsize=8)
-        if size <= 12:
-            for i in range(len(rows)):
-                for j in range(len(cols)):
-                    v = grid.values[i, j]
-                    if np.isfinite(v):
-                        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
-                                color="white" if abs(v) > 0.6 else "black")
+        annotate(ax, grid.to_numpy(dtype=float), fontsize)
     for ax in list(axes.flat)[len(stages):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     if im is not None:
         fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="Kendall tau-b")
-    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing clipped: long titles, legends below
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")  # nothing clipped: long titles, legends below
     plt.close(fig)
+    return fontsize
 
 
 def method_plots(kendall: pd.DataFrame, methods: Sequence[str], demo: str, plots: Path) -> list[tuple[str, Path]]:

@@ -24,11 +24,12 @@ from calibench.analysis.kendall import question4_findings
 from calibench.analysis.nats import architecture, schedules
 from calibench.analysis.tables import KEYS, first_seed, load_tables, measured, nearest_bins, table_stages
 from calibench.config.settings import part_settings
-from calibench.layout import analysis_dir, report_path
+from calibench.layout import STAGES, analysis_dir, report_path
 from calibench.report.claims import claims, claims_html
 from calibench.report.findings import findings
 from calibench.report.page import SECTIONS, write_report
 from calibench.results.failures import html as failures_html
+from calibench.results.failures import underdetermined_counts
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,13 @@ def _networks(tables: Sequence[str | Path], bins: Sequence[int]) -> pd.DataFrame
     wanted = {*KEYS, "accuracy", f"pre_ece_{b}", *(f"{s}_ece_{x}" for s in ("pre", "post") for x in (lo, hi))}
     df = load_tables(tables, wanted)
     return first_seed(measured(df))
+
+
+def underdetermined_stages(tables: Sequence[str | Path]) -> list[str]:
+    """The stages flagged ``{stage}_fit_underdetermined`` for some network of some table, in
+    stage order (recalibration-spec.md, "Common rules")."""
+    flagged = {stage for t in tables for stage, k in underdetermined_counts(t)[1].items() if k}
+    return [s for s in STAGES if s in flagged] + sorted(flagged - set(STAGES))
 
 
 def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
@@ -95,7 +103,8 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     blocks = {sid: "\n".join(text for _, text in sorted(items, key=lambda item: item[0]) if text)
               for sid, items in pieces.items()}
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only
-    page = write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks)
+    page = write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks,
+                        underdetermined=underdetermined_stages(tables))
     log.info("report written: %s, %d parts, %d figures, %d findings", page, len(parts), len(plots), len(found))
     return {"report": page, "findings": out / "findings.csv", "claims": out / "claims.csv"}
 

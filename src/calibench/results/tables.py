@@ -563,8 +563,13 @@ def provenance_summary(table: str | Path) -> str:
     lines = [f"{table}"]
     if groups is None:
         return "\n".join(lines + ["  built before tables recorded provenance: rebuild it to see"])
-    total = sum(g["rows"] for g in groups)
-    lines.append(f"  {total} rows; {len(groups)} distinct provenance{'s' if len(groups) != 1 else ''}"
+    import pyarrow.parquet as pq
+
+    measured_rows = sum(g["rows"] for g in groups)  # one per measured network (shard)
+    total = pq.ParquetFile(table).metadata.num_rows  # the table's rows, TSS isomorph copies included
+    copies = (f" ({total - measured_rows} of them copies of an isomorphic TSS cell's measurement)"
+              if total > measured_rows else "")
+    lines.append(f"  {total} rows{copies}; {len(groups)} distinct provenance{'s' if len(groups) != 1 else ''}"
                  + (" (MIXED)" if len(groups) > 1 else ""))
     built = meta.get("built_by")
     if built:
