@@ -19,7 +19,7 @@ import pandas as pd
 from scipy.stats import kendalltau
 
 from calibench.analysis import stats
-from calibench.analysis.plots import DPI, annotate, annotation_fontsize, heatmap, heatmap_panels, pyplot
+from calibench.analysis.plots import DPI, fit_annotations, heatmap, heatmap_panels, pyplot
 from calibench.analysis.tables import (FIGURE_BINNED, FIGURE_UNBINNED, KEYS, STAGE_NAMES, STAGES, binned, demo_suffix,
                                        figure_bins, first_seed, label, load_tables, measured, method_stages,
                                        metric_candidates, metric_columns, nearest_bins, stage_order, table_columns,
@@ -337,11 +337,9 @@ def _methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path
     nrows = -(-len(stages) // ncols)
     size = int(block.groupby("stage")["col"].nunique().max())  # bin counts of a panel
     side = 1.0 + 0.3 * max(size, 3)
-    width = side * ncols + 0.8
-    fig, axes = plt.subplots(nrows, ncols, figsize=(width, side * nrows + 0.5), squeeze=False,
+    fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols + 0.8, side * nrows + 0.5), squeeze=False,
                              layout="constrained")
-    cells = int(block.groupby("stage")["row"].nunique().max()) * size
-    fontsize = annotation_fontsize(cells, width, 0.3)  # a panel's cell: about 0.3 in
+    images = []
     im = None
     for ax, stage in zip(axes.flat, stages):
         m = block[block["stage"] == stage]
@@ -353,12 +351,13 @@ def _methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path
         ax.set_xlabel(f"{stage} ECE, bins", fontsize=8)
         ax.set_ylabel("pre ECE, bins", fontsize=8)
         ax.set_title(f"{stage}: {STAGE_NAMES.get(stage, stage)}", fontsize=8)
-        annotate(ax, grid.to_numpy(dtype=float), fontsize)
+        images.append(im)
     for ax in list(axes.flat)[len(stages):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     if im is not None:
         fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="Kendall tau-b")
+    fontsize = fit_annotations(fig, images)
     fig.savefig(path, dpi=DPI, bbox_inches="tight")  # nothing clipped: long titles, legends below
     plt.close(fig)
     return fontsize

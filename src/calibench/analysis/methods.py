@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibench.analysis.plots import DPI, annotate, annotation_fontsize, pyplot, save, stage_color
+from calibench.analysis.plots import DPI, fit_annotations, pyplot, save, stage_color
 from calibench.analysis.tables import (HIGHER_IS_BETTER, KEYS, STAGE_NAMES, STAGES, demo_suffix, group_stages, label,
                                        listed_stages, load_tables, measured, nearest_bins, stage_order,
                                        stages_present, summary_metrics, table_stages)
@@ -260,10 +260,10 @@ def _win_rates(wins, groups, datasets, stages, bins, demo: str, plots: Path,
 
     metrics = [m for m in summary_metrics(bins) if m in set(wins["metric"])]
     rows = [s for s in stages if s in set(wins["stage"])]
-    width = (1.0 + 0.5 * len(metrics)) * len(datasets) + 1
     fig, axes = plt.subplots(len(groups), len(datasets), squeeze=False, layout="constrained",
-                             figsize=(width, (1.2 + 0.3 * len(rows)) * len(groups) + 0.4))
-    fontsize = annotation_fontsize(len(rows) * len(metrics), width, 0.5, chars=4, min_pt=7.0)  # "100%"
+                             figsize=((1.0 + 0.5 * len(metrics)) * len(datasets) + 1,
+                                      (1.2 + 0.3 * len(rows)) * len(groups) + 0.4))
+    images = []
     vmax = max(float(wins["share"].max()), 0.05)  # the figure's own scale: shares of 8 methods are small
     im = None
     for r, (space, hp) in enumerate(groups):
@@ -276,7 +276,7 @@ def _win_rates(wins, groups, datasets, stages, bins, demo: str, plots: Path,
             grid = part.pivot(index="stage", columns="metric", values="share").reindex(index=rows, columns=metrics)
             values = grid.to_numpy(dtype=float)
             im = ax.imshow(values, vmin=0, vmax=vmax, cmap="Blues", aspect="auto")
-            annotate(ax, 100 * values, fontsize, "{:.0f}%", dark=60 * vmax)  # shares are >= 0
+            images.append(im)
             ax.set_xticks(range(len(metrics)), metrics, rotation=45, ha="right", fontsize=7)
             ax.set_yticks(range(len(rows)), rows, fontsize=7)
             n = int(part["n_networks"].max())
@@ -287,6 +287,7 @@ def _win_rates(wins, groups, datasets, stages, bins, demo: str, plots: Path,
     if im is not None:
         fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="share of networks won",
                      format=PercentFormatter(1.0))
+        fit_annotations(fig, images, "{:.0f}%", dark=60 * vmax, scale=100.0, chars=4, min_pt=7.0)  # "100%"
         path = plots / "method_win_rates.png"
         fig.savefig(path, dpi=DPI, bbox_inches="tight")  # nothing clipped: long titles, legends below
         made.append(("Win rate of each method per metric", path))

@@ -25,18 +25,38 @@ def rendered_px(fontsize_pt: float, png_width_px: float, dpi: float = DPI,
     return fontsize_pt * dpi / 72.0 * min(1.0, shown_px / png_width_px)
 
 
-def annotation_fontsize(cells: int, fig_width_in: float, cell_width_in: float, chars: int = 5,
+def annotation_fontsize(cells: int, png_width_in: float, cell_width_in: float, chars: int = 5,
                         dpi: float = DPI, shown_px: float = REPORT_CONTENT_PX,
                         min_pt: float = 6.0) -> float | None:
     """Font size (pt) for the values written in heatmap cells: the smallest (at least
-    ``min_pt``) that is ``ANNOTATION_MIN_PX`` high at the width the report shows the figure
-    at, or None (values left out) where it would not fit a cell ``cell_width_in`` wide
-    (``chars`` characters of about 0.6 em) or the matrix has more than
-    ``MAX_ANNOTATED_CELLS`` cells."""
+    ``min_pt``) that is ``ANNOTATION_MIN_PX`` high at the width the report shows a PNG
+    ``png_width_in`` wide at, or None (values left out) where it would not fit a cell
+    ``cell_width_in`` wide (``chars`` characters of about 0.6 em) or the matrix has more
+    than ``MAX_ANNOTATED_CELLS`` cells."""
     if cells > MAX_ANNOTATED_CELLS:
         return None
-    pt = max(min_pt, ANNOTATION_MIN_PX / rendered_px(1.0, fig_width_in * dpi, dpi, shown_px))
+    pt = max(min_pt, ANNOTATION_MIN_PX / rendered_px(1.0, png_width_in * dpi, dpi, shown_px))
     return pt if chars * 0.6 * pt <= 0.95 * cell_width_in * 72.0 else None
+
+
+def fit_annotations(fig, images, fmt: str = "{:.2f}", dark: float = 0.6, scale: float = 1.0, chars: int = 5,
+                    min_pt: float = 6.0) -> float | None:
+    """Write the values of the heatmaps ``images`` (AxesImage) of a finished ``fig`` (last,
+    before saving it with ``bbox_inches="tight"``) at :func:`annotation_fontsize` for the
+    PNG's real width (the tight box plus its padding) and the smallest cell; returns the
+    size (None: left out). The values, inside their axes, leave the tight box as it is."""
+    import matplotlib
+
+    if not images:
+        return None
+    fig.draw_without_rendering()  # runs the layout, so the boxes below are final
+    width_in = fig.get_tightbbox().width + 2 * matplotlib.rcParams["savefig.pad_inches"] + 2.0 / DPI  # px rounding
+    values = [np.ma.filled(np.ma.asarray(im.get_array(), dtype=float), np.nan) for im in images]
+    cell_in = min(im.get_window_extent().width / v.shape[1] / fig.dpi for im, v in zip(images, values))
+    fontsize = annotation_fontsize(max(v.size for v in values), width_in, cell_in, chars, min_pt=min_pt)
+    for im, v in zip(images, values):
+        annotate(im.axes, scale * v, fontsize, fmt, dark)
+    return fontsize
 
 
 def annotate(ax, values: np.ndarray, fontsize: float | None, fmt: str = "{:.2f}", dark: float = 0.6) -> None:
@@ -77,9 +97,6 @@ def stage_color(stage: str) -> str:
     return matplotlib.colors.to_hex(palette[STAGES.index(stage) % 10] if stage in STAGES else palette[-1])
 
 
-CELL_IN = 0.55  # a heatmap cell's width (in) in heatmap() and heatmap_panels()
-
-
 def draw_heatmap(ax, m: pd.DataFrame, fontsize: float | None = 6.0):
     """One tau matrix on ``ax`` (rows and columns in their order of appearance), its values
     at ``fontsize`` (None: left out); the image."""
@@ -99,12 +116,11 @@ def heatmap(m: pd.DataFrame, title: str, path: Path) -> float | None:
     :func:`annotation_fontsize`)."""
     plt = pyplot()
     rows, cols = m["row"].nunique(), m["col"].nunique()
-    width = max(4.2, 1.6 + CELL_IN * cols)
-    fig, ax = plt.subplots(figsize=(width, max(3.2, 1.0 + 0.5 * rows)))
-    fontsize = annotation_fontsize(rows * cols, width, CELL_IN)
-    im = draw_heatmap(ax, m, fontsize)
+    fig, ax = plt.subplots(figsize=(max(4.2, 1.6 + 0.55 * cols), max(3.2, 1.0 + 0.5 * rows)))
+    im = draw_heatmap(ax, m, None)
     fig.colorbar(im, ax=ax, fraction=0.04, pad=0.03, label="Kendall tau-b")
     ax.set_title(title, fontsize=9)
+    fontsize = fit_annotations(fig, [im])
     save(fig, path, layout=False)  # one axes: the tight bounding box alone fits it, one drawing fewer
     return fontsize
 
@@ -114,16 +130,15 @@ def heatmap_panels(blocks: Sequence[tuple[str, pd.DataFrame]], title: str, path:
     returns the font size of the cell values (None: left out)."""
     plt = pyplot()
     size = max(max(m["col"].nunique(), m["row"].nunique()) for _, m in blocks)
-    side = max(2.6, 1.2 + CELL_IN * size)
-    width = side * len(blocks) + 1.0
-    fig, axes = plt.subplots(1, len(blocks), figsize=(width, side + 0.6), squeeze=False)
-    fontsize = annotation_fontsize(max(m["col"].nunique() * m["row"].nunique() for _, m in blocks), width, CELL_IN)
-    im = None
+    side = max(2.6, 1.2 + 0.55 * size)
+    fig, axes = plt.subplots(1, len(blocks), figsize=(side * len(blocks) + 1.0, side + 0.6), squeeze=False)
+    images = []
     for ax, (name, m) in zip(axes[0], blocks):
-        im = draw_heatmap(ax, m, fontsize)
+        images.append(draw_heatmap(ax, m, None))
         ax.set_title(name, fontsize=9)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.colorbar(im, ax=axes, fraction=0.02, pad=0.02, label="Kendall tau-b")
+    fig.colorbar(images[-1], ax=axes, fraction=0.02, pad=0.02, label="Kendall tau-b")
+    fontsize = fit_annotations(fig, images)
     save(fig, path, layout=False)
     return fontsize

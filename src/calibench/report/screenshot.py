@@ -259,7 +259,7 @@ _PROBE = """(async () => {
   const splitWord = cell => {
     const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
     for (let n = walk.nextNode(); n; n = walk.nextNode()) {
-      for (const m of n.data.matchAll(/\S+/g)) {
+      for (const m of n.data.matchAll(/\\S+/g)) {
         const r = document.createRange();
         r.setStart(n, m.index);
         r.setEnd(n, m.index + m[0].length);
