@@ -61,6 +61,28 @@ def underdetermined_stages(tables: Sequence[str | Path]) -> list[str]:
     return [s for s in STAGES if s in flagged] + sorted(flagged - set(STAGES))
 
 
+def odir_fallbacks(results: Path, tables: Sequence[str | Path]) -> str:
+    """HTML: each lambda, mu search of the run's tables whose best grid pair was worse than no
+    recalibration on its cross-validated NLL, so that it fell back to the strongest pair
+    (recalibration/odir_{table}.json, ``chosen.{stage}.fallback``); "" when none did."""
+    import html
+    import json
+
+    lines = []
+    for table in tables:
+        path = Path(results) / "recalibration" / f"odir_{Path(table).stem}.json"
+        if not path.is_file():
+            continue
+        for stage, chosen in json.loads(path.read_text())["chosen"].items():
+            if chosen.get("fallback"):
+                lines.append(f"<li>{html.escape(Path(table).stem)}, {html.escape(stage)}: "
+                             f"{html.escape(chosen['fallback'])}</li>")
+    if not lines:
+        return ""
+    return ("<p class='warn'>The λ, μ search's grid does not reach regularisation strong enough for these "
+            "populations (recalibration-spec.md, \"Choosing λ and μ\"):</p><ul>" + "".join(lines) + "</ul>")
+
+
 def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
     """The report of the parts ``settings["parts"]`` (``settings``:
     :func:`calibench.config.settings.analysis_part_settings` of ``report``)."""
@@ -95,6 +117,7 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     for sid in CLAIMED:
         pieces[sid].append((0, claims_html(claimed, sid, level)))
     pieces["failures"].append((0, failures_html(results, tables)))
+    pieces["methods"].append((-1, odir_fallbacks(results, tables)))
     plots = []
     for part in parts:
         plots += [(p["title"], results / p["path"]) for p in manifests[part]["plots"]]
