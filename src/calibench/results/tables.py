@@ -565,10 +565,15 @@ def provenance_summary(table: str | Path) -> str:
         return "\n".join(lines + ["  built before tables recorded provenance: rebuild it to see"])
     import pyarrow.parquet as pq
 
-    measured_rows = sum(g["rows"] for g in groups)  # one per measured network (shard)
-    total = pq.ParquetFile(table).metadata.num_rows  # the table's rows, TSS isomorph copies included
-    copies = (f" ({total - measured_rows} of them copies of an isomorphic TSS cell's measurement)"
-              if total > measured_rows else "")
+    # The table's rows (the groups count shards, one per measured network): TSS isomorph copies
+    # (arch_index != measured_by) included.
+    total = pq.ParquetFile(table).metadata.num_rows
+    names = set(pq.read_schema(table).names)
+    copies = 0
+    if {"arch_index", "measured_by"} <= names:
+        ids = pq.read_table(table, columns=["arch_index", "measured_by"]).to_pandas()
+        copies = int((ids["arch_index"] != ids["measured_by"]).sum())
+    copies = f" ({copies} of them copies of an isomorphic TSS cell's measurement)" if copies else ""
     lines.append(f"  {total} rows{copies}; {len(groups)} distinct provenance{'s' if len(groups) != 1 else ''}"
                  + (" (MIXED)" if len(groups) > 1 else ""))
     built = meta.get("built_by")
