@@ -299,7 +299,7 @@ def _natural_spline_rows(t, n_knots):
 
 def _reference_spline(z_val, y_val, z_test, n_knots=6):
     """One network, loops: Gupta et al. 2021's top-1 spline recalibration as the spec
-    states it (stable sort, factor (N-1)/N, tied scores averaged, correct interpolation
+    states it (stable sort, factor N/(N-1), tied scores averaged, correct interpolation
     weights), and the spec's full vector."""
     p = _softmax(z_val)
     s, a = p.max(axis=1), (p.argmax(axis=1) == y_val).astype(float)
@@ -309,7 +309,7 @@ def _reference_spline(z_val, y_val, z_test, n_knots=6):
     t = np.linspace(0, 1, n)
     value, deriv = _natural_spline_rows(t, n_knots)
     knot_values = np.linalg.lstsq(value, np.cumsum(a) / n - np.cumsum(s) / n, rcond=None)[0]
-    gamma = s + deriv @ knot_values * (n - 1) / n
+    gamma = s + deriv @ knot_values * n / (n - 1)
     xs = np.unique(s)
     gs = np.array([gamma[s == x].mean() for x in xs])
 
@@ -349,6 +349,36 @@ def test_spline_matches_the_reference_transcription(rng):
         got = fitted.probs(_t(z_test)[None])[0].numpy()
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
         np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+
+
+def test_spline_gamma_uses_the_specs_factor_n_over_n_minus_one():
+    """Step 3 of the spec, ``gamma_i = s_i + D'(t_i) N/(N-1)``, computed independently:
+    the natural-spline basis from scipy's CubicSpline (one spline per unit knot vector),
+    the knot values by numpy least squares. Hand-picked scores, N = 7, no ties."""
+    from scipy.interpolate import CubicSpline
+
+    from calibench.recalibration.spline import spline_table
+
+    s = np.array([0.35, 0.9, 0.5, 0.62, 0.97, 0.41, 0.77])
+    a = np.array([0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
+    z = np.stack([np.log(s), np.log((1 - s) / 2), np.log((1 - s) / 2)], axis=1)  # p_top = s, class 0
+    labels = np.where(a == 1, 0, 1)
+    order = np.argsort(s)
+    s_sorted, a_sorted = s[order], a[order]
+    n = len(s)
+    t = np.arange(n) / (n - 1)
+    knots = np.linspace(0, 1, 6)
+    bases = [CubicSpline(knots, np.eye(6)[j], bc_type="natural") for j in range(6)]
+    value = np.stack([b(t) for b in bases], axis=1)
+    deriv = np.stack([b(t, 1) for b in bases], axis=1)
+    d = (np.cumsum(a_sorted) - np.cumsum(s_sorted)) / n
+    knot_values = np.linalg.lstsq(value, d, rcond=None)[0]
+    expected = s_sorted + deriv @ knot_values * n / (n - 1)
+    table = spline_table(_t(z)[None], _t(labels))
+    np.testing.assert_allclose(table["s"][0].numpy(), s_sorted, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(table["gamma"][0].numpy(), expected, rtol=0, atol=1e-12)
+    wrong = s_sorted + deriv @ knot_values * (n - 1) / n  # the factor the spec had inverted
+    assert np.abs(table["gamma"][0].numpy() - wrong).max() > 1e-3
 
 
 def test_spline_score_on_a_knot_gets_its_own_value(rng):

@@ -386,6 +386,33 @@ def test_search_picks_the_best_grid_pair():
         assert (result["lambda"], result["mu"]) == (grid[bi], grid[bj])
         assert result["nll"] == pytest.approx(brute.min(), rel=1e-6)
         assert result["not_converged"].sum() == 0 and result["iterations"].shape == brute.shape
+        assert result["fallback"] is None and result["nll"] <= result["identity_nll"]
+
+
+def _identity_cv_nll(z, y, assign):
+    """Held-out NLL of the network's own softmax, averaged over folds then networks (numpy)."""
+    z = np.asarray(z, dtype=np.float64)
+    logp = z - z.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    picked = -logp[:, np.arange(len(y)), np.asarray(y)]
+    return float(np.mean([picked[:, assign == f].mean(-1) for f in range(assign.max() + 1)]))
+
+
+def test_search_falls_back_to_the_strongest_pair_when_its_best_is_worse_than_identity():
+    """Issue 25 item 5: 30 calibrated samples of 10 classes (4 per class and fold to fit the
+    free diagonal of W): on the default grid every pair overfits, the best (lambda=1e3,
+    mu=1e1) is worse than no recalibration on the same folds, so the search takes the
+    strongest pair and says why."""
+    z, y = sample_problem(np.random.default_rng(0), 30, 10, label_temperature=1.0)
+    result = odir_search.search_odir(torch.tensor(z)[None], torch.tensor(y), "ms", folds=5, seed=0)
+    assert result["grid"] == list(odir_search.DEFAULT_GRID)
+    identity = _identity_cv_nll(z[None], y, odir_search.fold_assignment(30, 5, 0))
+    assert result["identity_nll"] == pytest.approx(identity, rel=1e-12)
+    best = np.unravel_index(np.argmin(result["mean_nll"]), result["mean_nll"].shape)
+    assert (best[0], best[1]) == (5, 4) and result["mean_nll"][best] > identity + 1.0
+    assert (result["lambda"], result["mu"], result["best_index"]) == (1e3, 1e3, (5, 5))
+    assert result["nll"] == result["mean_nll"][5, 5]
+    assert "worse than no recalibration" in result["fallback"] and "lambda=mu=1000" in result["fallback"]
 
 
 def test_search_folds_ties_and_exclusions():
@@ -404,3 +431,18 @@ def test_search_folds_ties_and_exclusions():
     assert result["mean_nll"].shape == (2, 2) and np.isfinite(result["mean_nll"]).all()
     with pytest.raises(ValueError, match="method"):
         odir_search.search_odir(z, y, "vs")
+
+
+def test_fit_stage_accepts_numpy_arrays_for_every_stage():
+    """Issue 25 item 9: ``fit_stage("post", ...)`` took only tensors (AttributeError on
+    ``labels.expand``); every stage now gives the same fit from arrays as from tensors."""
+    from calibench.recalibration import fit_stage
+
+    z, y = _batch(np.random.default_rng(21), 2, 120, 4)
+    options = {"ms": {"lambda": 0.1, "mu": 0.1}, "dir": {"lambda": 0.1, "mu": 0.1}}
+    for stage in ("post", "vs", "ms", "dir", "iso", "hist", "spline"):
+        from_arrays = fit_stage(stage, z.numpy(), y.numpy(), options)
+        from_tensors = fit_stage(stage, z, y, options)
+        np.testing.assert_array_equal(from_arrays.probs(z).numpy(), from_tensors.probs(z).numpy(), err_msg=stage)
+    post = fit_stage("post", z.numpy(), y.numpy())
+    assert post.info["temperature"].tolist() == fit_temperature_scaling(z, y).info["temperature"].tolist()

@@ -109,3 +109,30 @@ def test_overflow_is_a_warning(tmp_path, browser):
     html = _page(tmp_path, "<h2>wide</h2><table><tr><td>" + "x" * 400 + "</td></tr></table>")
     result = render.check_rendered(html, tmp_path / "wide.png", width=600, browser=browser)
     assert len(result.warnings) == 1 and "<table> under 'wide'" in result.warnings[0]
+
+
+def test_table_cells_never_break_words_in_the_reports_style(tmp_path, browser):
+    """Issue 25 item 7: a table much wider than the window. Under the old style (cells
+    wrapping anywhere, the table squeezed to the page) the browser breaks headers and numbers
+    inside words, and the probe says which; under the report's style (page.STYLE, tables in
+    page.scrollable_tables' box) no cell is cut or wrapped and nothing sticks out."""
+    from calibench.report import page
+
+    header = "".join(f"<th>accuracy_{i} algorithm space</th>" for i in range(14))
+    row = "".join(f"<td>0.16{i:02d}44 supercalifragilistic</td>" for i in range(14))
+    table = f"<h2>wide table</h2><table><tr>{header}</tr><tr>{row}</tr></table>"
+    old_style = ("body{max-width:1200px;margin:auto}table{border-collapse:collapse;max-width:100%}"
+                 "td,th{padding:2px 6px;overflow-wrap:anywhere}")
+    for name, style, body in (("old", old_style, table), ("new", page.STYLE, page.scrollable_tables(table))):
+        html = tmp_path / f"{name}.html"
+        html.write_text(f"<!doctype html><html><head><meta charset='utf-8'><style>{style}</style></head>"
+                        f"<body>{body}</body></html>", encoding="utf-8")
+        shot = render.render(html, tmp_path / f"{name}.png", 800, 600, browser=browser)
+        if name == "old":
+            assert shot.n_broken_cells >= 14 and {c["why"] for c in shot.broken_cells} == {"word"}
+            assert all(c["heading"] == "wide table" for c in shot.broken_cells)
+        else:
+            assert shot.n_broken_cells == 0 and shot.broken_cells == [] and shot.overflow == []
+    result = render.check_rendered(tmp_path / "old.html", tmp_path / "old2.png", width=800, min_colours=2,
+                                   browser=browser)
+    assert any("wrapped inside a word" in w for w in result.warnings), result.warnings

@@ -139,11 +139,13 @@ def test_nas_findings_and_table_follow_nas_table(run):
 def test_report_sections_hold_their_figures_and_findings(run):
     html = run["out"]["report"].read_text()
     ids = re.findall(r"<section id='(\w+)'>", html)
-    assert ids[:6] == ["failures", "q1", "q3", "q4", "q5", "q6"] and {"q7", "nas", "methods"} <= set(ids)
+    assert ids[:8] == ["failures", "q1", "q2", "q3", "q4", "q5", "q6", "q7"] and {"nas", "methods"} <= set(ids)
     nav = re.search(r"<nav>(.*?)</nav>", html, re.S).group(1)
     assert re.findall(r"href='#(\w+)'", nav) == ids
     sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", html, re.S))
     assert "Every selected network was measured" in sections["failures"]
+    assert "No content in this run: it needs a <code>robustness:</code>" in sections["q2"]  # no robustness table
+    assert all("<p class='empty'>" not in sections[q] for q in ("q1", "q3", "q4", "q5", "q6", "q7"))
     plots = sorted((run["results"] / "plots").rglob("*.png"))
     assert plots
     for plot in plots:
@@ -165,7 +167,46 @@ def test_plot_section_and_empty_report(tmp_path):
     found = pd.DataFrame(columns=FINDING_COLUMNS)
     out = report.write_report(tmp_path, [], found, {"t.parquet": 3}, minibench=True)
     text = out.read_text()
-    assert "NOT NATS-Bench results" in text and "<section" not in text and "t.parquet (3 rows)" in text
+    assert "NOT NATS-Bench results" in text and "t.parquet (3 rows)" in text and "Underdetermined" not in text
+    # every question keeps its place in the contents, with one line saying why it is empty
+    questions = [sid for sid, _, _ in report.SECTIONS if sid.startswith("q")]
+    assert re.findall(r"<section id='(\w+)'>", text) == questions == [f"q{i}" for i in range(1, 8)]
+    nav = re.search(r"<nav>(.*?)</nav>", text, re.S).group(1)
+    assert re.findall(r"href='#(\w+)'", nav) == questions and nav.count("(no content in this run)") == 7
+    sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", text, re.S))
+    assert "No content in this run: it needs a <code>robustness:</code> table in the config" in sections["q2"]
+    assert f"No content in this run: {report.NO_CONTENT}" in sections["q3"]
+    assert all(s.count("<p class='empty'>") == 1 for s in sections.values())
+
+
+def test_demo_banner_names_the_underdetermined_stages(tmp_path):
+    found = pd.DataFrame(columns=FINDING_COLUMNS)
+    text = report.write_report(tmp_path, [], found, {}, minibench=True, underdetermined=["vs", "ms", "hist"]).read_text()
+    banner = re.search(r"<p class='warn'>(.*?)</p>", text, re.S).group(1)
+    assert "Underdetermined on it: <code>vs</code>, <code>ms</code>, <code>hist</code>" in banner
+    assert "describe fits on too little data" in banner
+    assert "<p class='warn'>" not in report.write_report(tmp_path, [], found, {}, minibench=False,
+                                                         underdetermined=["vs"]).read_text()
+
+
+def test_underdetermined_stages_read_from_the_tables_flags(tmp_path):
+    from calibench.report.assemble import underdetermined_stages
+
+    rows = {"arch_index": [0, 1, 2], "measured_by": [0, 1, 1]}
+    pd.DataFrame({**rows, "vs_fit_underdetermined": [0, 0, 0], "dir_fit_underdetermined": [0, 1, 1]}).to_parquet(
+        tmp_path / "a.parquet")
+    pd.DataFrame({**rows, "iso_fit_underdetermined": [1, 0, 0], "ms_fit_underdetermined": [0, 0, 1]}).to_parquet(
+        tmp_path / "b.parquet")  # ms: flagged only on an isomorph copy (row 2 measured by 1): not counted
+    assert underdetermined_stages([tmp_path / "a.parquet", tmp_path / "b.parquet"]) == ["dir", "iso"]
+    assert underdetermined_stages([tmp_path / "b.parquet"]) == ["iso"]
+
+
+def test_tables_scroll_in_their_own_box():
+    text = "<h3>x</h3><table border='1' class='dataframe'><tr><td>1</td></tr></table><p>y</p><table></table>"
+    assert report.scrollable_tables(text) == (
+        "<h3>x</h3><div class='scroll'><table border='1' class='dataframe'><tr><td>1</td></tr></table></div>"
+        "<p>y</p><div class='scroll'><table></table></div>")
+    assert "white-space:nowrap" in report.STYLE and "overflow-wrap" not in report.STYLE
 
 
 def test_question_7_tables_plots_and_findings(run):
@@ -279,3 +320,20 @@ def test_the_papers_claims_are_tested_from_the_tables(run):
     html = run["out"]["report"].read_text()
     sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", html, re.S))
     assert "Tao et al.: “The calibration property" in sections["q1"] and "Wider model" in sections["q7"]
+
+
+def test_odir_search_fallbacks_are_told_in_the_methods_section(tmp_path):
+    import json
+
+    from calibench.report.assemble import odir_fallbacks
+
+    (tmp_path / "recalibration").mkdir()
+    reason = "the grid's best pair (lambda=1000, mu=10; CV NLL 2.4) is worse than no recalibration (CV NLL 1.0): ..."
+    doc = {"chosen": {"ms": {"lambda": 1e3, "mu": 1e3, "fallback": reason},
+                      "dir": {"lambda": 1e1, "mu": 1e3, "fallback": None}}}
+    (tmp_path / "recalibration" / "odir_tss_200_cifar10.json").write_text(json.dumps(doc))
+    tables = [tmp_path / "tables" / "tss_200_cifar10.parquet", tmp_path / "tables" / "sss_90_cifar10.parquet"]
+    text = odir_fallbacks(tmp_path, tables)
+    assert text.count("<li>") == 1 and "<li>tss_200_cifar10, ms: the grid&#x27;s best pair (lambda=1000" in text
+    assert "worse than no recalibration" in text and "dir" not in text.split("<ul>")[1]
+    assert odir_fallbacks(tmp_path, tables[1:]) == ""

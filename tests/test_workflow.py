@@ -140,6 +140,11 @@ def test_every_shard_exists_with_the_spec_metric_names_and_its_logits(finished_r
 
 
 def test_tables_count_networks_and_expand_tss(finished_run):
+    from calibench.results.tables import provenance_summary
+
+    def table_name(space, table):
+        return f"{space}_{table['hp'].iloc[0]}_{dataset}"
+
     results = finished_run / "results"
     for dataset in DATASETS:
         tss = pd.read_parquet(results / "tables" / f"tss_200_{dataset}.parquet")
@@ -149,6 +154,10 @@ def test_tables_count_networks_and_expand_tss(finished_run):
         assert row0["pre_ece_15"] == row1["pre_ece_15"] and row0["arch_str"] != row1["arch_str"]
         sss = pd.read_parquet(results / "tables" / f"sss_90_{dataset}.parquet")
         assert len(sss) == 4 and (sss["arch_index"] == sss["measured_by"]).all()
+        # provenance counts the table's rows, the TSS isomorph copy included (issue 25 item 7)
+        tss_path = results / "tables" / f"tss_200_{dataset}.parquet"
+        assert provenance_summary(tss_path).splitlines()[1].startswith(
+            "  3 rows (1 of them copies of an isomorphic TSS cell's measurement); ")
         for col in ("accuracy", "recorded_accuracy", "temperature", "pre_ece_15", "post_cwce_em_50", "pre_kdece",
                     "logits_key", "vs_ece_15", "ms_nll", "dir_accuracy", "iso_cwce_15", "hist_ace_50", "spline_ksce",
                     "post_fit_temperature", "ms_fit_lambda", "dir_fit_mu", "vs_fit_converged"):
@@ -158,7 +167,19 @@ def test_tables_count_networks_and_expand_tss(finished_run):
             search = json.loads((results / "recalibration" / f"odir_{space}_{table['hp'].iloc[0]}_{dataset}.json")
                                 .read_text())
             for stage in ("ms", "dir"):
-                assert {search["chosen"][stage]["lambda"], search["chosen"][stage]["mu"]} <= {1e1, 1e3}
+                chosen = search["chosen"][stage]
+                assert {chosen["lambda"], chosen["mu"]} <= {1e1, 1e3}
+                # never a pair worse than no recalibration on its own CV NLL, unless it says it fell back
+                mean_nll = np.array(search["grid"][stage]["mean_nll"])
+                grid = search["grid"][stage]["values"]
+                assert chosen["cv_nll"] == mean_nll[grid.index(chosen["lambda"]), grid.index(chosen["mu"])]
+                if chosen["fallback"] is None:
+                    assert chosen["cv_nll"] <= chosen["identity_cv_nll"] and chosen["cv_nll"] == np.nanmin(mean_nll)
+                else:
+                    assert np.nanmin(mean_nll) > chosen["identity_cv_nll"] and chosen["lambda"] == chosen["mu"] == 1e3
+                    assert "worse than no recalibration" in chosen["fallback"]
+                    report = (results / "report.html").read_text()
+                    assert f"{table_name(space, table)}, {stage}: the grid&#x27;s best pair" in report
                 assert (table[f"{stage}_fit_lambda"] == search["chosen"][stage]["lambda"]).all()
                 assert (table[f"{stage}_fit_mu"] == search["chosen"][stage]["mu"]).all()
         for stage in STAGES:  # every stage measured every network (or says why not in the failures table)
@@ -238,6 +259,19 @@ def test_report_and_plots_exist(finished_run):
     found = pd.read_csv(results / "analysis" / "findings.csv")
     assert {"q1", "q3", "q4", "q5", "q6", "q7", "nas"} <= set(found["question"])
     assert all(f"<section id='{q}'>" in report for q in set(found["question"]))
+    # every question in the contents; q2 (no robustness table in this config) says why it is empty
+    nav = re.search(r"<nav>(.*?)</nav>", report, re.S).group(1)
+    assert all(f"href='#q{i}'" in nav for i in range(1, 8))
+    assert "Question 2: does calibration go with robustness?</a> (no content in this run)" in nav
+    assert "No content in this run: it needs a <code>robustness:</code> table in the config" in report
+    # the demo banner names the stages flagged underdetermined in some table, and only those
+    from calibench.report.assemble import underdetermined_stages
+
+    flagged = underdetermined_stages(sorted((results / "tables").glob("*.parquet")))
+    assert {"vs", "ms", "dir"} <= set(flagged)  # the mini benchmark: N_val < 10 K everywhere
+    banner = re.search(r"<p class='warn'>(.*?)</p>", report, re.S).group(1)
+    assert "Underdetermined on it: " + ", ".join(f"<code>{s}</code>" for s in flagged) + " (" in banner
+    assert "describe fits on too little data" in banner
     # the best and the worst network by HCS of each table, pre and post
     assert {p.name for p in (results / "plots").rglob("reliability_*.png")} == {
         f"reliability_{space}_{hp}_{d}.png" for space, hp in (("tss", "200"), ("sss", "90")) for d in DATASETS}

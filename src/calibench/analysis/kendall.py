@@ -19,7 +19,7 @@ import pandas as pd
 from scipy.stats import kendalltau
 
 from calibench.analysis import stats
-from calibench.analysis.plots import heatmap, heatmap_panels, pyplot
+from calibench.analysis.plots import DPI, fit_annotations, heatmap, heatmap_panels, pyplot
 from calibench.analysis.tables import (FIGURE_BINNED, FIGURE_UNBINNED, KEYS, STAGE_NAMES, STAGES, binned, demo_suffix,
                                        figure_bins, first_seed, label, load_tables, measured, method_stages,
                                        metric_candidates, metric_columns, nearest_bins, stage_order, table_columns,
@@ -329,8 +329,9 @@ def make_plots(kendall: pd.DataFrame, demo: str, plots: Path) -> list[tuple[str,
     return made
 
 
-def _methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path: Path) -> None:
-    """Question 4 for every method of one table: one pre-vs-method heatmap per stage."""
+def _methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path: Path) -> float | None:
+    """Question 4 for every method of one table: one pre-vs-method heatmap per stage; returns
+    the font size of the cell values (None: left out, :func:`plots.annotation_fontsize`)."""
     plt = pyplot()
     ncols = min(4, len(stages))
     nrows = -(-len(stages) // ncols)
@@ -338,6 +339,7 @@ def _methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path
     side = 1.0 + 0.3 * max(size, 3)
     fig, axes = plt.subplots(nrows, ncols, figsize=(side * ncols + 0.8, side * nrows + 0.5), squeeze=False,
                              layout="constrained")
+    images = []
     im = None
     for ax, stage in zip(axes.flat, stages):
         m = block[block["stage"] == stage]
@@ -349,20 +351,16 @@ def _methods_figure(block: pd.DataFrame, stages: Sequence[str], title: str, path
         ax.set_xlabel(f"{stage} ECE, bins", fontsize=8)
         ax.set_ylabel("pre ECE, bins", fontsize=8)
         ax.set_title(f"{stage}: {STAGE_NAMES.get(stage, stage)}", fontsize=8)
-        if size <= 12:
-            for i in range(len(rows)):
-                for j in range(len(cols)):
-                    v = grid.values[i, j]
-                    if np.isfinite(v):
-                        ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
-                                color="white" if abs(v) > 0.6 else "black")
+        images.append(im)
     for ax in list(axes.flat)[len(stages):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     if im is not None:
         fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="Kendall tau-b")
-    fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing clipped: long titles, legends below
+    fontsize = fit_annotations(fig, images)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")  # nothing clipped: long titles, legends below
     plt.close(fig)
+    return fontsize
 
 
 def method_plots(kendall: pd.DataFrame, methods: Sequence[str], demo: str, plots: Path) -> list[tuple[str, Path]]:

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibench.analysis.plots import pyplot, save, stage_color
+from calibench.analysis.plots import DPI, fit_annotations, pyplot, save, stage_color
 from calibench.analysis.tables import (HIGHER_IS_BETTER, KEYS, STAGE_NAMES, STAGES, demo_suffix, group_stages, label,
                                        listed_stages, load_tables, measured, nearest_bins, stage_order,
                                        stages_present, summary_metrics, table_stages)
@@ -263,6 +263,7 @@ def _win_rates(wins, groups, datasets, stages, bins, demo: str, plots: Path,
     fig, axes = plt.subplots(len(groups), len(datasets), squeeze=False, layout="constrained",
                              figsize=((1.0 + 0.5 * len(metrics)) * len(datasets) + 1,
                                       (1.2 + 0.3 * len(rows)) * len(groups) + 0.4))
+    images = []
     vmax = max(float(wins["share"].max()), 0.05)  # the figure's own scale: shares of 8 methods are small
     im = None
     for r, (space, hp) in enumerate(groups):
@@ -275,12 +276,7 @@ def _win_rates(wins, groups, datasets, stages, bins, demo: str, plots: Path,
             grid = part.pivot(index="stage", columns="metric", values="share").reindex(index=rows, columns=metrics)
             values = grid.to_numpy(dtype=float)
             im = ax.imshow(values, vmin=0, vmax=vmax, cmap="Blues", aspect="auto")
-            for i in range(len(rows)):
-                for j in range(len(metrics)):
-                    v = values[i, j]
-                    if np.isfinite(v):
-                        ax.text(j, i, f"{100 * v:.0f}%", ha="center", va="center", fontsize=7,
-                                color="white" if v > 0.6 * vmax else "black")
+            images.append(im)
             ax.set_xticks(range(len(metrics)), metrics, rotation=45, ha="right", fontsize=7)
             ax.set_yticks(range(len(rows)), rows, fontsize=7)
             n = int(part["n_networks"].max())
@@ -291,8 +287,9 @@ def _win_rates(wins, groups, datasets, stages, bins, demo: str, plots: Path,
     if im is not None:
         fig.colorbar(im, ax=axes, fraction=0.02, shrink=0.8, label="share of networks won",
                      format=PercentFormatter(1.0))
+        fit_annotations(fig, images, "{:.0f}%", dark=60 * vmax, scale=100.0, chars=4, min_pt=7.0)  # "100%"
         path = plots / "method_win_rates.png"
-        fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing clipped: long titles, legends below
+        fig.savefig(path, dpi=DPI, bbox_inches="tight")  # nothing clipped: long titles, legends below
         made.append(("Win rate of each method per metric", path))
     plt.close(fig)
     return made

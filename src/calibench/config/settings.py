@@ -221,8 +221,9 @@ def recalibration_settings(config: Mapping) -> dict:
 
 # The version of the fits' rules of recalibration-spec.md ("Common rules": convergence by
 # gradient or by a flat objective, the underdetermined flags); in the keys of shards and of
-# the lambda, mu search, so that those made under earlier rules are made again.
-FIT_RULES = 2
+# the lambda, mu search, so that those made under earlier rules are made again. 3: the
+# spline's factor N/(N-1) and the search's fallback when its best pair is worse than identity.
+FIT_RULES = 3
 
 
 def measurement_settings(config: Mapping) -> dict:

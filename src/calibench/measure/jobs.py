@@ -185,7 +185,10 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
         found = search_odir(z_val, y_val, stage, grid=tuple(settings["grid"]), folds=settings["folds"],
                             seed=settings["seed"], max_iterations=settings["max_iterations"],
                             tolerance=settings["tolerance"])
-        chosen[stage] = {"lambda": float(found["lambda"]), "mu": float(found["mu"])}
+        chosen[stage] = {"lambda": float(found["lambda"]), "mu": float(found["mu"]), "cv_nll": found["nll"],
+                         "identity_cv_nll": found["identity_nll"], "fallback": found["fallback"]}
+        if found["fallback"]:
+            log.warning("%s hp=%s %s %s: %s", space, hp, dataset, stage, found["fallback"])
         grids[stage] = {"values": list(found["grid"]), "mean_nll": np.asarray(found["mean_nll"]).tolist(),
                         "not_converged": np.asarray(found["not_converged"]).tolist(),
                         "iterations": np.asarray(found["iterations"]).tolist()}

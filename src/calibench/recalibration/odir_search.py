@@ -6,6 +6,12 @@ networks, over the grid lambda, mu in {1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3}; the pa
 lowest mean held-out NLL (over folds and networks) wins; ties go to the first pair in grid
 order (lambda outer, mu inner).
 
+The winner must not be worse than no recalibration (W = I, b = 0: the network's own
+softmax) on the same held-out folds. Where the grid's best pair is, its grid does not
+reach regularisation strong enough for the population, and the search falls back to the
+strongest pair (largest lambda and mu: off-diagonal and intercept closest to identity),
+recording ``fallback`` and the reason (issue 25, item 5).
+
 One seeded fold assignment of the N_val validation samples is shared by all networks. All
 networks x folds are fitted together, one batched fit per (lambda, mu), each started from
 its solution at the previous grid point (a warm start: the objective is convex, so only
@@ -92,7 +98,8 @@ def search_odir(logits_val, labels_val, method: str, grid=DEFAULT_GRID, folds: i
     infinite held-out NLL, so its grid point cannot win.
 
     Returns a dict: ``lambda``, ``mu`` (the winners), ``nll`` (the winners' mean held-out
-    NLL), ``best_index`` (their (row, column) in the grid), ``grid`` (the list of values),
+    NLL), ``identity_nll`` (the same for W = I, b = 0), ``fallback`` (None, or why the
+    strongest pair replaced a best pair worse than identity), ``best_index`` (their (row, column) in the grid), ``grid`` (the list of values),
     ``mean_nll`` (len(grid) x len(grid) array, rows lambda, columns mu; an infinite entry:
     some fit failed), ``not_converged`` (same shape: count of (network, fold) fits not
     converged; their last iterates are still scored), ``iterations`` (same shape: total
@@ -126,12 +133,14 @@ def search_odir(logits_val, labels_val, method: str, grid=DEFAULT_GRID, folds: i
         chunk = CPU_CHUNK if x.device.type == "cpu" else m * folds
     per_chunk = max(1, chunk // folds)  # whole networks per chunk
     sums = np.zeros((nl, nl))
+    identity_sum = 0.0
     with torch.no_grad():
         for start in range(0, m, per_chunk):
             xc = x[start : start + per_chunk]
             xtr, ytr, wtr = _gather_rows(xc, y, train_sets)
             xte, yte, wte = _gather_rows(xc, y, test_sets)
             bsz = xtr.shape[0]
+            identity_sum += float(_held_out_nll(xte, yte, wte, _identity(bsz, k, xte)).sum())
             theta_row = None  # warm start for the next lambda: its solution at the first mu
             for i, lam in enumerate(grid):
                 theta = theta_row
@@ -151,11 +160,21 @@ def search_odir(logits_val, labels_val, method: str, grid=DEFAULT_GRID, folds: i
                     if j == 0:
                         theta_row = theta.clone()
     mean_nll = sums / (m * folds)
+    identity_nll = identity_sum / (m * folds)
     bi, bj = best_pair(mean_nll)
+    fallback = None
+    if not mean_nll[bi, bj] <= identity_nll:
+        best = (bi, bj)
+        bi = bj = int(np.argmax(grid))
+        fallback = (f"the grid's best pair (lambda={grid[best[0]]:g}, mu={grid[best[1]]:g}; CV NLL "
+                    f"{mean_nll[best]:.6g}) is worse than no recalibration (CV NLL {identity_nll:.6g}): "
+                    f"fell back to the strongest pair (lambda=mu={grid[bi]:g}; CV NLL {mean_nll[bi, bj]:.6g})")
     return {
         "lambda": grid[bi],
         "mu": grid[bj],
         "nll": float(mean_nll[bi, bj]),
+        "identity_nll": float(identity_nll),
+        "fallback": fallback,
         "best_index": (bi, bj),
         "grid": list(grid),
         "mean_nll": mean_nll,

@@ -10,7 +10,8 @@ The five steps of the spec, vectorised over M networks:
    at both ends) with ``n_knots`` knots equally spaced in t. The spline is linear in its
    knot values, and its basis depends only on N, so one pseudo-inverse (cached per N)
    solves all networks at once.
-3. ``gamma_i = s_i + D'(t_i) * (N - 1) / N`` (the factor as the spec writes it).
+3. ``gamma_i = s_i + D'(t_i) * N / (N - 1)``: per sample dD/dt = (a - s) (N - 1) / N,
+   so a - s = D' N / (N - 1) (the spec's factor since its 2026-11-25 correction).
 4. New scores: linear interpolation of the pairs ``(s_i, gamma_i)`` (tied s averaged;
    outside the range the end values; a score equal to a knot gets that knot's value,
    not the authors' swapped weights), clipped to [0, 1].
@@ -109,7 +110,8 @@ def spline_table(logits_val: torch.Tensor, labels_val: torch.Tensor, n_knots: in
     solve, deriv = _operators(n, n_knots)
     knot_values = solve.to(device) @ diff.T  # (n_knots, M)
     slope_d = (deriv.to(device) @ knot_values).T  # D'(t_i), (M, N)
-    gamma = s_sorted + slope_d * ((n - 1) / n)
+    # N = 1: t and the factor are undefined; the score is kept (gamma = s), as before.
+    gamma = s_sorted + slope_d * (n / (n - 1) if n > 1 else 0.0)
 
     # Tied s averaged: group the sorted scores by exact equality.
     starts = torch.ones((m, n), dtype=torch.bool, device=device)

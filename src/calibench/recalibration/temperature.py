@@ -129,8 +129,10 @@ def fit_temperature(logits_val, labels_val, method: str = "nll") -> float:
 def fit_temperature_scaling(logits_val: torch.Tensor, labels_val: torch.Tensor, method: str = "nll",
                             chunk_elements: int | None = None) -> Fitted:
     """Temperature scaling of M networks: ``softmax(z / T)``; ``info``: temperature,
-    iterations (Newton steps; grid points for ``grid_ece``), converged."""
-    temperature, iterations, converged = _fit(logits_val, labels_val, method, chunk_elements)
+    iterations (Newton steps; grid points for ``grid_ece``), converged. Logits and labels
+    may be arrays or tensors (validated and converted, as every other stage)."""
+    z, y = check_logits(logits_val, labels_val, batched=True)
+    temperature, iterations, converged = _fit(z, y, method, chunk_elements)
     scale = temperature[:, None, None]
     return Fitted(
         method="post",

@@ -24,11 +24,12 @@ from calibench.analysis.kendall import question4_findings
 from calibench.analysis.nats import architecture, schedules
 from calibench.analysis.tables import KEYS, first_seed, load_tables, measured, nearest_bins, table_stages
 from calibench.config.settings import part_settings
-from calibench.layout import analysis_dir, report_path
+from calibench.layout import STAGES, analysis_dir, report_path
 from calibench.report.claims import claims, claims_html
 from calibench.report.findings import findings
 from calibench.report.page import SECTIONS, write_report
 from calibench.results.failures import html as failures_html
+from calibench.results.failures import underdetermined_counts
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,35 @@ def _networks(tables: Sequence[str | Path], bins: Sequence[int]) -> pd.DataFrame
     wanted = {*KEYS, "accuracy", f"pre_ece_{b}", *(f"{s}_ece_{x}" for s in ("pre", "post") for x in (lo, hi))}
     df = load_tables(tables, wanted)
     return first_seed(measured(df))
+
+
+def underdetermined_stages(tables: Sequence[str | Path]) -> list[str]:
+    """The stages flagged ``{stage}_fit_underdetermined`` for some network of some table, in
+    stage order (recalibration-spec.md, "Common rules")."""
+    flagged = {stage for t in tables for stage, k in underdetermined_counts(t)[1].items() if k}
+    return [s for s in STAGES if s in flagged] + sorted(flagged - set(STAGES))
+
+
+def odir_fallbacks(results: Path, tables: Sequence[str | Path]) -> str:
+    """HTML: each lambda, mu search of the run's tables whose best grid pair was worse than no
+    recalibration on its cross-validated NLL, so that it fell back to the strongest pair
+    (recalibration/odir_{table}.json, ``chosen.{stage}.fallback``); "" when none did."""
+    import html
+    import json
+
+    lines = []
+    for table in tables:
+        path = Path(results) / "recalibration" / f"odir_{Path(table).stem}.json"
+        if not path.is_file():
+            continue
+        for stage, chosen in json.loads(path.read_text())["chosen"].items():
+            if chosen.get("fallback"):
+                lines.append(f"<li>{html.escape(Path(table).stem)}, {html.escape(stage)}: "
+                             f"{html.escape(chosen['fallback'])}</li>")
+    if not lines:
+        return ""
+    return ("<p class='warn'>The λ, μ search's grid does not reach regularisation strong enough for these "
+            "populations (recalibration-spec.md, \"Choosing λ and μ\"):</p><ul>" + "".join(lines) + "</ul>")
 
 
 def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
@@ -87,6 +117,7 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     for sid in CLAIMED:
         pieces[sid].append((0, claims_html(claimed, sid, level)))
     pieces["failures"].append((0, failures_html(results, tables)))
+    pieces["methods"].append((-1, odir_fallbacks(results, tables)))
     plots = []
     for part in parts:
         plots += [(p["title"], results / p["path"]) for p in manifests[part]["plots"]]
@@ -95,7 +126,8 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     blocks = {sid: "\n".join(text for _, text in sorted(items, key=lambda item: item[0]) if text)
               for sid, items in pieces.items()}
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only
-    page = write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks)
+    page = write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks,
+                        underdetermined=underdetermined_stages(tables))
     log.info("report written: %s, %d parts, %d figures, %d findings", page, len(parts), len(plots), len(found))
     return {"report": page, "findings": out / "findings.csv", "claims": out / "claims.csv"}
 

@@ -8,12 +8,34 @@ it from the parts' outputs.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["SECTIONS", "plot_section", "write_report"]
+from calibench.analysis.plots import REPORT_CONTENT_PX
+
+__all__ = ["EMPTY_REASONS", "SECTIONS", "STYLE", "plot_section", "scrollable_tables", "write_report"]
+
+# The page's style. Table cells never wrap (no header or number broken inside a word); a table
+# wider than the page scrolls sideways in its own box. The body is REPORT_CONTENT_PX wide plus
+# its padding, the width the figures' annotation sizes assume (analysis/plots.py).
+STYLE = ("body{font-family:sans-serif;max-width:%dpx;margin:auto;padding:0 12px}img{max-width:100%%}"
+         ".scroll{overflow-x:auto;max-width:100%%}"
+         "table{border-collapse:collapse;font-size:12px}"
+         "td,th{border:1px solid #ccc;padding:2px 6px;white-space:nowrap}"
+         ".warn{background:#fff3cd;padding:8px;border:1px solid #e0c070}"
+         ".findings li{margin:2px 0}nav li{margin:1px 0}.empty{color:#555}" % (REPORT_CONTENT_PX + 24))
+
+# Why a question has no content in a run (shown in its section and the contents).
+EMPTY_REASONS = {
+    "q1": "it needs a population measured on two or more datasets.",
+    "q2": "it needs a <code>robustness:</code> table in the config (robustness columns per architecture).",
+    "q4": "it needs a post-hoc method (e.g. <code>post</code>) among the configured stages.",
+    "q7": "it needs a NATS-Bench TSS or SSS table (architecture features).",
+}
+NO_CONTENT = "nothing in this run's tables answers it."
 
 # (id, heading, what the section asks; paper figures)
 SECTIONS = [
@@ -72,26 +94,41 @@ def _img(results: Path, title: str, path: Path) -> str:
     return f"<h4>{html.escape(title)}</h4><img src='{html.escape(str(rel))}' alt='{html.escape(title)}'>"
 
 
+def scrollable_tables(text: str) -> str:
+    """``text`` with each ``<table>`` in a horizontally scrollable box (``.scroll``)."""
+    text = re.sub(r"<table\b", "<div class='scroll'><table", text)
+    return text.replace("</table>", "</table></div>")
+
+
+def demo_banner(underdetermined: Sequence[str]) -> str:
+    """The mini benchmark's warning; ``underdetermined``: the stages whose fits had too little
+    data in some table (recalibration-spec.md, "Common rules")."""
+    text = ("<p class='warn'><b>Mini benchmark:</b> synthetic data and randomly initialised NATS networks "
+            "with fitted heads. These are demo numbers, NOT NATS-Bench results.")
+    if underdetermined:
+        text += (" Underdetermined on it: " + ", ".join(f"<code>{html.escape(s)}</code>" for s in underdetermined)
+                 + " (fewer validation samples than the fit needs, flagged <code>{stage}_fit_underdetermined</code> "
+                   "in the tables): their numbers describe fits on too little data, not the methods.")
+    return text + "</p>"
+
+
 def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.DataFrame,
-                 n_rows: Mapping[str, int], minibench: bool, *, blocks: Mapping[str, str] | None = None) -> Path:
+                 n_rows: Mapping[str, int], minibench: bool, *, blocks: Mapping[str, str] | None = None,
+                 underdetermined: Sequence[str] = ()) -> Path:
     """``results/report.html``: a contents list, then one section per entry of
     :data:`SECTIONS` that has findings, figures or an HTML block (``blocks``: section id ->
-    HTML, e.g. tables), each with its computed findings first; figures placed by
-    :func:`plot_section`; figures no section claims at the end."""
-    blocks = dict(blocks or {})
+    HTML, e.g. tables), each with its computed findings first; a question without any keeps
+    its section with one line saying why (:data:`EMPTY_REASONS`); figures placed by
+    :func:`plot_section`; figures no section claims at the end. ``underdetermined``: stages
+    the mini benchmark's banner names."""
+    blocks = {sid: scrollable_tables(b) for sid, b in (blocks or {}).items()}
     by_section: dict[str, list[tuple[str, Path]]] = {}
     for title, path in plots:
         by_section.setdefault(plot_section(path), []).append((title, path))
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>calibench report</title>",
-             "<style>body{font-family:sans-serif;max-width:1200px;margin:auto;padding:0 12px}img{max-width:100%}"
-             "table{border-collapse:collapse;font-size:12px;max-width:100%}"
-             "td,th{border:1px solid #ccc;padding:2px 6px;overflow-wrap:anywhere}"
-             ".warn{background:#fff3cd;padding:8px;border:1px solid #e0c070}"
-             ".findings li{margin:2px 0}nav li{margin:1px 0}</style></head><body>",
-             "<h1>calibench report</h1>"]
+             f"<style>{STYLE}</style></head><body>", "<h1>calibench report</h1>"]
     if minibench:
-        parts.append("<p class='warn'><b>Mini benchmark:</b> synthetic data and randomly initialised NATS networks "
-                     "with fitted heads. These are demo numbers, NOT NATS-Bench results.</p>")
+        parts.append(demo_banner(underdetermined))
     parts.append("<p>Tables: " + ", ".join(f"{html.escape(k)} ({v} rows)" for k, v in n_rows.items())
                  + ". Every finding below is computed from these tables (<code>analysis/findings.csv</code>).</p>")
     sections = []
@@ -99,11 +136,14 @@ def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.Dat
         lines = found[found["question"] == sid]["text"].tolist() if not found.empty else []
         figures = by_section.pop(sid, [])
         block = blocks.pop(sid, "")
-        if not (lines or figures or block):
+        empty = not (lines or figures or block)
+        if empty and not sid.startswith("q"):
             continue
         body = [f"<section id='{sid}'><h2>{html.escape(heading)}</h2>"]
         if question:
             body.append(f"<p><i>{html.escape(question)}</i></p>")
+        if empty:
+            body.append(f"<p class='empty'>No content in this run: {EMPTY_REASONS.get(sid, NO_CONTENT)}</p>")
         if lines:
             body.append("<ul class='findings'>" + "".join(f"<li>{html.escape(t)}</li>" for t in lines) + "</ul>")
         if block:
@@ -117,7 +157,9 @@ def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.Dat
         sections.append(("other", "Other figures", "<section id='other'><h2>Other figures</h2>"
                          + "".join(extra_blocks) + "".join(_img(results, t, p) for t, p in rest) + "</section>"))
     parts.append("<nav><h2>Contents</h2><ol>" + "".join(
-        f"<li><a href='#{sid}'>{html.escape(heading)}</a></li>" for sid, heading, _ in sections) + "</ol></nav>")
+        f"<li><a href='#{sid}'>{html.escape(heading)}</a>"
+        + (" (no content in this run)" if "<p class='empty'>" in body else "") + "</li>"
+        for sid, heading, body in sections) + "</ol></nav>")
     parts.extend(body for _, _, body in sections)
     parts.append("</body></html>")
     out = Path(results) / "report.html"

@@ -232,12 +232,20 @@ class _Pipe:
 
 
 # After the load event (so every <img> has loaded or failed): the page's full size, each image's
-# state, and the outermost elements that stick out past the window's right edge (with the heading
-# they come under), before the window grows to the page's height.
+# state, the outermost elements that stick out past the window's right edge (with the heading
+# they come under; inside a horizontally scrollable box they do not: it scrolls), and the table
+# cells whose text is cut (scrollWidth > clientWidth) or wraps inside a word (a run of
+# non-space characters laid out on two lines), before the window grows to the page's height.
 _PROBE = """(async () => {
   if (document.fonts) await document.fonts.ready;
   const d = document.documentElement, b = document.body || d, w = window.innerWidth;
-  const wide = e => e.getBoundingClientRect().right > w + 1;
+  const scrolls = e => {
+    for (let n = e.parentElement; n && n !== b; n = n.parentElement) {
+      if (/(auto|scroll)/.test(getComputedStyle(n).overflowX)) return true;
+    }
+    return false;
+  };
+  const wide = e => e.getBoundingClientRect().right > w + 1 && !scrolls(e);
   const heading = e => {
     for (let n = e; n; n = n.previousElementSibling || n.parentElement) {
       if (/^H[1-6]$/.test(n.tagName)) return n.textContent.trim().slice(0, 80);
@@ -248,7 +256,27 @@ _PROBE = """(async () => {
     .filter(e => wide(e) && !(e.parentElement && e.parentElement !== b && wide(e.parentElement)))
     .slice(0, 20)
     .map(e => ({tag: e.tagName.toLowerCase(), heading: heading(e), right: Math.ceil(e.getBoundingClientRect().right)}));
+  const splitWord = cell => {
+    const walk = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      for (const m of n.data.matchAll(/\\S+/g)) {
+        const r = document.createRange();
+        r.setStart(n, m.index);
+        r.setEnd(n, m.index + m[0].length);
+        const tops = new Set(Array.from(r.getClientRects(), q => Math.round(q.top)));
+        if (tops.size > 1) return m[0];
+      }
+    }
+    return null;
+  };
+  const cells = [];
+  for (const c of b.querySelectorAll('td, th')) {
+    const cut = c.scrollWidth > c.clientWidth, word = cut ? null : splitWord(c);
+    if (cut || word) cells.push({text: c.textContent.trim().slice(0, 60), heading: heading(c.closest('table') || c),
+                                 why: cut ? 'cut' : 'word'});
+  }
   return {
+    broken_cells: cells.slice(0, 20), n_broken_cells: cells.length,
     width: Math.max(d.scrollWidth, b.scrollWidth),
     height: Math.max(d.scrollHeight, b.scrollHeight, d.offsetHeight, b.offsetHeight),
     images: Array.from(document.images, i => ({src: i.getAttribute('src') || '', complete: i.complete,
@@ -270,6 +298,10 @@ class Shot:
     # Outermost elements wider than the window ({tag, heading, right}): cut off at the PNG's right
     # edge, and a horizontal scroll bar for a reader with a window that wide.
     overflow: list[dict] = field(default_factory=list)
+    # Table cells ({text, heading, why}: "cut" or "word") whose text is cut off or wraps inside
+    # a word (at most 20), and how many there are in all.
+    broken_cells: list[dict] = field(default_factory=list)
+    n_broken_cells: int = 0
 
     @property
     def broken_images(self) -> list[str]:
@@ -320,7 +352,7 @@ def render(html: str | Path, png: str | Path, width: int = 1400, height: int = 9
             pipe.close()
     png.write_bytes(base64.b64decode(data))
     return Shot(png, int(probe["width"]), page_height, full_page and page_height > MAX_HEIGHT, probe["images"],
-                probe["overflow"])
+                probe["overflow"], probe["broken_cells"], int(probe["n_broken_cells"]))
 
 
 def screenshot(html: str | Path, png: str | Path, width: int = 1400, height: int = 900, *,
@@ -387,4 +419,8 @@ def check_rendered(html: str | Path, png: str | Path | None = None, *, width: in
         where = f" under {item['heading']!r}" if item["heading"] else ""
         warnings.append(f"<{item['tag']}>{where} is wider than the {width} px window (right edge at "
                         f"{item['right']} px): cut off in the PNG")
+    if shot.n_broken_cells:
+        shown = "; ".join(f"{c['text']!r} ({'cut off' if c['why'] == 'cut' else 'wraps inside a word'}"
+                          + (f", under {c['heading']!r})" if c["heading"] else ")") for c in shot.broken_cells)
+        warnings.append(f"{shot.n_broken_cells} table cell(s) cut off or wrapped inside a word: {shown}")
     return RenderCheck(png, shot.page_width, shot.page_height, colours, len(shot.images), warnings)

@@ -563,8 +563,18 @@ def provenance_summary(table: str | Path) -> str:
     lines = [f"{table}"]
     if groups is None:
         return "\n".join(lines + ["  built before tables recorded provenance: rebuild it to see"])
-    total = sum(g["rows"] for g in groups)
-    lines.append(f"  {total} rows; {len(groups)} distinct provenance{'s' if len(groups) != 1 else ''}"
+    import pyarrow.parquet as pq
+
+    # The table's rows (the groups count shards, one per measured network): TSS isomorph copies
+    # (arch_index != measured_by) included.
+    total = pq.ParquetFile(table).metadata.num_rows
+    names = set(pq.read_schema(table).names)
+    copies = 0
+    if {"arch_index", "measured_by"} <= names:
+        ids = pq.read_table(table, columns=["arch_index", "measured_by"]).to_pandas()
+        copies = int((ids["arch_index"] != ids["measured_by"]).sum())
+    copies = f" ({copies} of them copies of an isomorphic TSS cell's measurement)" if copies else ""
+    lines.append(f"  {total} rows{copies}; {len(groups)} distinct provenance{'s' if len(groups) != 1 else ''}"
                  + (" (MIXED)" if len(groups) > 1 else ""))
     built = meta.get("built_by")
     if built:
