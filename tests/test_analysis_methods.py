@@ -96,6 +96,19 @@ def df():
 
 # ---------------------------------------------------------------- stages and statistics
 
+def _best_stages(net, stages, metric: str, skip_flagged: bool = False):
+    """The oracle of a network's best stages on ``metric`` (ties all win): (winners, signed
+    values, signed best); winners empty where no stage has a finite value. ``skip_flagged``:
+    fits on too little data do not compete."""
+    sign = -1 if metric == "accuracy" else 1
+    values = {s: sign * net[f"{s}_{metric}"] for s in stages if math.isfinite(net[f"{s}_{metric}"])
+              and not (skip_flagged and net.get(f"{s}_fit_underdetermined", 0.0) == 1)}
+    if not values:
+        return [], values, None
+    best = min(values.values())
+    return [s for s, v in values.items() if v == best], values, best
+
+
 def test_stages_are_detected_from_the_accuracy_columns(df):
     assert at.stages_present(df) == ALL_STAGES  # recorded_accuracy is no stage
     assert at.method_stages(df) == ALL_STAGES[1:]
@@ -242,17 +255,14 @@ def test_method_wins_match_a_row_by_row_computation(df):
         outright = dict.fromkeys(stages, 0)
         n = 0
         for _, net in group.iterrows():
-            values = {s: net[f"{s}_{metric}"] for s in stages if math.isfinite(net[f"{s}_{metric}"])}
-            if not values:
+            winners, values, best = _best_stages(net, stages, metric)
+            if not winners:
                 continue
             n += 1
-            sign = -1 if metric == "accuracy" else 1
-            best = min(sign * v for v in values.values())
-            winners = [s for s, v in values.items() if sign * v == best]
             for s in winners:
                 share[s] += 1 / len(winners)
             checked_ties += len(winners) > 1
-            others = sorted(sign * v for s, v in values.items() if s not in winners)
+            others = sorted(v for s, v in values.items() if s not in winners)
             if len(winners) == 1:
                 outright[winners[0]] += 1
                 if others:
@@ -537,14 +547,10 @@ def test_rankings_leave_flagged_fits_out_by_default():
         nets = df[df["dataset"] == dataset]
         share, n = dict.fromkeys(part["stage"], 0.0), 0
         for _, net in nets.iterrows():
-            values = {s: net[f"{s}_{metric}"] for s in share if math.isfinite(net[f"{s}_{metric}"])
-                      and net.get(f"{s}_fit_underdetermined", 0.0) != 1}
-            if not values:
+            winners, _, _ = _best_stages(net, share, metric, skip_flagged=True)
+            if not winners:
                 continue
             n += 1
-            sign = -1 if metric == "accuracy" else 1
-            best = min(sign * v for v in values.values())
-            winners = [s for s, v in values.items() if sign * v == best]
             for s in winners:
                 share[s] += 1 / len(winners)
         for row in part.itertuples():
