@@ -50,8 +50,13 @@ def fit_annotations(fig, images, fmt: str = "{:.2f}", dark: float = 0.6, scale: 
     values = [np.ma.filled(np.ma.asarray(im.get_array(), dtype=float), np.nan) for im in images]
     if not values or max(v.size for v in values) > MAX_ANNOTATED_CELLS:
         return None  # no values: no layout drawn for them either
-    fig.draw_without_rendering()  # runs the layout, so the boxes below are final
-    width_in = fig.get_tightbbox().width + 2 * matplotlib.rcParams["savefig.pad_inches"] + 2.0 / DPI  # px rounding
+    engine = fig.get_layout_engine()
+    if engine is not None:  # lay it out once and freeze it: saving draws it without laying it out again
+        engine.execute(fig)
+        fig.set_layout_engine("none")
+    renderer = fig.canvas.get_renderer()  # text extents without drawing the figure
+    width_in = (fig.get_tightbbox(renderer).width + 2 * matplotlib.rcParams["savefig.pad_inches"]
+                + 2.0 / DPI)  # px rounding
     cell_in = min(im.get_window_extent().width / v.shape[1] / fig.dpi for im, v in zip(images, values))
     fontsize = annotation_fontsize(max(v.size for v in values), width_in, cell_in, chars, min_pt=min_pt)
     for im, v in zip(images, values):
