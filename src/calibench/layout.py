@@ -20,6 +20,7 @@ takes the results directory first; passing Snakemake wildcards as strings (``"{t
   analysis/{part}/...  plots/{part}/...                     the analysis parts
   reliability/{target}_{dataset}_arch{index:06d}.png        `calibench reliability`'s diagrams
   report.html                                               the report
+  explorer/index.html, explorer/data/                       `calibench explore`'s page and its data
   logs/, benchmarks/                                        one per job
 ```
 
@@ -176,6 +177,15 @@ def part_plots_dir(results: str | Path, part: str) -> Path:
 
 def report_path(results: str | Path) -> Path:
     return Path(results) / "report.html"
+
+
+def explorer_dir(results: str | Path) -> Path:
+    """``calibench explore``'s page and its data: ``explorer/index.html``, ``explorer/data/``."""
+    return Path(results) / "explorer"
+
+
+def explorer_page(results: str | Path) -> Path:
+    return explorer_dir(results) / "index.html"
 
 
 def reliability_path(results: str | Path, target: str, dataset: str, index: int) -> Path:

@@ -130,7 +130,8 @@ def missing_images(html: str | Path) -> list[tuple[str, Path | None]]:
 class _Pipe:
     """The DevTools protocol over --remote-debugging-pipe: commands on fd 3, answers on fd 4."""
 
-    def __init__(self, browser: Path, user_data_dir: Path, log: Path, timeout: float) -> None:
+    def __init__(self, browser: Path, user_data_dir: Path, log: Path, timeout: float,
+                 extra_flags: tuple[str, ...] = ()) -> None:
         import fcntl  # POSIX only, like the pipe's fd numbers
 
         self.timeout = timeout
@@ -149,7 +150,7 @@ class _Pipe:
         self._log = open(log, "wb")
         try:
             self.proc = subprocess.Popen(
-                [str(browser), *CHROMIUM_FLAGS, f"--user-data-dir={user_data_dir}", "about:blank"],
+                [str(browser), *CHROMIUM_FLAGS, *extra_flags, f"--user-data-dir={user_data_dir}", "about:blank"],
                 stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 preexec_fn=child_fds, close_fds=False)
         except BaseException:
@@ -353,6 +354,104 @@ def render(html: str | Path, png: str | Path, width: int = 1400, height: int = 9
     png.write_bytes(base64.b64decode(data))
     return Shot(png, int(probe["width"]), page_height, full_page and page_height > MAX_HEIGHT, probe["images"],
                 probe["overflow"], probe["broken_cells"], int(probe["n_broken_cells"]))
+
+
+class Page:
+    """A page open in a headless Chromium, for checks that act on it (the explorer's tests and
+    benchmark): :meth:`evaluate` runs JavaScript (awaiting promises), :meth:`click` is a real
+    mouse click at window coordinates; ``console`` holds the console messages and uncaught
+    exceptions, ``requests`` every URL the page asked for. Use as a context manager."""
+
+    def __init__(self, html: str | Path, width: int = 1400, height: int = 900, *, timeout: float = 60.0,
+                 browser: str | Path | None = None) -> None:
+        html = Path(html).resolve()
+        if not html.is_file():
+            raise FileNotFoundError(f"no such page: {html}")
+        self._tmp = tempfile.TemporaryDirectory(prefix="calibench-page-")
+        exe = Path(shutil.which(str(browser)) or browser) if browser else find_browser()
+        self._pipe = _Pipe(exe, Path(self._tmp.name) / "profile", Path(self._tmp.name) / "browser.log", timeout,
+                           extra_flags=("--enable-unsafe-swiftshader",))  # WebGL on the CPU, as a GPU-less CI has it
+        self.console: list[str] = []
+        self.requests: list[str] = []
+        try:
+            targets = self._pipe.send("Target.getTargets")["targetInfos"]
+            pages = [t["targetId"] for t in targets if t["type"] == "page"]
+            target = pages[0] if pages else self._pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
+            self._session = self._pipe.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            for domain in ("Page", "Runtime", "Network", "Log"):
+                self._send(f"{domain}.enable")
+            self._send("Emulation.setDeviceMetricsOverride",
+                       {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
+            self.started = time.monotonic()
+            answer = self._send("Page.navigate", {"url": html.as_uri()})
+            if answer.get("errorText"):
+                raise RuntimeError(f"headless browser could not open {html}: {answer['errorText']}")
+            self._pipe.wait_event("Page.loadEventFired", self._session)
+        except BaseException:
+            self.close()
+            raise
+
+    def _send(self, method: str, params: dict | None = None) -> dict:
+        answer = self._pipe.send(method, params, session=self._session)
+        self._collect()
+        return answer
+
+    def _collect(self) -> None:
+        """Move the console messages, exceptions and requests seen so far into their lists."""
+        kept = []
+        for event in self._pipe._events:
+            method, params = event["method"], event.get("params", {})
+            if method == "Runtime.consoleAPICalled":
+                self.console.append(f"{params['type']}: " + " ".join(str(a.get("value", a.get("description", "")))
+                                                                       for a in params.get("args", [])))
+            elif method == "Runtime.exceptionThrown":
+                d = params["exceptionDetails"]
+                self.console.append("exception: " + d.get("exception", {}).get("description", d.get("text", "")))
+            elif method == "Log.entryAdded":
+                entry = params["entry"]
+                self.console.append(f"{entry['level']}: {entry['text']} {entry.get('url', '')}".strip())
+            elif method == "Network.requestWillBeSent":
+                self.requests.append(params["request"]["url"])
+            else:
+                kept.append(event)
+        self._pipe._events[:] = kept[-200:]
+
+    def evaluate(self, expression: str):
+        """The value of a JavaScript expression (a promise is awaited); an exception raises."""
+        answer = self._send("Runtime.evaluate", {"expression": expression, "awaitPromise": True, "returnByValue": True})
+        if "exceptionDetails" in answer:
+            d = answer["exceptionDetails"]
+            raise RuntimeError(f"{expression[:80]}: {d.get('exception', {}).get('description', d.get('text'))}")
+        return answer["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float = 30.0, poll: float = 0.05):
+        """Evaluate ``expression`` until it is truthy; its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"not true within {timeout:.0f} s: {expression[:120]}\nconsole: {self.console[-5:]}")
+            time.sleep(poll)
+
+    def click(self, x: float, y: float) -> None:
+        """A left click at window coordinates (press and release, as a mouse gives them)."""
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            button = "none" if kind == "mouseMoved" else "left"
+            self._send("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": button, "clickCount": 1})
+
+    def close(self) -> None:
+        try:
+            self._pipe.close()
+        finally:
+            self._tmp.cleanup()
+
+    def __enter__(self) -> "Page":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def screenshot(html: str | Path, png: str | Path, width: int = 1400, height: int = 900, *,

@@ -243,6 +243,18 @@ def _nas(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explore(args: argparse.Namespace) -> int:
+    from calibench.report.explorer import write_explorer
+
+    try:
+        page = write_explorer(args.results, args.tables or None, demo=args.demo, threads=args.threads)
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"calibench explore: {exc}", file=sys.stderr)
+        return 2
+    print(f"explorer: {page} (open it in a browser; it works offline, from its folder)")
+    return 0
+
+
 def _export(args: argparse.Namespace) -> int:
     from calibench.results.interop import export_tao2024
 
@@ -367,6 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
     ns.add_argument("--population", type=int, default=20, help="regularised evolution's population")
     ns.add_argument("--sample", type=int, default=5, help="regularised evolution's tournament size")
     ns.set_defaults(func=_nas)
+
+    xp = sub.add_parser("explore", help="write an interactive explorer of a finished run (results/explorer/index.html)")
+    xp.add_argument("--results", default="results")
+    xp.add_argument("--threads", type=int, default=4, help="threads reading the shards' reliability bins")
+    xp.add_argument("--demo", action="store_true", help="say on the page that the run is the mini benchmark")
+    xp.add_argument("tables", nargs="*", help="tables to show (default: every table under --results)")
+    xp.set_defaults(func=_explore)
 
     ex = sub.add_parser("export", help="result tables in another layout (tao2024: Tao et al.'s published CSVs)")
     ex.add_argument("--format", required=True, choices=["tao2024"])

@@ -1,0 +1,386 @@
+// calibench explorer: the page's code (calibench/report/explorer.py writes the data it reads).
+// Data files are scripts that call CB.<kind>(...); they are loaded when the page needs them.
+'use strict';
+
+const CB = (() => {
+  const waiting = new Map();   // file -> resolve, while its script loads
+  const loaded = new Map();    // file -> promise of its payload
+  const columns = new Map();   // table id + column -> Float64Array over the table's rows
+  const S = {manifest: null, tables: {}, painted: null, errors: [], scatter: null, selected: null};
+
+  // ------------------------------------------------------------ loading data files
+  function load(file) {
+    if (loaded.has(file)) return loaded.get(file);
+    const promise = new Promise((resolve, reject) => {
+      waiting.set(file, resolve);
+      const s = document.createElement('script');
+      s.charset = 'x-user-defined';  // bytes 0x80-0xFF arrive as U+F780-U+F7FF: their low byte is the byte
+      s.src = 'data/' + file;
+      s.onload = () => {
+        if (waiting.has(file)) { waiting.delete(file); reject(new Error('data/' + file + ' did not deliver its data')); }
+      };
+      s.onerror = () => { waiting.delete(file); reject(new Error('could not load data/' + file)); };
+      document.head.appendChild(s);
+    });
+    loaded.set(file, promise);
+    promise.catch(() => loaded.delete(file));
+    return promise;
+  }
+  function deliver(file, value) {
+    const resolve = waiting.get(file);
+    if (resolve) { waiting.delete(file); resolve(value); }
+  }
+  async function gunzip(text, length, file) {
+    if (text.length !== length) {
+      throw new Error(`data/${file}: ${text.length} bytes where ${length} were written (was it read with another charset?)`);
+    }
+    const bytes = new Uint8Array(length);
+    for (let i = 0; i < length; i++) bytes[i] = text.charCodeAt(i) & 0xff;
+    const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    return new Uint8Array(await new Response(stream).arrayBuffer());
+  }
+
+  // float16 bit patterns -> numbers, once
+  const HALF = (() => {
+    const t = new Float64Array(65536);
+    for (let h = 0; h < 65536; h++) {
+      const s = h & 0x8000 ? -1 : 1, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+      t[h] = e === 0 ? s * m * 2 ** -24 : e === 31 ? (m ? NaN : s * Infinity) : s * (1 + m / 1024) * 2 ** (e - 15);
+    }
+    return t;
+  })();
+
+  async function rows(t) {
+    if (S.tables[t.id]) return S.tables[t.id];
+    const bytes = await load(`${t.id}/rows.js`);
+    const n = t.n, view = new DataView(bytes.buffer);
+    const index = new Int32Array(n), rep = new Int32Array(n);
+    for (let i = 0; i < n; i++) { index[i] = view.getInt32(4 * i, true); rep[i] = view.getInt32(4 * (n + i), true); }
+    const names = new TextDecoder().decode(bytes.subarray(8 * n)).split('\n');
+    const byIndex = new Map();
+    for (let i = 0; i < n; i++) byIndex.set(index[i], i);
+    S.tables[t.id] = {index, rep, names, byIndex};
+    return S.tables[t.id];
+  }
+
+  async function column(t, name) {
+    const key = t.id + '\u0000' + name;
+    if (columns.has(key)) return columns.get(key);
+    const c = t.columns.find(c => c.name === name);
+    if (!c) return null;
+    const [r, bytes] = await Promise.all([rows(t), load(`${t.id}/${c.file}.js`)]);
+    const m = t.n_measured, measured = new Float64Array(m);
+    if (c.enc === 'f32') {
+      const view = new DataView(bytes.buffer);
+      for (let i = 0; i < m; i++) measured[i] = view.getFloat32(4 * i, true);
+    } else {
+      const scale = 2 ** c.exp;
+      for (let i = 0; i < m; i++) measured[i] = HALF[bytes[i] | (bytes[m + i] << 8)] * scale;
+    }
+    const out = new Float64Array(t.n);
+    for (let i = 0; i < t.n; i++) out[i] = measured[r.rep[i]];
+    columns.set(key, out);
+    return out;
+  }
+
+  // ------------------------------------------------------------ helpers
+  const $ = id => document.getElementById(id);
+  const fmt = v => v === null || v === undefined || Number.isNaN(v) ? 'NaN' : !Number.isFinite(v) ? (v > 0 ? '+inf' : '-inf')
+    : Math.abs(v) >= 1e5 ? v.toExponential(2) : Number(v.toPrecision(3)).toString();
+  const tableLabel = t => `${t.space}${t.hp ? ' hp ' + t.hp : ''} · ${t.dataset}`;
+  const byId = id => S.manifest.tables.find(t => t.id === id);
+  function fail(err) {
+    const text = String(err && err.message || err);
+    S.errors.push(text);
+    $('error').textContent = 'explorer: ' + S.errors.join('\n');
+    console.error('explorer:', text);  // eslint-disable-line no-console
+  }
+  function options(select, items, selected) {
+    select.innerHTML = '';
+    const groups = new Map();
+    for (const it of items) {
+      const o = document.createElement('option');
+      o.value = it.value; o.textContent = it.label || it.value;
+      if (it.group) {
+        if (!groups.has(it.group)) {
+          const g = document.createElement('optgroup'); g.label = it.group; groups.set(it.group, g); select.appendChild(g);
+        }
+        groups.get(it.group).appendChild(o);
+      } else select.appendChild(o);
+    }
+    if (selected !== undefined && items.some(it => String(it.value) === String(selected))) select.value = selected;
+  }
+  const columnItems = t => t.columns.map(c => ({value: c.name, group: c.group}));
+
+  // ------------------------------------------------------------ the scatter
+  function scatterTables() {
+    const t = byId($('table').value);
+    return $('alldatasets').checked ? S.manifest.tables.filter(u => u.space === t.space && u.hp === t.hp) : [t];
+  }
+  async function drawScatter() {
+    const [xn, yn, cn] = [$('xcol').value, $('ycol').value, $('ccol').value];
+    const tables = scatterTables();
+    const traces = [], layout = {margin: {l: 60, r: 20, t: 30, b: 50}, showlegend: false, hovermode: 'closest',
+                                 grid: {rows: 1, columns: tables.length, pattern: 'independent'}, annotations: []};
+    const shown = [], notes = [];
+    for (const [k, t] of tables.entries()) {
+      const r = await rows(t);
+      const [x, y, c, acc] = await Promise.all([column(t, xn), column(t, yn), column(t, cn), column(t, 'accuracy')]);
+      if (!x || !y) { notes.push(`${tableLabel(t)} has no column ${!x ? xn : yn}`); continue; }
+      const idx = [];
+      for (let i = 0; i < t.n; i++) if (Number.isFinite(x[i]) && Number.isFinite(y[i])) idx.push(i);
+      const ax = k === 0 ? '' : String(k + 1);
+      const text = idx.map(i => `index ${r.index[i]}${r.rep[i] !== i && t.space === 'tss' ? ` (measured by ${r.index[r.rep[i]]})` : ''}`
+        + `<br>${r.names[i]}<br>accuracy ${acc ? fmt(acc[i]) : 'n/a'}`);
+      const cv = c ? idx.map(i => c[i]) : null;
+      traces.push({type: 'scattergl', mode: 'markers', name: t.id, x: idx.map(i => x[i]), y: idx.map(i => y[i]),
+        customdata: idx, text: text, xaxis: 'x' + ax, yaxis: 'y' + ax,
+        hovertemplate: `%{text}<br>${xn} %{x:.3g}<br>${yn} %{y:.3g}` + (cv ? `<br>${cn} %{marker.color:.3g}` : '') + '<extra></extra>',
+        marker: {size: idx.length > 5000 ? 3 : 7, opacity: idx.length > 5000 ? 0.6 : 0.9,
+                 color: cv || '#4c72b0', colorscale: 'Viridis', showscale: !!cv && k === 0,
+                 colorbar: cv ? {title: {text: cn, side: 'right'}, thickness: 12} : undefined}});
+      layout['xaxis' + ax] = {title: {text: xn}}; layout['yaxis' + ax] = {title: {text: k === 0 ? yn : ''}};
+      layout.annotations.push({text: `${tableLabel(t)} (n = ${idx.length} of ${t.n} rows)`, showarrow: false,
+        xref: `x${ax} domain`, yref: `y${ax} domain`, x: 0.5, y: 1.06, font: {size: 12}});
+      shown.push({table: t.id, points: idx.length, rows: t.n});
+      const missing = t.n - idx.length;
+      if (missing) notes.push(`${tableLabel(t)}: ${missing} rows without a finite ${xn} or ${yn} are not drawn`);
+    }
+    S.scatter = {x: xn, y: yn, color: cn, tables: shown};
+    $('status').textContent = notes.join(' · ');
+    await Plotly.react($('scatter'), traces, layout, {responsive: true, displaylogo: false});
+    S.selected = null;
+    location.hash = `t=${encodeURIComponent($('table').value)}&x=${encodeURIComponent(xn)}&y=${encodeURIComponent(yn)}`
+      + `&c=${encodeURIComponent(cn)}`;
+  }
+
+  function highlight(curve, point) {
+    const gd = $('scatter'), tr = gd.data[curve];
+    const update = {type: 'scattergl', mode: 'markers', x: [tr.x[point]], y: [tr.y[point]], xaxis: tr.xaxis, yaxis: tr.yaxis,
+      hoverinfo: 'skip', marker: {size: 16, color: 'rgba(0,0,0,0)', line: {color: '#e00', width: 3}}, name: 'selected'};
+    const old = gd.data.findIndex(d => d.name === 'selected');
+    if (old >= 0) Plotly.deleteTraces(gd, old);
+    Plotly.addTraces(gd, update);
+  }
+
+  async function search() {
+    const q = $('search').value.trim();
+    if (!q) return;
+    const gd = $('scatter');
+    for (const [curve, tr] of gd.data.entries()) {
+      if (tr.name === 'selected') continue;
+      const t = byId(tr.name), r = await rows(t);
+      let row = /^\d+$/.test(q) ? r.byIndex.get(Number(q)) : r.names.indexOf(q);
+      if (row === undefined || row < 0) row = /^\d+$/.test(q) ? -1 : r.names.findIndex(s => s.includes(q));
+      const point = row >= 0 ? tr.customdata.indexOf(row) : -1;
+      if (point >= 0) {
+        highlight(curve, point);
+        $('status').textContent = `found ${q}: index ${r.index[row]} in ${tableLabel(t)}`;
+        await showNetwork(t, row);
+        return;
+      }
+    }
+    $('status').textContent = `no architecture matches "${q}" among the points drawn`;
+  }
+
+  // ------------------------------------------------------------ one network
+  async function showNetwork(t, row) {
+    const r = await rows(t);
+    S.selected = {table: t.id, row: row, index: r.index[row]};
+    const wanted = ['accuracy', 'params', 'flops', S.scatter.x, S.scatter.y, S.scatter.color];
+    const bins = t.bins.includes(15) ? 15 : t.bins[0];
+    for (const s of t.stages) wanted.push(`${s}_accuracy`, `${s}_ece_${bins}`, `${s}_nll`, `${s}_brier`);
+    const names = [...new Set(wanted)].filter(n => t.columns.some(c => c.name === n));
+    const values = await Promise.all(names.map(n => column(t, n)));
+    const head = [['table', tableLabel(t)], ['index', r.index[row]], ['arch', r.names[row]]];
+    if (r.rep[row] !== row) head.push(['measured by', `${r.index[r.rep[row]]} (same isomorphism class)`]);
+    const cells = head.map(([k, v]) => `<tr><td>${k}</td><td>${String(v).replace(/</g, '&lt;')}</td></tr>`)
+      .concat(names.map((n, i) => `<tr><td>${n}</td><td class="num">${fmt(values[i][row])}</td></tr>`));
+    $('row').innerHTML = `<table id="rowtable">${cells.join('')}</table>`;
+    await drawReliability(t, r.rep[row], `${tableLabel(t)}, index ${r.index[row]}`);
+  }
+
+  async function drawReliability(t, measuredRow, title) {
+    const block = Math.floor(measuredRow / t.block), el = $('reliability');
+    if (!t.rel_blocks.includes(block)) {
+      Plotly.purge(el);
+      el.innerHTML = '<p class="note">No reliability bins for this network (its shard is not in this results directory).</p>';
+      return;
+    }
+    const found = (await load(`${t.id}/rel${block}.js`))[String(measuredRow)];
+    if (!found) { Plotly.purge(el); el.innerHTML = '<p class="note">No reliability bins for this network.</p>'; return; }
+    el.innerHTML = '';
+    const stages = t.stages.filter(s => found[s]), cols = Math.min(4, stages.length), nrows = Math.ceil(stages.length / cols);
+    const traces = [], layout = {grid: {rows: nrows, columns: cols, pattern: 'independent'}, showlegend: false,
+      margin: {l: 40, r: 10, t: 50, b: 30}, title: {text: `Reliability: ${title}`, font: {size: 13}}, annotations: [],
+      bargap: 0};
+    stages.forEach((s, k) => {
+      const [count, conf, acc] = found[s], b = count.length, ax = k === 0 ? '' : String(k + 1);
+      const centre = count.map((_, i) => (i + 0.5) / b), n = count.reduce((a, c) => a + c, 0);
+      let ece = 0;
+      count.forEach((c, i) => { if (c > 0) ece += c / n * Math.abs(acc[i] - conf[i]); });
+      traces.push({type: 'bar', x: centre, y: acc.map(a => a ?? 0), width: 1 / b, marker: {color: '#4c72b0'},
+        xaxis: 'x' + ax, yaxis: 'y' + ax, name: 'accuracy', customdata: count,
+        hovertemplate: 'bin %{x:.3f}<br>accuracy %{y:.3f}<br>%{customdata} samples<extra></extra>'});
+      traces.push({type: 'bar', x: centre, base: acc.map(a => a ?? 0),
+        y: count.map((c, i) => c > 0 ? conf[i] - acc[i] : 0), width: 1 / b, xaxis: 'x' + ax, yaxis: 'y' + ax, name: 'gap',
+        marker: {color: count.map((c, i) => conf[i] > acc[i] ? 'rgba(221,68,68,0.5)' : 'rgba(240,160,48,0.6)')},
+        hovertemplate: 'gap %{y:.3f}<extra></extra>'});
+      traces.push({type: 'scatter', mode: 'lines', x: [0, 1], y: [0, 1], xaxis: 'x' + ax, yaxis: 'y' + ax,
+        line: {color: 'black', dash: 'dash', width: 1}, hoverinfo: 'skip'});
+      layout['xaxis' + ax] = {range: [0, 1], title: {text: 'confidence', font: {size: 10}}};
+      layout['yaxis' + ax] = {range: [0, 1]};
+      layout.annotations.push({text: `${s}: ECE ${ece.toFixed(3)}`, showarrow: false, xref: `x${ax} domain`,
+        yref: `y${ax} domain`, x: 0.5, y: 1.12, font: {size: 11}});
+    });
+    el.dataset.stages = stages.join(',');
+    await Plotly.react(el, traces, layout, {displaylogo: false});
+  }
+
+  // ------------------------------------------------------------ Kendall matrices
+  let K = null;
+  const KDIMS = [['figure', 'figure'], ['table', 'table'], ['metric', 'metric'], ['stage', 'stage'],
+                 ['population', 'networks'], ['bins', 'bin count']];
+  async function kendallTab() {
+    if (!S.manifest.kendall) { $('knote').textContent = 'This run has no analysis/kendall.parquet.'; return; }
+    if (!K) {
+      const cols = JSON.parse(new TextDecoder().decode(await load('kendall.js')));
+      const n = cols.tau.length;
+      K = [];
+      for (let i = 0; i < n; i++) {
+        const o = {};
+        for (const name in cols) o[name] = cols[name][i];
+        o.table = `${o.space}${o.hp ? ' hp ' + o.hp : ''} · ${o.dataset === '*' ? 'all datasets' : o.dataset}`;
+        o.stage = o.stage ?? '-';
+        const bin = /_(\d+)$/.exec(o.row) || /_(\d+)$/.exec(o.metric || '');
+        o.bins = o.figure === 'metrics' ? (bin ? bin[1] : 'unbinned') : (o.figure === 'pre_post' ? 'all' : (bin ? bin[1] : 'unbinned'));
+        K.push(o);
+      }
+      const box = $('kcontrols');
+      for (const [dim, label] of KDIMS) {
+        const l = document.createElement('label'); l.textContent = label + ' ';
+        const s = document.createElement('select'); s.id = 'k_' + dim; s.onchange = () => drawKendall(dim).catch(fail);
+        l.appendChild(s); box.appendChild(l);
+      }
+    }
+    await drawKendall(null);
+  }
+  async function drawKendall(changed) {
+    let rowsK = K;
+    let after = changed === null;
+    for (const [dim] of KDIMS) {
+      const sel = $('k_' + dim);
+      const values = [...new Set(rowsK.map(o => String(o[dim])))];
+      if (after || !values.includes(sel.value)) options(sel, values.map(v => ({value: v})), sel.value);
+      if (dim === changed) after = true;
+      rowsK = rowsK.filter(o => String(o[dim]) === sel.value);
+    }
+    const names = list => [...new Set(list)];
+    let rws = rowsK;
+    if ($('k_figure').value === 'metrics' && $('k_bins').value !== 'unbinned') {
+      const b = '_' + $('k_bins').value, keep = n => n.endsWith(b) || !/_\d+$/.test(n);
+      rws = K.filter(o => o.figure === 'metrics' && o.table === $('k_table').value && String(o.stage) === $('k_stage').value
+        && String(o.population) === $('k_population').value && keep(o.row) && keep(o.col));
+    }
+    const rowNames = names(rws.map(o => o.row)), colNames = names(rws.map(o => o.col));
+    const z = rowNames.map(() => colNames.map(() => null)), text = rowNames.map(() => colNames.map(() => ''));
+    for (const o of rws) {
+      const i = rowNames.indexOf(o.row), j = colNames.indexOf(o.col);
+      z[i][j] = o.tau;
+      text[i][j] = `${o.row} vs ${o.col}<br>tau ${o.tau === null ? 'NaN' : o.tau.toFixed(3)}`
+        + (o.lo !== null && o.hi !== null ? ` [${o.lo.toFixed(3)}, ${o.hi.toFixed(3)}]` : '')
+        + `<br>n = ${o.n}<br>interval: ${o.interval || 'none (diagonal)'}`;
+    }
+    $('knote').textContent = `${rws.length} pairs; hover a cell for tau, its interval, n and the interval's kind.`;
+    await Plotly.react($('kendall'), [{type: 'heatmap', z, x: colNames, y: rowNames, text, hoverinfo: 'text',
+      zmin: -1, zmax: 1, colorscale: 'RdBu', reversescale: true, colorbar: {title: {text: 'Kendall tau-b'}}}],
+      {margin: {l: 160, b: 140, t: 20, r: 20}, yaxis: {autorange: 'reversed'}}, {displaylogo: false});
+  }
+
+  // ------------------------------------------------------------ methods: pre against post
+  async function methodsTab() {
+    if (!$('mtable').options.length) {
+      options($('mtable'), S.manifest.tables.map(t => ({value: t.id, label: tableLabel(t)})));
+      $('mtable').onchange = () => methodsMetrics().catch(fail);
+      $('mmetric').onchange = () => drawMethods().catch(fail);
+      await methodsMetrics();
+    } else await drawMethods();
+  }
+  async function methodsMetrics() {
+    const t = byId($('mtable').value);
+    const items = t.columns.filter(c => c.group === 'pre' && c.name !== 'pre_accuracy').map(c => ({value: c.name.slice(4)}));
+    options($('mmetric'), items, $('mmetric').value || (t.bins.includes(15) ? 'ece_15' : undefined));
+    await drawMethods();
+  }
+  async function drawMethods() {
+    const t = byId($('mtable').value), metric = $('mmetric').value;
+    const stages = t.stages.filter(s => s !== 'pre' && t.columns.some(c => c.name === `${s}_${metric}`));
+    const pre = await column(t, `pre_${metric}`), r = await rows(t);
+    const cols = Math.min(4, stages.length), nrows = Math.ceil(stages.length / cols);
+    const traces = [], layout = {grid: {rows: nrows, columns: cols, pattern: 'independent'}, showlegend: false,
+      margin: {l: 50, r: 10, t: 40, b: 40}, annotations: []};
+    for (const [k, s] of stages.entries()) {
+      const post = await column(t, `${s}_${metric}`), ax = k === 0 ? '' : String(k + 1), idx = [];
+      for (let i = 0; i < t.n; i++) if (r.rep[i] === i && Number.isFinite(pre[i]) && Number.isFinite(post[i])) idx.push(i);
+      const xs = idx.map(i => pre[i]), ys = idx.map(i => post[i]);
+      const hi = Math.max(...xs, ...ys, 0), lo = Math.min(...xs, ...ys, 0);
+      traces.push({type: 'scattergl', mode: 'markers', x: xs, y: ys, xaxis: 'x' + ax, yaxis: 'y' + ax,
+        text: idx.map(i => `index ${r.index[i]}`), hovertemplate: '%{text}<br>pre %{x:.3g}<br>post %{y:.3g}<extra></extra>',
+        marker: {size: idx.length > 5000 ? 2 : 6, opacity: 0.6, color: '#4c72b0'}});
+      traces.push({type: 'scatter', mode: 'lines', x: [lo, hi], y: [lo, hi], xaxis: 'x' + ax, yaxis: 'y' + ax,
+        line: {color: 'black', dash: 'dash', width: 1}, hoverinfo: 'skip'});
+      const better = idx.filter(i => post[i] < pre[i]).length;
+      layout.annotations.push({text: `${s}: ${better} of ${idx.length} below the line`, showarrow: false,
+        xref: `x${ax} domain`, yref: `y${ax} domain`, x: 0.5, y: 1.1, font: {size: 11}});
+      layout['xaxis' + ax] = {title: {text: `pre ${metric}`, font: {size: 10}}};
+    }
+    $('mnote').textContent = `${tableLabel(t)}: each measured network's ${metric} before (x) and after (y) each method; `
+      + 'below the dashed identity line the method lowered it.';
+    await Plotly.react($('methods'), traces, layout, {displaylogo: false});
+  }
+
+  // ------------------------------------------------------------ start
+  function tab(name) {
+    for (const b of document.querySelectorAll('nav button')) b.classList.toggle('on', b.dataset.tab === name);
+    for (const s of ['scatter', 'kendall', 'methods']) $('tab-' + s).classList.toggle('hidden', s !== name);
+    if (name === 'kendall') return kendallTab().catch(fail);
+    if (name === 'methods') return methodsTab().catch(fail);
+    return Promise.resolve();
+  }
+  function tableChanged(keep) {
+    const t = byId($('table').value), items = columnItems(t), d = S.manifest.defaults;
+    const pick = (sel, want) => options(sel, items, items.some(i => i.value === sel.value) && keep ? sel.value : want);
+    pick($('xcol'), keep && keep.x || d[0]); pick($('ycol'), keep && keep.y || d[1]); pick($('ccol'), keep && keep.c || d[2]);
+  }
+  async function start(manifest) {
+    S.manifest = manifest;
+    $('runname').textContent = manifest.results;
+    if (manifest.demo) $('banner').textContent = 'mini benchmark: not NATS-Bench results';
+    const hash = new URLSearchParams(location.hash.slice(1));
+    options($('table'), manifest.tables.map(t => ({value: t.id, label: tableLabel(t)})), hash.get('t') || undefined);
+    tableChanged({x: hash.get('x'), y: hash.get('y'), c: hash.get('c')});
+    const redraw = () => drawScatter().catch(fail);
+    $('table').onchange = () => { tableChanged({x: $('xcol').value, y: $('ycol').value, c: $('ccol').value}); redraw(); };
+    for (const id of ['alldatasets', 'xcol', 'ycol', 'ccol']) $(id).onchange = redraw;
+    $('searchgo').onclick = () => search().catch(fail);
+    $('search').onkeydown = e => { if (e.key === 'Enter') search().catch(fail); };
+    for (const b of document.querySelectorAll('nav button')) b.onclick = () => tab(b.dataset.tab);
+    await drawScatter();
+    $('scatter').on('plotly_click', ev => {
+      const p = ev.points && ev.points[0];
+      if (!p || p.data.name === 'selected') return;
+      highlight(p.curveNumber, p.pointIndex);
+      showNetwork(byId(p.data.name), p.data.customdata[p.pointIndex]).catch(fail);
+    });
+    requestAnimationFrame(() => { S.painted = performance.now(); });
+  }
+
+  return {
+    state: S, column, rows, showNetwork, tab,
+    manifest: m => { S.ready = start(m).catch(fail); },
+    rowdata: (tid, length, text) => deliver(`${tid}/rows.js`, gunzip(text, length, `${tid}/rows.js`)),
+    col: (tid, k, length, text) => deliver(`${tid}/c${k}.js`, gunzip(text, length, `${tid}/c${k}.js`)),
+    rel: (tid, b, data) => deliver(`${tid}/rel${b}.js`, data),
+    kendall: (length, text) => deliver('kendall.js', gunzip(text, length, 'kendall.js')),
+  };
+})();

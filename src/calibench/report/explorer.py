@@ -1,0 +1,302 @@
+"""``calibench explore``: an offline, interactive explorer of a finished run (issue 26).
+
+Writes ``{results}/explorer/index.html`` and, beside it, the page's script, the plotting
+library and the data, all as files that a browser loads from the folder itself (opened as
+``file://``, no server, nothing fetched from elsewhere):
+
+* ``plotly.min.js`` as the ``plotly`` Python package ships it (plotly.js: WebGL scatter
+  plots, ``scattergl``, draw 32,768 points and stay responsive; heatmaps with hover);
+* ``explorer.js``, the page's code (in this package);
+* ``data/manifest.js``: the tables, their columns and how each column is encoded;
+* ``data/{table}/rows.js``: each row's index, arch string and (TSS) the row of its measured
+  isomorphism class; ``data/{table}/c{k}.js``: one column, loaded when the page shows it;
+  ``data/{table}/rel{b}.js``: the reliability bins (from the shards) of a block of networks,
+  loaded when a point of that block is clicked; ``data/kendall.js``: the Kendall matrices.
+
+A browser may not read files next to a ``file://`` page with ``fetch``, but it runs the
+scripts the page names, so every data file is a script that hands its payload to the page
+(``CB.col(...)``): gzip-compressed bytes in a string literal of a script read as
+``x-user-defined`` (:func:`js_binary_string`). Columns are stored for the measured rows only
+(a TSS table's rows share their class representative's values), as float16 with 8 of its
+10 mantissa bits (:func:`encode_column`): every value to 3 significant digits, a relative
+error of at most 0.2 %, enough for any plot; exact values are in the tables (SQL).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import math
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from calibench.atomic import atomic_write
+from calibench.layout import STAGES, analysis_path, explorer_dir, explorer_page, result_tables, shard_path, target_name
+
+log = logging.getLogger(__name__)
+
+MANTISSA_BITS = 8  # of float16's 10: values to 3 significant digits, 100 MB for the full population
+BLOCK = 256  # networks per reliability file
+# Columns of a table that say what a row is (shown with a point, never plotted).
+IDENTITY = ("space", "hp", "dataset", "arch_index", "measured_by", "arch_str", "seed", "nats_index")
+# Provenance columns: strings and file facts, nothing to plot.
+NOT_PLOTTED = ("config_hash", "logits_key", "logits_file", "source_bytes", "source_mtime", "calibench_version")
+DEFAULT_AXES = ("accuracy", "pre_ece_15", "params")
+PLOTLY_JS = ("plotly", "package_data/plotly.min.js")
+
+
+# ---------------------------------------------------------------- encoding (pure)
+
+def round_significand(values: np.ndarray, bits: int) -> np.ndarray:
+    """``values`` rounded (to nearest, ties to even) to ``bits`` significant bits after the
+    leading one; NaN and the infinities as they are."""
+    mantissa, exponent = np.frexp(np.asarray(values, dtype=float))  # mantissa in [0.5, 1)
+    return np.ldexp(np.round(np.ldexp(mantissa, bits + 1)), exponent - bits - 1)
+
+
+def encode_column(values: np.ndarray, mantissa_bits: int = MANTISSA_BITS) -> tuple[bytes, dict]:
+    """A column as bytes and how to read them: float16 scaled by a power of two (``exp``, so
+    that the largest magnitude sits below 2**15) with ``mantissa_bits`` of its 10 mantissa bits
+    kept (a relative error of at most 2**-(mantissa_bits + 1), 0.2 % at 8), high bytes then low
+    bytes (they compress better apart); float32 where float16's exponent cannot span the column."""
+    v = np.asarray(values, dtype=float)
+    finite = np.isfinite(v)
+    mags = np.abs(v[finite & (v != 0)])
+    if mags.size and mags.max() / mags.min() > 2.0 ** 28:
+        return v.astype("<f4").tobytes(), {"enc": "f32"}
+    exp = int(math.ceil(math.log2(mags.max() / 2.0 ** 15))) if mags.size else 0
+    with np.errstate(invalid="ignore"):
+        rounded = np.where(finite, round_significand(v, mantissa_bits), v)
+    half = (rounded / 2.0 ** exp).astype("<f2").view("<u2")  # exact, but for subnormals (below 2**-14)
+    planes = half.astype("<u2").view(np.uint8).reshape(-1, 2).T
+    return planes.tobytes(), {"enc": "f16", "exp": exp}
+
+
+def decode_column(data: bytes, meta: Mapping, n: int) -> np.ndarray:
+    """The values :func:`encode_column` stored, as the page reads them."""
+    if meta["enc"] == "f32":
+        return np.frombuffer(data, "<f4", count=n).astype(float)
+    planes = np.frombuffer(data, np.uint8).reshape(2, n)
+    half = np.ascontiguousarray(planes.T).view("<u2").reshape(n)
+    return half.view("<f2").astype(float) * 2.0 ** meta["exp"]
+
+
+def js_binary_string(data: bytes) -> bytes:
+    """``data`` as the body of a JS string literal in a file read as ``x-user-defined`` (bytes
+    0x80-0xFF are characters U+F780-U+F7FF, the page keeps their low byte): only the quote, the
+    backslash and the line ends are escaped, about 2 % more than the bytes, where base64 adds 33 %."""
+    return (data.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
+            .replace(b"\r", b"\\r"))
+
+
+def binary_script(call: str, args: Sequence, payload: bytes) -> bytes:
+    """A data file: ``CB.call(args..., "<gzip of payload>")``, the page's loader checks the length."""
+    packed = gzip.compress(payload, compresslevel=6, mtime=0)
+    head = "".join(json.dumps(a, separators=(",", ":"), allow_nan=False) + "," for a in args)
+    return f"CB.{call}({head}{len(packed)},\"".encode() + js_binary_string(packed) + b'");\n'
+
+
+def script(call: str, *args) -> str:
+    """A data file: one call of the page's loader with JSON arguments."""
+    return f"CB.{call}({','.join(json.dumps(a, separators=(',', ':'), allow_nan=False) for a in args)});\n"
+
+
+# ---------------------------------------------------------------- what the tables hold
+
+def plotted_columns(names: Sequence[str], dtypes: Mapping[str, str]) -> list[str]:
+    """The columns a scatter may show: numeric, not identity or provenance strings."""
+    return [n for n in names if n not in IDENTITY and n not in NOT_PLOTTED and dtypes.get(n, "") in "fiub"]
+
+
+def column_group(name: str) -> str:
+    """Where a column sits in the page's lists: its stage, or ``network`` (accuracy, params...)."""
+    stage = name.split("_", 1)[0]
+    return stage if stage in STAGES and "_" in name else "network"
+
+
+def _table_id(space: str, hp: str, dataset: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{target_name(space, hp)}_{dataset}")
+
+
+def _hcs_columns(results: Path) -> pd.DataFrame | None:
+    path = analysis_path(results, "hcs.parquet")
+    if not path.is_file():
+        return None
+    names = [n for n in pq.read_schema(path).names if n.startswith(("hcs_", "rank_hcs_"))]
+    if not names:
+        return None
+    return pd.read_parquet(path, columns=["space", "hp", "dataset", "arch_index", *names])
+
+
+# ---------------------------------------------------------------- reliability bins (from the shards)
+
+def _reliability_of(path: Path, seed: int) -> dict | None:
+    from calibench.results.shards import read_reliability
+
+    try:
+        found = read_reliability(path)
+    except (OSError, ValueError, KeyError) as exc:  # a damaged shard: no diagram for it
+        log.warning("explorer: no reliability bins from %s: %s", path, exc)
+        return None
+    rel = found.get(int(seed)) or (next(iter(found.values())) if found else None)
+    if not rel:
+        return None
+    out = {}
+    for stage, bins in rel.items():
+        count = [int(c) for c in bins["count"]]
+        conf = [None if c is None or not math.isfinite(c) else round(float(c), 5) for c in bins["confidence"]]
+        acc = [None if a is None or not math.isfinite(a) else round(float(a), 5) for a in bins["accuracy"]]
+        out[stage] = [count, conf, acc]
+    return out
+
+
+def reliability_blocks(results: Path, space: str, hp: str, dataset: str, measured: pd.DataFrame,
+                       threads: int = 4) -> list[dict]:
+    """The shards' reliability bins of the measured rows, BLOCK rows per dict (keys: the row's
+    position among the measured rows); rows without a shard are left out."""
+    paths = [shard_path(results, space, hp, dataset, int(i)) for i in measured["arch_index"]]
+    seeds = measured["seed"].to_numpy() if "seed" in measured else np.zeros(len(paths), int)
+    exist = [p.is_file() for p in paths]
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        found = list(pool.map(lambda a: _reliability_of(a[0], a[1]) if a[2] else None, zip(paths, seeds, exist)))
+    blocks = [{} for _ in range(-(-len(paths) // BLOCK))]
+    for row, rel in enumerate(found):
+        if rel:
+            blocks[row // BLOCK][str(row)] = rel
+    return blocks
+
+
+# ---------------------------------------------------------------- one table
+
+def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None, threads: int = 4) -> dict | None:
+    """Write one table's rows, columns and reliability blocks under ``data``; its manifest entry."""
+    schema = pq.read_schema(path)
+    frame = pd.read_parquet(path)
+    if frame.empty:
+        return None
+    space, hp, dataset = (str(frame[k].iloc[0]) for k in ("space", "hp", "dataset"))
+    tid = _table_id(space, hp, dataset)
+    if hcs is not None:
+        h = hcs[(hcs["space"] == space) & (hcs["hp"].astype(str) == hp) & (hcs["dataset"] == dataset)]
+        frame = frame.merge(h.drop(columns=["space", "hp", "dataset"]), on="arch_index", how="left")
+    if "measured_by" in frame:
+        rep_of = frame["measured_by"].fillna(frame["arch_index"]).astype(np.int64).to_numpy()
+    else:
+        rep_of = frame["arch_index"].to_numpy(np.int64)
+    is_rep = frame["arch_index"].to_numpy(np.int64) == rep_of
+    measured = frame[is_rep].reset_index(drop=True)
+    position = pd.Series(np.arange(len(measured)), index=measured["arch_index"].to_numpy(np.int64))
+    rep_row = position.reindex(rep_of).to_numpy()
+    if np.isnan(rep_row).any():  # a row whose representative has no row of its own: its own values
+        raise ValueError(f"{path}: rows whose measured_by names no row of the table "
+                         f"(arch_index {frame['arch_index'][np.isnan(rep_row)].head(3).tolist()})")
+    out = data / tid
+    out.mkdir(parents=True, exist_ok=True)
+    names = frame["arch_str"].astype(str) if "arch_str" in frame else frame["arch_index"].astype(str)
+    rows = (frame["arch_index"].to_numpy("<i4").tobytes() + rep_row.astype("<i4").tobytes()
+            + "\n".join(names).encode())
+    (out / "rows.js").write_bytes(binary_script("rowdata", [tid], rows))
+    dtypes = {n: frame[n].dtype.kind for n in frame.columns}
+    columns = []
+    for k, name in enumerate(plotted_columns(list(frame.columns), dtypes)):
+        payload, meta = encode_column(measured[name].to_numpy(dtype=float))
+        (out / f"c{k}.js").write_bytes(binary_script("col", [tid, k], payload))
+        columns.append({"name": name, "file": f"c{k}", "group": column_group(name), **meta})
+    blocks = reliability_blocks(results, space, hp, dataset, measured, threads)
+    rel_files = []
+    for b, block in enumerate(blocks):
+        if block:
+            (out / f"rel{b}.js").write_text(script("rel", tid, b, block))
+            rel_files.append(b)
+    stages = [s for s in STAGES if f"{s}_accuracy" in schema.names]
+    bins = sorted({int(m.group(1)) for n in schema.names if (m := re.fullmatch(r"pre_ece_(\d+)", n))})
+    return {"id": tid, "space": space, "hp": hp, "dataset": dataset, "n": int(len(frame)), "n_measured": int(len(measured)),
+            "columns": columns, "stages": stages, "bins": bins, "rel_blocks": rel_files, "block": BLOCK,
+            "table": str(path.relative_to(results)) if path.is_relative_to(results) else str(path)}
+
+
+# ---------------------------------------------------------------- Kendall matrices
+
+def export_kendall(results: Path, data: Path) -> bool:
+    """``analysis/kendall.parquet`` (when the run has it) as ``data/kendall.js``, column-wise."""
+    path = analysis_path(results, "kendall.parquet")
+    if not path.is_file():
+        return False
+    k = pd.read_parquet(path)
+    cols = {}
+    for name in k.columns:
+        s = k[name]
+        if s.dtype.kind in "fi":
+            cols[name] = [None if not math.isfinite(v) else round(float(v), 6) for v in s.to_numpy(dtype=float)]
+        else:
+            cols[name] = [None if pd.isna(v) else str(v) for v in s]
+    (data / "kendall.js").write_bytes(binary_script("kendall", [], json.dumps(cols, separators=(",", ":")).encode()))
+    return True
+
+
+# ---------------------------------------------------------------- the whole explorer
+
+def _copy_asset(src, dst: Path) -> None:
+    tmp = dst.with_name(dst.name + ".tmp")
+    with resources.as_file(src) as real:
+        shutil.copyfile(real, tmp)
+    tmp.replace(dst)
+
+
+def plotly_js():
+    """plotly.js as the ``plotly`` package ships it (``plotly/package_data/plotly.min.js``)."""
+    package, name = PLOTLY_JS
+    found = resources.files(package).joinpath(name)
+    if not found.is_file():
+        raise FileNotFoundError(f"{package} has no {name}: reinstall plotly (pip install plotly)")
+    return found
+
+
+def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = None, demo: bool = False,
+                   threads: int = 4) -> Path:
+    """Write the explorer of the run under ``results`` (every table, or ``tables``); returns
+    the page. Earlier data of the explorer is replaced, so nothing stale stays."""
+    results = Path(results)
+    paths = [Path(t) for t in tables] if tables else result_tables(results)
+    if not paths:
+        raise FileNotFoundError(f"no result tables under {results} (run the workflow first)")
+    root = explorer_dir(results)
+    root.mkdir(parents=True, exist_ok=True)
+    data = root / "data"
+    staging = root / "data.tmp"
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    hcs = _hcs_columns(results)
+    entries = []
+    for path in paths:
+        log.info("explorer: %s", path)
+        entry = export_table(path, results, staging, hcs, threads)
+        if entry is not None:
+            entries.append(entry)
+    has_kendall = export_kendall(results, staging)
+    manifest = {"tables": entries, "kendall": has_kendall, "demo": bool(demo), "stages": list(STAGES),
+                "mantissa_bits": MANTISSA_BITS, "defaults": list(DEFAULT_AXES), "results": results.resolve().name}
+    (staging / "manifest.js").write_text(script("manifest", manifest))
+    old = root / "data.old"
+    if old.exists():
+        shutil.rmtree(old)
+    if data.exists():
+        data.replace(old)
+    staging.replace(data)
+    shutil.rmtree(old, ignore_errors=True)
+    _copy_asset(plotly_js(), root / "plotly.min.js")
+    _copy_asset(resources.files("calibench.report").joinpath("explorer.js"), root / "explorer.js")
+    page = explorer_page(results)
+    html = resources.files("calibench.report").joinpath("explorer.html").read_bytes()
+    atomic_write(page, lambda f: f.write(html))
+    return page
