@@ -38,6 +38,7 @@ include: "workflow/rules/recalibration.smk"
 include: "workflow/rules/measure.smk"
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/analysis.smk"
+include: "workflow/rules/explorer.smk"
 
 
 rule all:
@@ -45,3 +46,4 @@ rule all:
     input:
         all_tables(),
         f"{RESULTS}/report.html",
+        [results_path(layout.explorer_page)] if config["explorer"] else [],

@@ -346,11 +346,18 @@ def part_settings(settings: Mapping, part: str) -> dict:
 
 
 def analysis_part_settings(config: Mapping, part: str) -> dict:
-    """:func:`part_settings` of the config: a part's rule params (the report's with the parts it assembles)."""
+    """:func:`part_settings` of the config: a part's rule params (the report's with the parts it
+    assembles, and whether the run writes the explorer it links to)."""
     out = part_settings(analysis_settings(config), part)
     if part == "report":
         out["parts"] = analysis_parts(config)
+        out["explorer"] = bool(config.get("explorer", schema_default("explorer")))
     return out
+
+
+def explorer_settings(config: Mapping) -> dict:
+    """What ``calibench explore``'s files depend on besides the tables and the analysis files."""
+    return {"demo": is_demo(config)}
 
 
 def as_json(settings: Mapping) -> str:

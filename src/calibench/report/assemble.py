@@ -127,7 +127,7 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
               for sid, items in pieces.items()}
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only
     page = write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks,
-                        underdetermined=underdetermined_stages(tables))
+                        underdetermined=underdetermined_stages(tables), explorer=bool(settings.get("explorer")))
     log.info("report written: %s, %d parts, %d figures, %d findings", page, len(parts), len(plots), len(found))
     return {"report": page, "findings": out / "findings.csv", "claims": out / "claims.csv"}
 

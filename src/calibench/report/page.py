@@ -114,19 +114,23 @@ def demo_banner(underdetermined: Sequence[str]) -> str:
 
 def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.DataFrame,
                  n_rows: Mapping[str, int], minibench: bool, *, blocks: Mapping[str, str] | None = None,
-                 underdetermined: Sequence[str] = ()) -> Path:
+                 underdetermined: Sequence[str] = (), explorer: bool = False) -> Path:
     """``results/report.html``: a contents list, then one section per entry of
     :data:`SECTIONS` that has findings, figures or an HTML block (``blocks``: section id ->
     HTML, e.g. tables), each with its computed findings first; a question without any keeps
     its section with one line saying why (:data:`EMPTY_REASONS`); figures placed by
     :func:`plot_section`; figures no section claims at the end. ``underdetermined``: stages
-    the mini benchmark's banner names."""
+    the mini benchmark's banner names; ``explorer``: link the run's interactive explorer."""
     blocks = {sid: scrollable_tables(b) for sid, b in (blocks or {}).items()}
     by_section: dict[str, list[tuple[str, Path]]] = {}
     for title, path in plots:
         by_section.setdefault(plot_section(path), []).append((title, path))
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>calibench report</title>",
              f"<style>{STYLE}</style></head><body>", "<h1>calibench report</h1>"]
+    if explorer:
+        parts.append("<p id='explorer-link'><a href='explorer/index.html'>Open the interactive explorer</a>: any two "
+                     "columns of the tables as a scatter, each network's reliability diagrams, the Kendall matrices "
+                     "with their intervals (<code>calibench explore</code>).</p>")
     if minibench:
         parts.append(demo_banner(underdetermined))
     parts.append("<p>Tables: " + ", ".join(f"{html.escape(k)} ({v} rows)" for k, v in n_rows.items())

@@ -247,7 +247,8 @@ def _explore(args: argparse.Namespace) -> int:
     from calibench.report.explorer import write_explorer
 
     try:
-        page = write_explorer(args.results, args.tables or None, demo=args.demo, threads=args.threads)
+        demo = args.demo or bool(json.loads(args.settings or "{}").get("demo"))
+        page = write_explorer(args.results, args.tables or None, demo=demo, threads=args.threads)
     except (OSError, KeyError, ValueError) as exc:
         print(f"calibench explore: {exc}", file=sys.stderr)
         return 2
@@ -384,6 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     xp.add_argument("--results", default="results")
     xp.add_argument("--threads", type=int, default=4, help="threads reading the shards' reliability bins")
     xp.add_argument("--demo", action="store_true", help="say on the page that the run is the mini benchmark")
+    xp.add_argument("--settings", default=None, help="the workflow job's settings as JSON (its demo flag)")
     xp.add_argument("tables", nargs="*", help="tables to show (default: every table under --results)")
     xp.set_defaults(func=_explore)
 

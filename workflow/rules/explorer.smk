@@ -1,0 +1,24 @@
+# `calibench explore` as a job: the run's interactive explorer, after the tables (and the Kendall
+# and HCS parts, whose matrices and scores it shows); the report links to it.
+
+
+rule explorer:
+    """results/explorer/: an offline page over the tables (scatter, reliability, Kendall, methods)."""
+    input:
+        tables=all_tables(),
+        kendall=part_file("kendall.parquet"),
+        hcs=part_file("hcs.parquet"),
+    output:
+        page=report(results_path(layout.explorer_page), caption="../report/explorer_html.rst", category="Report"),
+    conda:
+        "../../environment.yml"
+    log:
+        log_file("explorer"),
+    benchmark:
+        benchmark_file("explorer")
+    params:
+        settings=lambda wildcards: stage_json(stage.explorer_settings(config)),
+        results=results_of(1),
+    shell:
+        "\"$CALIBENCH_PYTHON\" -m calibench explore --settings {params.settings:q} --results {params.results} "
+        "--threads {threads} {input.tables} > {log} 2>&1"
