@@ -56,10 +56,12 @@ const CB = (() => {
     const n = t.n, view = new DataView(bytes.buffer);
     const index = new Int32Array(n), rep = new Int32Array(n);
     for (let i = 0; i < n; i++) { index[i] = view.getInt32(4 * i, true); rep[i] = view.getInt32(4 * (n + i), true); }
-    const names = new TextDecoder().decode(bytes.subarray(8 * n)).split('\n');
+    const isRep = new Uint8Array(n);  // the rows measured themselves (a TSS class's representative)
+    for (let m = 0; m < t.n_measured; m++) isRep[view.getInt32(4 * (2 * n + m), true)] = 1;
+    const names = new TextDecoder().decode(bytes.subarray(4 * (2 * n + t.n_measured))).split('\n');
     const byIndex = new Map();
     for (let i = 0; i < n; i++) byIndex.set(index[i], i);
-    S.tables[t.id] = {index, rep, names, byIndex};
+    S.tables[t.id] = {index, rep, isRep, names, byIndex};
     return S.tables[t.id];
   }
 
@@ -81,6 +83,17 @@ const CB = (() => {
     for (let i = 0; i < t.n; i++) out[i] = measured[r.rep[i]];
     columns.set(key, out);
     return out;
+  }
+
+  // the table row that was measured for row i (TSS: its isomorphism class's representative)
+  function repRow(r, i) {
+    if (!r.repRows) {
+      r.repRows = new Int32Array(r.rep.length).fill(-1);
+      const first = new Map();
+      for (let j = 0; j < r.rep.length; j++) if (r.isRep[j]) first.set(r.rep[j], j);
+      for (let j = 0; j < r.rep.length; j++) r.repRows[j] = first.get(r.rep[j]);
+    }
+    return r.repRows[i];
   }
 
   // ------------------------------------------------------------ helpers
@@ -130,7 +143,7 @@ const CB = (() => {
       const idx = [];
       for (let i = 0; i < t.n; i++) if (Number.isFinite(x[i]) && Number.isFinite(y[i])) idx.push(i);
       const ax = k === 0 ? '' : String(k + 1);
-      const text = idx.map(i => `index ${r.index[i]}${r.rep[i] !== i && t.space === 'tss' ? ` (measured by ${r.index[r.rep[i]]})` : ''}`
+      const text = idx.map(i => `index ${r.index[i]}${r.isRep[i] ? '' : ` (measured by ${r.index[repRow(r, i)]})`}`
         + `<br>${r.names[i]}<br>accuracy ${acc ? fmt(acc[i]) : 'n/a'}`);
       const cv = c ? idx.map(i => c[i]) : null;
       traces.push({type: 'scattergl', mode: 'markers', name: t.id, x: idx.map(i => x[i]), y: idx.map(i => y[i]),
@@ -193,7 +206,7 @@ const CB = (() => {
     const names = [...new Set(wanted)].filter(n => t.columns.some(c => c.name === n));
     const values = await Promise.all(names.map(n => column(t, n)));
     const head = [['table', tableLabel(t)], ['index', r.index[row]], ['arch', r.names[row]]];
-    if (r.rep[row] !== row) head.push(['measured by', `${r.index[r.rep[row]]} (same isomorphism class)`]);
+    if (!r.isRep[row]) head.push(['measured by', `${r.index[repRow(r, row)]} (same isomorphism class)`]);
     const cells = head.map(([k, v]) => `<tr><td>${k}</td><td>${String(v).replace(/</g, '&lt;')}</td></tr>`)
       .concat(names.map((n, i) => `<tr><td>${n}</td><td class="num">${fmt(values[i][row])}</td></tr>`));
     $('row').innerHTML = `<table id="rowtable">${cells.join('')}</table>`;
@@ -321,7 +334,7 @@ const CB = (() => {
       margin: {l: 50, r: 10, t: 40, b: 40}, annotations: []};
     for (const [k, s] of stages.entries()) {
       const post = await column(t, `${s}_${metric}`), ax = k === 0 ? '' : String(k + 1), idx = [];
-      for (let i = 0; i < t.n; i++) if (r.rep[i] === i && Number.isFinite(pre[i]) && Number.isFinite(post[i])) idx.push(i);
+      for (let i = 0; i < t.n; i++) if (r.isRep[i] && Number.isFinite(pre[i]) && Number.isFinite(post[i])) idx.push(i);
       const xs = idx.map(i => pre[i]), ys = idx.map(i => post[i]);
       const hi = Math.max(...xs, ...ys, 0), lo = Math.min(...xs, ...ys, 0);
       traces.push({type: 'scattergl', mode: 'markers', x: xs, y: ys, xaxis: 'x' + ax, yaxis: 'y' + ax,

@@ -203,7 +203,7 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
     out.mkdir(parents=True, exist_ok=True)
     names = frame["arch_str"].astype(str) if "arch_str" in frame else frame["arch_index"].astype(str)
     rows = (frame["arch_index"].to_numpy("<i4").tobytes() + rep_row.astype("<i4").tobytes()
-            + "\n".join(names).encode())
+            + np.flatnonzero(is_rep).astype("<i4").tobytes() + "\n".join(names).encode())
     (out / "rows.js").write_bytes(binary_script("rowdata", [tid], rows))
     dtypes = {n: frame[n].dtype.kind for n in frame.columns}
     columns = []

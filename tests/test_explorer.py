@@ -1,0 +1,199 @@
+"""`calibench explore` (issue 26): its encoding, then the page the shared workflow run wrote, used in
+a real headless Chromium as a reader would (skips, saying why, where no browser is installed)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibench.report import explorer
+from calibench.report import screenshot as render
+
+
+# ---------------------------------------------------------------- the encoding (no browser)
+
+def _unescape_js(body: bytes) -> bytes:
+    """What a JS string literal of js_binary_string gives back, as the page reads it (independent)."""
+    out, i = bytearray(), 0
+    while i < len(body):
+        if body[i] == 0x5C:
+            out.append({ord("n"): 10, ord("r"): 13}.get(body[i + 1], body[i + 1]))
+            i += 2
+        else:
+            out.append(body[i])
+            i += 1
+    return bytes(out)
+
+
+def test_columns_keep_three_significant_digits_nan_and_the_infinities():
+    rng = np.random.default_rng(0)
+    cases = [rng.uniform(0, 0.4, 5000), np.r_[rng.lognormal(12, 2, 997), np.nan, np.inf, -np.inf],
+             np.r_[-3.5, 0.0, 2.0, 1e-6], np.zeros(3), np.full(4, np.nan), np.r_[1e-12, 5.0, 1e30]]
+    for values in cases:
+        data, meta = explorer.encode_column(values)
+        back = explorer.decode_column(data, meta, len(values))
+        assert np.array_equal(np.isnan(back), np.isnan(values))
+        assert np.array_equal(back[np.isinf(values)], values[np.isinf(values)])
+        ok = np.isfinite(values)
+        rel = np.abs(back[ok] - values[ok]) <= 2.0 ** -9 * np.abs(values[ok]) + 1e-300
+        assert rel.all(), (meta, values[ok][~rel][:3], back[ok][~rel][:3])
+    assert explorer.encode_column(np.r_[1e-12, 1e30])[1] == {"enc": "f32"}  # beyond float16's exponent
+
+
+def test_a_data_file_carries_its_bytes_through_the_string_literal():
+    payload = bytes(range(256)) * 3 + b'"\\\n\r'
+    text = explorer.binary_script("col", ["t", 4], payload)
+    m = re.fullmatch(rb'CB\.col\("t",4,(\d+),"(.*)"\);\n', text, flags=re.S)
+    assert m is not None
+    packed = _unescape_js(m.group(2))
+    assert len(packed) == int(m.group(1))
+    import gzip
+
+    assert gzip.decompress(packed) == payload
+
+
+# ---------------------------------------------------------------- the page of the shared run
+
+@pytest.fixture(scope="module")
+def page(workflow_run):
+    html = workflow_run / "results" / "explorer" / "index.html"
+    assert html.is_file(), "the workflow's explorer rule wrote no page"
+    try:
+        with render.Page(html, 1400, 1000, timeout=90) as p:
+            p.wait_for("CB.state.painted || CB.state.errors.length", timeout=60)
+            yield p
+    except render.BrowserNotFound as exc:
+        pytest.skip(str(exc))
+
+
+def _table(workflow_run, table_id: str) -> pd.DataFrame:
+    return pd.read_parquet(workflow_run / "results" / "tables" / f"{table_id}.parquet")
+
+
+def _trace(page, element="scatter", curve=0):
+    return page.evaluate(f"(() => {{ const d = document.getElementById('{element}').data[{curve}]; "
+                         "return {name: d.name, x: Array.from(d.x), y: Array.from(d.y), "
+                         "rows: d.customdata ? Array.from(d.customdata) : null}; })()")
+
+
+def _close(got, want):
+    got, want = np.asarray(got, float), np.asarray(want, float)
+    return got.shape == want.shape and np.all(np.abs(got - want) <= 2.0 ** -9 * np.abs(want) + 1e-12)
+
+
+def test_the_report_links_the_explorer_and_the_page_loads_offline_without_errors(workflow_run, page):
+    assert "href='explorer/index.html'" in (workflow_run / "results" / "report.html").read_text()
+    assert page.evaluate("CB.state.errors") == []
+    errors = [m for m in page.console if m.startswith(("error", "exception"))]
+    assert errors == [], errors
+    results = (workflow_run / "results").resolve().as_uri()
+    outside = [u for u in page.requests if not u.startswith(results + "/")]
+    assert outside == [], outside  # nothing from the network, nothing outside the results directory
+    assert any(u.endswith("/explorer/plotly.min.js") for u in page.requests)
+    banner = page.evaluate("document.getElementById('banner').textContent")
+    assert "mini benchmark" in banner
+
+
+def test_the_scatter_holds_every_measured_row_with_the_tables_values(workflow_run, page):
+    shown = page.evaluate("CB.state.scatter")
+    assert (shown["x"], shown["y"]) == ("accuracy", "pre_ece_15")
+    trace = _trace(page)
+    table = _table(workflow_run, trace["name"])
+    finite = table[np.isfinite(table["accuracy"]) & np.isfinite(table["pre_ece_15"])]
+    assert len(trace["x"]) == len(finite) == shown["tables"][0]["points"] > 0
+    by_row = table.iloc[trace["rows"]]
+    assert _close(trace["x"], by_row["accuracy"]) and _close(trace["y"], by_row["pre_ece_15"])
+
+
+def test_choosing_another_column_plots_that_columns_values(workflow_run, page):
+    page.evaluate("(() => { const s = document.getElementById('ycol'); s.value = 'dir_nll'; "
+                  "s.dispatchEvent(new Event('change')); })()")
+    page.wait_for("CB.state.scatter.y === 'dir_nll' && document.getElementById('scatter').data[0].y.length > 0")
+    trace = _trace(page)
+    table = _table(workflow_run, trace["name"])
+    expected = table[np.isfinite(table["accuracy"]) & np.isfinite(table["dir_nll"])]
+    assert sorted(trace["rows"]) == list(np.flatnonzero(table.index.isin(expected.index)))
+    assert _close(trace["y"], table.iloc[trace["rows"]]["dir_nll"])
+    page.evaluate("(() => { const s = document.getElementById('ycol'); s.value = 'pre_ece_15'; "
+                  "s.dispatchEvent(new Event('change')); })()")
+    page.wait_for("CB.state.scatter.y === 'pre_ece_15'")
+
+
+def test_clicking_a_point_shows_that_networks_row_and_reliability_diagrams(workflow_run, page):
+    from calibench.layout import shard_path
+    from calibench.results.shards import read_reliability
+
+    point = 1
+    x, y, row = page.evaluate(
+        f"(() => {{ const gd = document.getElementById('scatter'), tr = gd.data[0], r = gd.getBoundingClientRect();"
+        f" const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;"
+        f" return [r.left + xa._offset + xa.l2p(tr.x[{point}]), r.top + ya._offset + ya.l2p(tr.y[{point}]),"
+        f" tr.customdata[{point}]]; }})()")
+    page.click(x, y)
+    stages = page.wait_for("CB.state.selected && CB.state.selected.row === " + str(row)
+                           + " && document.getElementById('reliability').dataset.stages", timeout=20)
+    table = _table(workflow_run, _trace(page)["name"])
+    net = table.iloc[row]
+    assert page.evaluate("CB.state.selected.index") == int(net["arch_index"])
+    shard = shard_path(workflow_run / "results", net["space"], net["hp"], net["dataset"], int(net["measured_by"]))
+    bins = read_reliability(shard)[int(net["seed"])]
+    assert stages.split(",") == [s for s in net.index.str.removesuffix("_accuracy") if s in bins]
+    drawn = page.evaluate("Array.from(document.getElementById('reliability').data[0].customdata)")
+    assert drawn == [int(c) for c in bins["pre"]["count"]]  # the pre panel's bars: the shard's bin counts
+    text = page.evaluate("document.getElementById('rowtable').textContent")
+    assert str(net["arch_str"]) in text and f"{net['accuracy']:.3g}"[:4] in text
+
+
+def test_the_search_box_finds_an_arch_string(workflow_run, page):
+    trace = _trace(page)
+    table = _table(workflow_run, trace["name"])
+    net = table.iloc[trace["rows"][-1]]
+    page.evaluate(f"(() => {{ const s = document.getElementById('search'); s.value = {json.dumps(net['arch_str'])};"
+                  " document.getElementById('searchgo').click(); })()")
+    page.wait_for(f"CB.state.selected && CB.state.selected.index === {int(net['arch_index'])}")
+    assert "found" in page.evaluate("document.getElementById('status').textContent")
+    page.evaluate("(() => { const s = document.getElementById('search'); s.value = 'no-such-arch';"
+                  " document.getElementById('searchgo').click(); })()")
+    page.wait_for("document.getElementById('status').textContent.startsWith('no architecture matches')")
+
+
+def test_the_kendall_matrices_hold_the_analysis_values(workflow_run, page):
+    page.evaluate("CB.tab('kendall')")
+    sel = page.evaluate("Object.fromEntries(['figure','table','metric','stage','population','bins']"
+                        ".map(d => [d, document.getElementById('k_' + d).value]))")
+    heat = page.evaluate("(() => { const d = document.getElementById('kendall').data[0]; "
+                         "return {x: d.x, y: d.y, z: d.z, text: d.text}; })()")
+    k = pd.read_parquet(workflow_run / "results" / "analysis" / "kendall.parquet")
+    k = k[(k["figure"] == sel["figure"]) & (k["metric"] == sel["metric"]) & (k["population"] == sel["population"])]
+    k = k[[f"{r.space}{' hp ' + r.hp if r.hp else ''} · {'all datasets' if r.dataset == '*' else r.dataset}"
+           == sel["table"] for r in k.itertuples()]]
+    for i, name in enumerate(heat["y"]):
+        for j, col in enumerate(heat["x"]):
+            want = k[(k["row"] == name) & (k["col"] == col)]
+            if len(want):
+                tau = want["tau"].iloc[0]
+                got = heat["z"][i][j]
+                assert (got is None and math.isnan(tau)) or abs(got - tau) < 1e-6
+                assert f"n = {int(want['n'].iloc[0])}" in heat["text"][i][j]
+    assert len(heat["y"]) >= 2
+    page.evaluate("CB.tab('scatter')")
+
+
+def test_the_methods_tab_plots_each_stage_against_pre(workflow_run, page):
+    page.evaluate("CB.tab('methods')")
+    page.wait_for("document.getElementById('methods').data && document.getElementById('methods').data.length")
+    tid = page.evaluate("document.getElementById('mtable').value")
+    metric = page.evaluate("document.getElementById('mmetric').value")
+    table = _table(workflow_run, tid)
+    measured = table[table["arch_index"] == table["measured_by"]]
+    first = _trace(page, "methods", 0)
+    stage = [s for s in ("post", "vs", "ms", "dir", "iso", "hist", "spline") if f"{s}_{metric}" in table][0]
+    ok = measured[np.isfinite(measured[f"pre_{metric}"]) & np.isfinite(measured[f"{stage}_{metric}"])]
+    assert _close(sorted(first["x"]), sorted(ok[f"pre_{metric}"])) and _close(sorted(first["y"]), sorted(ok[f"{stage}_{metric}"]))
+    page.evaluate("CB.tab('scatter')")
