@@ -144,7 +144,7 @@ const CB = (() => {
       for (let i = 0; i < t.n; i++) if (Number.isFinite(x[i]) && Number.isFinite(y[i])) idx.push(i);
       const ax = k === 0 ? '' : String(k + 1);
       const text = idx.map(i => `index ${r.index[i]}${r.isRep[i] ? '' : ` (measured by ${r.index[repRow(r, i)]})`}`
-        + `<br>${r.names[i]}<br>accuracy ${acc ? fmt(acc[i]) : 'n/a'}`);
+        + `<br>${r.names[i]}` + (acc && xn !== 'accuracy' && yn !== 'accuracy' ? `<br>accuracy ${fmt(acc[i])}` : ''));
       const cv = c ? idx.map(i => c[i]) : null;
       traces.push({type: 'scattergl', mode: 'markers', name: t.id, x: idx.map(i => x[i]), y: idx.map(i => y[i]),
         customdata: idx, text: text, xaxis: 'x' + ax, yaxis: 'y' + ax,
@@ -207,7 +207,7 @@ const CB = (() => {
     const values = await Promise.all(names.map(n => column(t, n)));
     const head = [['table', tableLabel(t)], ['index', r.index[row]], ['arch', r.names[row]]];
     if (!r.isRep[row]) head.push(['measured by', `${r.index[repRow(r, row)]} (same isomorphism class)`]);
-    const cells = head.map(([k, v]) => `<tr><td>${k}</td><td>${String(v).replace(/</g, '&lt;')}</td></tr>`)
+    const cells = head.map(([k, v]) => `<tr><td>${k}</td><td class="text">${String(v).replace(/</g, '&lt;')}</td></tr>`)
       .concat(names.map((n, i) => `<tr><td>${n}</td><td class="num">${fmt(values[i][row])}</td></tr>`));
     $('row').innerHTML = `<table id="rowtable">${cells.join('')}</table>`;
     await drawReliability(t, r.rep[row], `${tableLabel(t)}, index ${r.index[row]}`);
@@ -226,7 +226,7 @@ const CB = (() => {
     const stages = t.stages.filter(s => found[s]), cols = Math.min(4, stages.length), nrows = Math.ceil(stages.length / cols);
     const traces = [], layout = {grid: {rows: nrows, columns: cols, pattern: 'independent'}, showlegend: false,
       margin: {l: 40, r: 10, t: 50, b: 30}, title: {text: `Reliability: ${title}`, font: {size: 13}}, annotations: [],
-      bargap: 0};
+      bargap: 0, barmode: 'overlay'};
     stages.forEach((s, k) => {
       const [count, conf, acc] = found[s], b = count.length, ax = k === 0 ? '' : String(k + 1);
       const centre = count.map((_, i) => (i + 0.5) / b), n = count.reduce((a, c) => a + c, 0);
@@ -306,7 +306,7 @@ const CB = (() => {
     }
     $('knote').textContent = `${rws.length} pairs; hover a cell for tau, its interval, n and the interval's kind.`;
     await Plotly.react($('kendall'), [{type: 'heatmap', z, x: colNames, y: rowNames, text, hoverinfo: 'text',
-      zmin: -1, zmax: 1, colorscale: 'RdBu', reversescale: true, colorbar: {title: {text: 'Kendall tau-b'}}}],
+      zmin: -1, zmax: 1, colorscale: 'RdBu', colorbar: {title: {text: 'Kendall tau-b'}}}],
       {margin: {l: 160, b: 140, t: 20, r: 20}, yaxis: {autorange: 'reversed'}}, {displaylogo: false});
   }
 
