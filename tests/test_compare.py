@@ -6,6 +6,7 @@ tables built here."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -72,9 +73,11 @@ def test_one_more_bin_count_is_listed_one_sided(workflow_run, tmp_path, capsys):
             frame.insert(frame.columns.get_loc(column) + 1, name, frame[column] * 1.01)  # values made up, not re-derived
             new.append(name)
         added[path.stem] = new
+        frame["config_hash"] = "another-hash"  # settings: reported, never making the runs unequal
+        meta = json.loads(pq.read_schema(path).metadata[METADATA_KEY])
+        meta["provenance"][0]["provenance"]["git_commit"] = "another-commit"
         table = pa.Table.from_pandas(frame, preserve_index=False)
-        meta = pq.read_schema(path).metadata
-        table = table.replace_schema_metadata({**table.schema.metadata, METADATA_KEY: meta[METADATA_KEY]})
+        table = table.replace_schema_metadata({**table.schema.metadata, METADATA_KEY: json.dumps(meta).encode()})
         target = layout.table_path(tmp_path / "b", *path.stem.rsplit("_", 1))
         target.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, target)
@@ -82,12 +85,17 @@ def test_one_more_bin_count_is_listed_one_sided(workflow_run, tmp_path, capsys):
     code, out, _ = run_cli(capsys, results, tmp_path / "b", "--out", tmp_path / "out")
     assert code == 1
     verdict = out.strip().splitlines()[-2]
-    assert verdict.startswith("verdict: DIFFERENT: 48 columns (over the tables) only in B"), verdict
+    assert verdict.startswith("verdict: DIFFERENT: 48 data columns only in B (and "), verdict
+    assert "  software.git_commit: " in out and " -> another-commit [every table]" in out
+    assert "  column config_hash (" in out
     csv = pd.read_csv(layout.compare_csv(tmp_path / "out"))
     for table, names in added.items():
         rows = csv[csv["table"] == table]
         assert sorted(rows.loc[rows["status"] == "only_b", "column"]) == sorted(names)
-        assert (rows.loc[~rows["column"].isin(names), "status"] == "equal").all()
+        data = rows[~rows["column"].isin(names) & (rows["kind"] == "data")]
+        assert len(data) and (data["status"] == "equal").all()
+        setting = rows.set_index("column").loc["config_hash"]
+        assert (setting["kind"], setting["status"], setting["n_differ"]) == ("setting", "differs", setting["n_both"])
         order = rows["column"].tolist()  # each new column beside its stage's 15 bins
         assert all(order[order.index(n) - 1] == n[: -len("20")] + "15" for n in names)
 

@@ -24,8 +24,8 @@ provenance columns (params, flops, temperature, accuracy, recorded_accuracy, n_e
 arch_str) are data. The other settings come from each table's schema metadata (software per
 provenance group, the config record: file names and SHA-256s, the effective config's
 SHA-256, stages, fitted constants, coverage, tao2024 source) and, for a results directory,
-the lambda, mu search record (:func:`calibench.layout.odir_path`); config file paths are
-compared by file name, as two copies of a run live in different folders.
+the lambda, mu search record (:func:`calibench.layout.odir_path`) where both runs keep one;
+config file paths are compared by file name, as two copies of a run live in different folders.
 """
 
 from __future__ import annotations
@@ -275,8 +275,8 @@ def settings_differences(a: Mapping[str, str], b: Mapping[str, str]) -> list[tup
 
 def column_settings(a: pd.DataFrame, b: pd.DataFrame, ia: np.ndarray, ib: np.ndarray,
                     names: Sequence[str] = SETTING_COLUMNS) -> list[tuple[str, str, str]]:
-    """(``column NAME``, A, B) of each setting column whose aligned rows differ: its value
-    where one, else how many distinct values, and how many rows differ."""
+    """(``column NAME (N of M rows differ)``, A, B) of each setting column whose aligned rows
+    differ: on each side its value where one, else how many distinct values."""
     out = []
     for name in names:
         if name not in a and name not in b:
@@ -285,7 +285,7 @@ def column_settings(a: pd.DataFrame, b: pd.DataFrame, ia: np.ndarray, ib: np.nda
         vb = b[name].iloc[ib].astype(object).to_numpy() if name in b else np.full(len(ib), None, object)
         n = label_difference(va, vb)["n_differ"]
         if n:
-            out.append((f"column {name}", _describe(va), f"{_describe(vb)} ({n} of {len(ia)} rows differ)"))
+            out.append((f"column {name} ({n} of {len(ia)} rows differ)", _describe(va), _describe(vb)))
     return out
 
 
@@ -294,7 +294,7 @@ def _describe(values: np.ndarray) -> str:
     if not present:
         return "(none)"
     distinct = sorted({str(v) for v in present})
-    return distinct[0] if len(distinct) == 1 else f"{len(distinct)} distinct values, e.g. {distinct[0]}"
+    return distinct[0] if len(distinct) == 1 else f"{len(distinct)} values, e.g. {distinct[0]}"
 
 
 # ---------------------------------------------------------------- runs (files)
@@ -307,6 +307,7 @@ class TableRef:
     path: Path
     format: str
     results: Path | None = None  # the results directory (its lambda, mu search records)
+    read: tuple | None = field(default=None, repr=False)  # a tao2024 file's (frame, settings), read once
 
     @property
     def name(self) -> str:
@@ -385,15 +386,20 @@ def table_columns(ref: TableRef) -> list[str]:
         import pyarrow.parquet as pq
 
         return pq.read_schema(ref.path).names
-    return list(read_table(ref)[0].columns)
+    if ref.read is None:  # a CSV has no schema to read alone: the file, kept for read_table
+        frame, meta = interop.read_tao2024(ref.path, *ref.key)
+        ref.read = frame, table_settings(meta)
+    return list(ref.read[0].columns)
 
 
 def read_table(ref: TableRef, columns: Sequence[str] | None = None) -> tuple[pd.DataFrame, dict]:
     """(frame, settings): the table's ``columns`` (None: all) and its settings (:func:`table_settings`)."""
     if ref.format == "tao2024":
-        frame, meta = interop.read_tao2024(ref.path, *ref.key)
-        return (frame if columns is None else frame[[c for c in frame.columns if c in set(columns)]]), \
-            table_settings(meta)
+        if ref.read is None:
+            frame, meta = interop.read_tao2024(ref.path, *ref.key)
+            ref.read = frame, table_settings(meta)
+        (frame, settings), ref.read = ref.read, None
+        return (frame if columns is None else frame[[c for c in frame.columns if c in set(columns)]]), settings
     import pyarrow.parquet as pq
 
     table = pq.read_table(ref.path, columns=None if columns is None else list(columns))
@@ -465,7 +471,7 @@ def compare_runs(path_a: str | Path, path_b: str | Path, patterns: Sequence[str]
         raise ValueError(f"--atol must be a finite number >= 0, got {atol}")
     run_a, run_b = open_run(path_a), open_run(path_b)
     keys = list(run_a.tables) + [k for k in run_b.tables if k not in run_a.tables]
-    results, matched_any = [], not patterns
+    results, matched_any, pairs = [], not patterns, 0
     for key in keys:
         ref_a, ref_b = run_a.tables.get(key), run_b.tables.get(key)
         if ref_a is None or ref_b is None:
@@ -473,6 +479,7 @@ def compare_runs(path_a: str | Path, path_b: str | Path, patterns: Sequence[str]
             results.append(TableResult(ref.name, key, "only_a" if ref_b is None else "only_b",
                                        {"rows": _row_count(ref)}))
             continue
+        pairs += 1
         names_a, names_b = table_columns(ref_a), table_columns(ref_b)
         chosen = select_columns(list(dict.fromkeys(names_a + names_b)), patterns)
         matched_any |= bool(chosen)
@@ -480,14 +487,21 @@ def compare_runs(path_a: str | Path, path_b: str | Path, patterns: Sequence[str]
         frame_a, settings_a = read_table(ref_a, [c for c in names_a if c in need])
         frame_b, settings_b = read_table(ref_b, [c for c in names_b if c in need])
         networks, columns = compare_frames(frame_a, frame_b, chosen, atol, names_a, names_b)
+        if not (_has(settings_a, "odir.") and _has(settings_b, "odir.")):  # a record on one side: unknown, not different
+            settings_a, settings_b = ({k: v for k, v in st.items() if not k.startswith("odir.")}
+                                      for st in (settings_a, settings_b))
         settings = settings_differences(settings_a, settings_b) + column_settings(
             frame_a, frame_b, networks.pop("rows_a"), networks.pop("rows_b"))
         del frame_a, frame_b
         columns.insert(0, "table", ref_a.name)
         results.append(TableResult(ref_a.name, key, "both", networks, columns, settings))
-    if not matched_any:
+    if pairs and not matched_any:
         raise ValueError(f"no column of the tables matches --columns {' '.join(patterns)}")
     return Comparison(run_a, run_b, atol, list(patterns) if patterns else None, results)
+
+
+def _has(settings: Mapping[str, str], prefix: str) -> bool:
+    return any(k.startswith(prefix) for k in settings)
 
 
 def _row_count(ref: TableRef) -> int:
@@ -495,4 +509,4 @@ def _row_count(ref: TableRef) -> int:
         import pyarrow.parquet as pq
 
         return pq.ParquetFile(ref.path).metadata.num_rows
-    return len(read_table(ref)[0])
+    return len(interop.read_tao2024(ref.path, *ref.key)[0])

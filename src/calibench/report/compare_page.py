@@ -90,8 +90,8 @@ def verdict(cmp: Comparison) -> str:
     settings = len(settings_rows(cmp))
     tail = f" (and {settings} setting{'s differ' if settings != 1 else ' differs'})" if settings else ""
     if cmp.equal:
-        return (f"verdict: EQUAL: {len(both)} tables, {networks} networks, {len(data)} columns (over the tables) "
-                f"equal within atol {cmp.atol:g}{tail}")
+        return (f"verdict: EQUAL: {len(both)} tables, {networks} networks, {len(data)} data columns "
+                f"(summed over the tables) equal within atol {cmp.atol:g}{tail}")
     parts = []
     if one_sided:
         parts.append(f"{len(one_sided)} table{'s' if len(one_sided) != 1 else ''} in one run only")
@@ -102,7 +102,7 @@ def verdict(cmp: Comparison) -> str:
     for status, label in (("differs", "differ by more than atol %g" % cmp.atol), ("only_a", "only in A"),
                           ("only_b", "only in B")):
         if counts.get(status, 0):
-            parts.append(f"{counts[status]} columns (over the tables) {label}")
+            parts.append(f"{counts[status]} data columns {label}")
     return f"verdict: DIFFERENT: {'; '.join(parts)}{tail}"
 
 
@@ -124,7 +124,7 @@ def summary_text(cmp: Comparison) -> str:
                 lines.append(f"  networks only in {side.upper()}: {_keys(n[f'only_{side}'])}")
         data = t.columns[t.columns["kind"] == "data"]
         counts = data["status"].value_counts()
-        lines.append(f"  columns: {counts.get('equal', 0)} equal, {counts.get('differs', 0)} differ, "
+        lines.append(f"  data columns: {counts.get('equal', 0)} equal, {counts.get('differs', 0)} differ, "
                      f"{counts.get('only_a', 0)} only in A, {counts.get('only_b', 0)} only in B{_largest(data)}")
         for status, side in (("only_a", "A"), ("only_b", "B")):
             names = data.loc[data["status"] == status, "column"].tolist()
