@@ -70,7 +70,7 @@ def test_one_more_bin_count_is_listed_one_sided(workflow_run, tmp_path, capsys):
         for column in [c for c in frame.columns if c.endswith("_ece_15") and "_em_" not in c]:
             name = column[: -len("15")] + "20"
             assert name not in frame
-            frame.insert(frame.columns.get_loc(column) + 1, name, frame[column] * 1.01)  # values made up, not re-derived
+            frame.insert(frame.columns.get_loc(column) + 1, name, frame[column] * 1.01)  # made up, not re-derived
             new.append(name)
         added[path.stem] = new
         frame["config_hash"] = "another-hash"  # settings: reported, never making the runs unequal
@@ -110,7 +110,8 @@ def test_the_tao2024_export_of_a_run_equals_it_on_the_exported_columns(workflow_
     for f in written:
         frame, meta = interop.read_tao2024(f, *interop.parse_file_name(f))
         # the CSV's own columns, under our names (config: nats_index), not those the import derives or lacks
-        exported |= (set(frame.columns) - set(meta["derived"]) - set(meta["unavailable"]) - {"space", "hp", "dataset", "arch_index"}) | {"nats_index"}
+        own = set(frame.columns) - set(meta["derived"]) - set(meta["unavailable"]) - {"space", "hp", "dataset"}
+        exported |= own - {"arch_index"} | {"nats_index"}
     assert {"arch_str", "accuracy", "pre_ece_15", "post_brier", "pre_mean_conf_correct"} <= exported
     cmp = compare_runs(results, tmp_path / "tao", sorted(exported), atol=0.0)
     csv = cmp.csv_frame()

@@ -12,7 +12,8 @@ both (:func:`numeric_difference`, :func:`label_difference`): the largest and the
 absolute difference, the rows where exactly one side is NaN (both NaN: equal; +inf equals
 +inf), the rows that differ by more than ``atol``, and Kendall's tau-b of the two rankings
 (:func:`calibench.analysis.tau_b.kendall_tau`; 1 for identical columns, and for columns
-that rank the rows alike, without computing it; NaN for a constant one). A column of one side only is ``only_a`` / ``only_b``.
+that rank the rows alike, without computing it; NaN for a constant one). A column of one
+side only is ``only_a`` / ``only_b``.
 
 Settings, not data (:data:`SETTING_COLUMNS`): ``config_hash`` and ``logits_key`` are keys
 of the settings and software a number was computed with (they change when the settings
@@ -148,7 +149,8 @@ def align(a: pd.DataFrame, b: pd.DataFrame, key: Sequence[str]) -> tuple[np.ndar
 def _key_values(f: pd.DataFrame, column: str, side: str) -> np.ndarray:
     values = f[column].to_numpy(dtype=float, na_value=np.nan)
     if np.isnan(values).any():
-        raise ValueError(f"run {side}: {column} is missing in {int(np.isnan(values).sum())} rows: rows cannot be matched")
+        raise ValueError(f"run {side}: {column} is missing in {int(np.isnan(values).sum())} rows: "
+                         "rows cannot be matched")
     return values.astype(np.int64)
 
 
@@ -487,7 +489,7 @@ def compare_runs(path_a: str | Path, path_b: str | Path, patterns: Sequence[str]
         frame_a, settings_a = read_table(ref_a, [c for c in names_a if c in need])
         frame_b, settings_b = read_table(ref_b, [c for c in names_b if c in need])
         networks, columns = compare_frames(frame_a, frame_b, chosen, atol, names_a, names_b)
-        if not (_has(settings_a, "odir.") and _has(settings_b, "odir.")):  # a record on one side: unknown, not different
+        if not (_has(settings_a, "odir.") and _has(settings_b, "odir.")):  # one side without: unknown, not different
             settings_a, settings_b = ({k: v for k, v in st.items() if not k.startswith("odir.")}
                                       for st in (settings_a, settings_b))
         settings = settings_differences(settings_a, settings_b) + column_settings(

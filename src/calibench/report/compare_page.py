@@ -265,15 +265,15 @@ def page_html(cmp: Comparison, png: bytes | None) -> str:
         out.append(f"<div class='scroll'>{frame.to_html(index=False)}</div>")
     else:
         out.append("<p>none: the tables' provenance, config records, constants and setting columns agree.</p>")
-    out.append("<h2>Columns that differ or are one-sided</h2><p>Up to %d per table, the largest differences "
-               "first; <code>compare.csv</code> has every column.</p>" % PAGE_DIFFERING_ROWS)
+    out.append("<h2>Columns that differ or are one-sided</h2><p>Up to %d per table, NaN mismatches and the "
+               "largest differences first; <code>compare.csv</code> has every column.</p>" % PAGE_DIFFERING_ROWS)
     listed = []
     for t in cmp.tables:
         if t.side != "both":
             continue
         bad = t.columns[(t.columns["status"] != "equal") & (t.columns["kind"] == "data")]
-        listed.append(bad.sort_values(["max_abs_diff", "n_differ"], ascending=False, na_position="last")
-                      .head(PAGE_DIFFERING_ROWS))
+        order = ["n_nan_mismatch", "max_abs_diff", "n_differ"]
+        listed.append(bad.sort_values(order, ascending=False, na_position="last").head(PAGE_DIFFERING_ROWS))
     bad = pd.concat(listed) if listed else pd.DataFrame()
     if bad.empty:
         out.append("<p>none.</p>")

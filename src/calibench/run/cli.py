@@ -400,7 +400,8 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("run_a", metavar="RUN_A", help="a results directory, a folder of tables, or tao2024 CSVs")
     cp.add_argument("run_b", metavar="RUN_B")
     cp.add_argument("--columns", nargs="+", metavar="PATTERN", default=None,
-                    help="only the columns matching these fnmatch patterns, e.g. 'pre_ece_*' accuracy (after RUN_A RUN_B)")
+                    help="only the columns matching these fnmatch patterns, e.g. 'pre_ece_*' accuracy "
+                         "(give it after RUN_A RUN_B)")
     cp.add_argument("--atol", type=float, default=0.0, help="largest absolute difference counted as equal (0)")
     cp.add_argument("--out", default=None, help="output folder (default: ./compare-{A}-vs-{B}/)")
     cp.set_defaults(func=_compare)
