@@ -24,6 +24,9 @@ takes the results directory first; passing Snakemake wildcards as strings (``"{t
   logs/, benchmarks/                                        one per job
 ```
 
+`calibench compare RUN_A RUN_B` writes outside both runs (they may be read-only), into
+``--out`` or ``./compare-{A}-vs-{B}/`` (:func:`compare_dir`): ``compare.csv``, ``compare.html``.
+
 A ``"*"`` for any part gives a glob pattern; :func:`matching` lists the files it matches.
 No imports beyond the standard library: the Snakefile reads this at every parse.
 """
@@ -191,6 +194,24 @@ def explorer_page(results: str | Path) -> Path:
 def reliability_path(results: str | Path, target: str, dataset: str, index: int) -> Path:
     """One network's reliability diagram (``calibench reliability``)."""
     return Path(results) / "reliability" / f"{target}_{dataset}_arch{int(index):06d}.png"
+
+
+# ---------------------------------------------------------------- comparisons (calibench compare)
+
+def compare_dir(name_a: str, name_b: str) -> Path:
+    """``calibench compare``'s default output folder, in the working directory (issue 26)."""
+    safe = [re.sub(r"[^A-Za-z0-9._+-]+", "_", n) or "run" for n in (name_a, name_b)]
+    return Path(f"compare-{safe[0]}-vs-{safe[1]}")
+
+
+def compare_csv(out: str | Path) -> Path:
+    """One row per table x column of a comparison."""
+    return Path(out) / "compare.csv"
+
+
+def compare_page(out: str | Path) -> Path:
+    """The comparison's HTML page (its figure embedded)."""
+    return Path(out) / "compare.html"
 
 
 # ---------------------------------------------------------------- every job

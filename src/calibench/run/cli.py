@@ -165,7 +165,7 @@ def _top(args: argparse.Namespace) -> int:
 # a mistake (a bad value, a missing file) is one or two lines and exit 2; --debug or
 # CALIBENCH_DEBUG=1 shows the traceback.
 USER_COMMANDS = {"run", "query", "provenance", "top", "reliability", "nas", "export", "import", "logits",
-                 "screenshot", "make-minibench", "status"}
+                 "screenshot", "make-minibench", "status", "compare"}
 
 
 def _make_minibench(args: argparse.Namespace) -> int:
@@ -280,6 +280,19 @@ def _import(args: argparse.Namespace) -> int:
     for path in written:
         print(path)
     return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    """Two runs side by side (issue 26): exit 0 equal within --atol, 1 different, 2 a usage mistake."""
+    from calibench.analysis.compare import compare_runs
+    from calibench.report import compare_page
+
+    cmp = compare_runs(args.run_a, args.run_b, args.columns, args.atol)  # ValueError, OSError: main says it, exit 2
+    out = Path(args.out) if args.out else compare_page.default_out(cmp)
+    csv_path, page_path = compare_page.write(cmp, out)
+    print(compare_page.summary_text(cmp))
+    print(f"written: {csv_path}, {page_path}")
+    return 0 if cmp.equal else 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -402,6 +415,17 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--results", default="results", help="results directory to write tables/ into")
     im.add_argument("--overwrite", action="store_true", help="replace tables this project measured")
     im.set_defaults(func=_import)
+
+    cp = sub.add_parser("compare", help="two runs (results directories, tables or tao2024 CSVs) column by column; "
+                                         "exit 0 equal within --atol, 1 different")
+    cp.add_argument("run_a", metavar="RUN_A", help="a results directory, a folder of tables, or tao2024 CSVs")
+    cp.add_argument("run_b", metavar="RUN_B")
+    cp.add_argument("--columns", nargs="+", metavar="PATTERN", default=None,
+                    help="only the columns matching these fnmatch patterns, e.g. 'pre_ece_*' accuracy "
+                         "(give it after RUN_A RUN_B)")
+    cp.add_argument("--atol", type=float, default=0.0, help="largest absolute difference counted as equal (0)")
+    cp.add_argument("--out", default=None, help="output folder (default: ./compare-{A}-vs-{B}/)")
+    cp.set_defaults(func=_compare)
 
     lg = sub.add_parser("logits", help="what the logits store holds (per space, hp, dataset; --files: every file)")
     lg.add_argument("--results", default="results")
