@@ -196,7 +196,7 @@ def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_
     status = [sys.executable, "-m", "calibench", "status", "--configfile", "tiny.yaml"]
     proc = subprocess.run(status, cwd=run, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == "7 complete, 0 to run: nothing to do", proc.stdout
+    assert proc.stdout.splitlines()[-1] == "8 complete, 0 to run: nothing to do", proc.stdout
 
     shard = layout.shard_path(Path("results"), "sss", "90", "cifar100", 2)
     (run / shard).unlink()
@@ -206,7 +206,8 @@ def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_
     lines = proc.stdout.splitlines()
     assert "to run    results/tables/sss_90_cifar100.parquet  (damaged: " in proc.stdout and f"{shard}: deleted" in proc.stdout
     assert "to run    results/report.html  (after its tables)" in lines
-    assert lines[-1] == "5 complete, 2 to run: `calibench run` completes them"
+    assert "to run    results/explorer/index.html  (after its tables)" in lines
+    assert lines[-1] == "5 complete, 3 to run: `calibench run` completes them"
     assert _snapshot(run) == before
 
     bad = subprocess.run(status + ["--space", "tsss"], cwd=run, capture_output=True, text=True, timeout=300)

@@ -29,9 +29,9 @@ DATASETS = ["cifar10", "cifar100", "ImageNet16-120"]
 TINY = WORKFLOW_TINY
 SELECTED = {"tss": [0, 2], "sss": [0, 1, 2, 3]}  # mini TSS archs 0 and 1 are isomorphic
 N_STORED = (2 + 4) * len(DATASETS)  # logits files (and shards) of a finished run
-# The analysis parts of a NATS-Bench run (calibench.analysis.parts) and the report: one job each.
+# The analysis parts of a NATS-Bench run (calibench.analysis.parts), the report and the explorer: one job each.
 PARTS = ("kendall", "overview", "hcs", "methods", "reliability", "groups", "nas", "architecture")
-ANALYSIS_JOBS = {**{f"analysis_{part}": 1 for part in PARTS}, "assemble_report": 1}
+ANALYSIS_JOBS = {**{f"analysis_{part}": 1 for part in PARTS}, "assemble_report": 1, "explorer": 1}
 
 
 def _snakemake(workdir: Path, *args, check=True, env=None):

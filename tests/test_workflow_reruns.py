@@ -187,15 +187,16 @@ def test_analysis_settings_rerun_only_the_analysis_and_no_change_reruns_nothing(
     before = _mtimes(results)
     _set_config(workdir, analysis={**TINY["analysis"], "top_n": 2})
     # top_n: the HCS part (top_hcs.csv) and the architecture part (edge operations of the top n);
-    # the reliability diagrams read hcs.parquet, which the HCS part writes again; then the report
-    rerun = {"analysis_hcs": 1, "analysis_architecture": 1, "analysis_reliability": 1, "assemble_report": 1}
+    # the reliability diagrams and the explorer read hcs.parquet, which the HCS part writes again; then the report
+    rerun = {"analysis_hcs": 1, "analysis_architecture": 1, "analysis_reliability": 1, "assemble_report": 1,
+             "explorer": 1}
     assert _planned_jobs(workdir) == {**rerun, "all": 1}
     _snakemake(workdir)
     changed = {p.relative_to(results) for p, t in _mtimes(results).items() if before.get(p) != t}
-    assert {p.parts[0] for p in changed} == {"analysis", "plots", "report.html", "benchmarks"}
+    assert {p.parts[0] for p in changed} == {"analysis", "plots", "report.html", "explorer", "benchmarks"}
     assert {p for p in changed if p.parts[0] == "benchmarks"} == {
         Path("benchmarks/analysis/hcs.tsv"), Path("benchmarks/analysis/architecture.tsv"),
-        Path("benchmarks/analysis/reliability.tsv"), Path("benchmarks/report.tsv")}
+        Path("benchmarks/analysis/reliability.tsv"), Path("benchmarks/report.tsv"), Path("benchmarks/explorer.tsv")}
     assert len(pd.read_csv(results / "analysis" / "top_hcs.csv")) == 2 * 6  # top 2 of each of 6 tables
     assert _planned_jobs(workdir) == {}
 

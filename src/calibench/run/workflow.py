@@ -37,6 +37,7 @@ def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
     """The merged configuration (checked) and the targets of --space/--dataset (every table
     and the report without them); ValueError for a user's mistake."""
     from calibench.config.check import SCHEMA, ConfigError, check
+    from calibench.config.check import schema_default
     from calibench.config.settings import population_datasets, targets as all_targets
 
     try:
@@ -60,6 +61,8 @@ def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
         raise ValueError("no result table matches --space/--dataset in this config")
     if not args.space and not args.dataset:
         targets.append(str(layout.report_path(results)))
+        if config.get("explorer", schema_default("explorer")):
+            targets.append(str(layout.explorer_page(results)))
     return config, targets
 
 
@@ -144,6 +147,8 @@ def _run(args: argparse.Namespace) -> int:
           f"Snakemake's log: {log_file}", flush=True)
     if code == 0 and str(layout.report_path(results)) in targets:
         print(f"report: {layout.report_path(results).resolve()}")
+    if code == 0 and str(layout.explorer_page(results)) in targets:
+        print(f"explorer: {layout.explorer_page(results).resolve()}")
     return code
 
 
