@@ -220,7 +220,7 @@ const CB = (() => {
       el.innerHTML = '<p class="note">No reliability bins for this network (its shard is not in this results directory).</p>';
       return;
     }
-    const found = (await load(`${t.id}/rel${block}.js`))[String(measuredRow)];
+    const found = JSON.parse(new TextDecoder().decode(await load(`${t.id}/rel${block}.js`)))[String(measuredRow)];
     if (!found) { Plotly.purge(el); el.innerHTML = '<p class="note">No reliability bins for this network.</p>'; return; }
     el.innerHTML = '';
     const stages = t.stages.filter(s => found[s]), cols = Math.min(4, stages.length), nrows = Math.ceil(stages.length / cols);
@@ -228,7 +228,8 @@ const CB = (() => {
       margin: {l: 40, r: 10, t: 50, b: 30}, title: {text: `Reliability: ${title}`, font: {size: 13}}, annotations: [],
       bargap: 0, barmode: 'overlay'};
     stages.forEach((s, k) => {
-      const [count, conf, acc] = found[s], b = count.length, ax = k === 0 ? '' : String(k + 1);
+      const [count, conf, correct] = found[s], b = count.length, ax = k === 0 ? '' : String(k + 1);
+      const acc = count.map((c, i) => c > 0 ? correct[i] / c : null);
       const centre = count.map((_, i) => (i + 0.5) / b), n = count.reduce((a, c) => a + c, 0);
       let ece = 0;
       count.forEach((c, i) => { if (c > 0) ece += c / n * Math.abs(acc[i] - conf[i]); });
@@ -393,7 +394,7 @@ const CB = (() => {
     manifest: m => { S.ready = start(m).catch(fail); },
     rowdata: (tid, length, text) => deliver(`${tid}/rows.js`, gunzip(text, length, `${tid}/rows.js`)),
     col: (tid, k, length, text) => deliver(`${tid}/c${k}.js`, gunzip(text, length, `${tid}/c${k}.js`)),
-    rel: (tid, b, data) => deliver(`${tid}/rel${b}.js`, data),
+    rel: (tid, b, length, text) => deliver(`${tid}/rel${b}.js`, gunzip(text, length, `${tid}/rel${b}.js`)),
     kendall: (length, text) => deliver('kendall.js', gunzip(text, length, 'kendall.js')),
   };
 })();

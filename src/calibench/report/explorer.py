@@ -106,7 +106,7 @@ def binary_script(call: str, args: Sequence, payload: bytes) -> bytes:
 
 
 def script(call: str, *args) -> str:
-    """A data file: one call of the page's loader with JSON arguments."""
+    """A data file of plain JSON arguments (the manifest): one call of the page's loader."""
     return f"CB.{call}({','.join(json.dumps(a, separators=(',', ':'), allow_nan=False) for a in args)});\n"
 
 
@@ -151,11 +151,12 @@ def _reliability_of(path: Path, seed: int) -> dict | None:
     if not rel:
         return None
     out = {}
-    for stage, bins in rel.items():
+    for stage, bins in rel.items():  # counts, mean confidence to 4 decimals, accuracy as correct counts
         count = [int(c) for c in bins["count"]]
-        conf = [None if c is None or not math.isfinite(c) else round(float(c), 5) for c in bins["confidence"]]
-        acc = [None if a is None or not math.isfinite(a) else round(float(a), 5) for a in bins["accuracy"]]
-        out[stage] = [count, conf, acc]
+        conf = [None if c is None or not math.isfinite(c) else round(float(c), 4) for c in bins["confidence"]]
+        correct = [0 if a is None or not math.isfinite(a) else int(round(float(a) * n)) for a, n in
+                   zip(bins["accuracy"], count)]
+        out[stage] = [count, conf, correct]
     return out
 
 
@@ -215,7 +216,8 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
     rel_files = []
     for b, block in enumerate(blocks):
         if block:
-            (out / f"rel{b}.js").write_text(script("rel", tid, b, block))
+            payload = json.dumps(block, separators=(",", ":"), allow_nan=False).encode()
+            (out / f"rel{b}.js").write_bytes(binary_script("rel", [tid, b], payload))
             rel_files.append(b)
     stages = [s for s in STAGES if f"{s}_accuracy" in schema.names]
     bins = sorted({int(m.group(1)) for n in schema.names if (m := re.fullmatch(r"pre_ece_(\d+)", n))})
