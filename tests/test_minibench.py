@@ -168,3 +168,83 @@ def test_real_size_architectures_aim_at_the_real_mean_file_size():
             assert archs[:2] == sample_tss_archs(random.Random(0), 2)
         mean_bytes = statistics.mean(_parameters(space, a) for a in archs) * BZ2_BYTES_PER_PARAM[space]
         assert mean_bytes * REAL_STATE_DICTS[space] == pytest.approx(REAL_MEAN_FILE_BYTES[space], rel=0.1)
+
+
+# ---------------------------------------------------------------- n_test per dataset
+
+def _test_sets(root):
+    """The test sets as the project's readers see them (ImageNet16-120's distractors dropped)."""
+    sets = {d: data_io.load_eval_set(d, root / "datasets") for d in ("cifar10", "cifar100", "ImageNet16-120")}
+    sets["svhn"] = data_io.load_svhn_test(root / "datasets" / "svhn" / "test_32x32.mat")
+    return sets
+
+
+def _arrays_digest(sets):
+    h = hashlib.sha256()
+    for name in sorted(sets):
+        for array in (sets[name].images, sets[name].labels):
+            h.update(f"{name}{array.dtype}{array.shape}".encode())
+            h.update(np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()
+
+
+# The default spec's test sets (n_test=300, n_train=100, seed 0), as built before n_test could be a
+# mapping (commit bc7546b): the integer form must keep building exactly these.
+DEFAULT_TEST_SETS_SHA256 = "190a829d3f12a3ebd31e304ec0d46acf6b1eac1a4d83660f77ac85b679bf2031"
+
+
+def test_n_test_per_dataset_and_the_integer_form_unchanged(tmp_path):
+    # archs={}: the datasets only (no network), the part n_test decides.
+    per_dataset = {"cifar10": 500, "cifar100": 300, "ImageNet16-120": 300}
+    sets = _test_sets(build_minibench(tmp_path / "map", MiniBenchSpec(n_test=per_dataset), archs={}))
+    assert {d: len(sets[d].labels) for d in per_dataset} == per_dataset
+    assert len(sets["svhn"].labels) == 250  # the OoD set follows CIFAR-10's size
+    assert sets["cifar10"].images.shape == (500, 3, 32, 32) and sets["ImageNet16-120"].images.shape == (300, 3, 16, 16)
+
+    integer = _test_sets(build_minibench(tmp_path / "int", MiniBenchSpec(n_test=300), archs={}))
+    assert {d: len(integer[d].labels) for d in per_dataset} == dict.fromkeys(per_dataset, 300)
+    assert _arrays_digest(integer) == DEFAULT_TEST_SETS_SHA256
+    same = _test_sets(build_minibench(tmp_path / "same", MiniBenchSpec(n_test=dict.fromkeys(per_dataset, 300)),
+                                      archs={}))
+    assert _arrays_digest(same) == DEFAULT_TEST_SETS_SHA256  # a mapping of equal sizes is the integer form
+
+    spec = MiniBenchSpec(n_test={"ImageNet16-120": 300, "cifar10": 500, "cifar100": 300})  # any order
+    assert spec == MiniBenchSpec(n_test=per_dataset) and hash(spec) == hash(MiniBenchSpec(n_test=per_dataset))
+    assert spec.describe() == ("MiniBenchSpec(n_tss=6, n_sss=6, n_test={'cifar10': 500, 'cifar100': 300, "
+                               "'ImageNet16-120': 300}, n_train=100, seed=0, second_seed=False)")
+    with pytest.raises(ValueError, match="n_test: a mapping needs exactly the datasets"):
+        MiniBenchSpec(n_test={"cifar10": 500, "cifar100": 300})
+
+
+def test_the_cli_takes_n_test_per_dataset(tmp_path, capsys):
+    from calibench.run.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["make-minibench", "x", "--n-test", "300"]).n_test == 300
+    assert parse(["make-minibench", "x", "--n-test", "cifar10=500,cifar100=300,ImageNet16-120=300"]).n_test == {
+        "cifar10": 500, "cifar100": 300, "ImageNet16-120": 300}
+    assert cli_main(["make-minibench", str(tmp_path / "mb"), "--n-test", "cifar10=500,cifar100=300"]) == 2
+    assert "n_test: a mapping needs exactly the datasets" in capsys.readouterr().err
+
+
+def test_the_default_config_gives_cifar10_enough_validation_samples_for_vs_ms_dir(tmp_path):
+    """config/config.yaml's n_test, split as the measurement splits it: CIFAR-10 has N_val = 100
+    = 10 K, so vs, ms and dir are not underdetermined on it; CIFAR-100 and ImageNet16-120 (60
+    validation samples) stay underdetermined, as the demo banner says."""
+    from pathlib import Path
+
+    import yaml
+
+    from calibench.measure.stages import split_indices
+    from calibench.recalibration.base import underdetermined
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+    n_test, split = config["minibench"]["n_test"], config["temperature"]
+    assert n_test == {"cifar10": 500, "cifar100": 300, "ImageNet16-120": 300}
+    sets = _test_sets(build_minibench(tmp_path / "mb", MiniBenchSpec(n_test=n_test), archs={}))
+    for dataset, k, enough in (("cifar10", 10, True), ("cifar100", 100, False), ("ImageNet16-120", 120, False)):
+        val, _ = split_indices(len(sets[dataset].labels), split["val_fraction"], split["seed"])
+        assert len(val) == (100 if dataset == "cifar10" else 60)
+        for stage in ("vs", "ms", "dir"):
+            assert underdetermined(stage, sets[dataset].labels[val], k) is (not enough), (dataset, stage)
+    assert underdetermined("vs", np.zeros(99, dtype=np.int64), 10) is True  # the rule's edge: 100 = 10 K is enough

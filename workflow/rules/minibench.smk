@@ -1,6 +1,9 @@
 MINI = config["minibench"]
 
 if MINI["build"]:
+    # make-minibench --n-test: one number, or cifar10=500,cifar100=300,... (a mapping in the config)
+    N_TEST = (",".join(f"{d}={n}" for d, n in MINI["n_test"].items()) if isinstance(MINI["n_test"], dict)
+              else MINI["n_test"])
 
     rule minibench:
         """The embedded mini benchmark (synthetic; NOT NATS-Bench results)."""
@@ -15,7 +18,7 @@ if MINI["build"]:
             log_file("minibench"),
         params:
             out=lambda wildcards, output: str(Path(output[2]).parent),
-            spec=f"--n-tss {MINI['n_tss']} --n-sss {MINI['n_sss']} --n-test {MINI['n_test']} "
+            spec=f"--n-tss {MINI['n_tss']} --n-sss {MINI['n_sss']} --n-test {N_TEST} "
             f"--n-train {MINI['n_train']} --seed {MINI['seed']}" + (" --real-size" if MINI.get("real_size") else "")
             + (" --tss-hp12-weights" if MINI.get("tss_hp12_weights") else ""),
         shell:

@@ -168,6 +168,20 @@ USER_COMMANDS = {"run", "query", "provenance", "top", "reliability", "nas", "exp
                  "screenshot", "make-minibench", "status", "compare"}
 
 
+def _n_test(text: str) -> int | dict[str, int]:
+    """``make-minibench --n-test``: ``300`` (every dataset) or ``cifar10=500,cifar100=300,...``
+    (the spec checks that every dataset is named once)."""
+    if "=" not in text:
+        return int(text)
+    sizes = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        if not sep or not name.strip() or name.strip() in sizes:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected N or DATASET=N,DATASET=N,... (each dataset once)")
+        sizes[name.strip()] = int(value)
+    return sizes
+
+
 def _make_minibench(args: argparse.Namespace) -> int:
     from calibench.runtime import keep_freed_memory
     from calibench.sources import make_minibench
@@ -309,7 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     # Unset sizes take MiniBenchSpec's defaults (6, 6, 300, 100, seed 0).
     mb.add_argument("--n-tss", type=int, help="TSS architectures")
     mb.add_argument("--n-sss", type=int, help="SSS architectures")
-    mb.add_argument("--n-test", type=int, help="test images per dataset")
+    mb.add_argument("--n-test", type=_n_test, metavar="N|DATASET=N,...",
+                    help="test images per dataset: one number for all, or e.g. "
+                         "cifar10=500,cifar100=300,ImageNet16-120=300 (every dataset named)")
     mb.add_argument("--n-train", type=int, help="training images for the heads")
     mb.add_argument("--seed", type=int)
     mb.add_argument("--real-size", action="store_true",

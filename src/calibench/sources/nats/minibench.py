@@ -61,7 +61,7 @@ import collections
 import hashlib
 import pickle
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,12 +118,28 @@ class MiniBenchSpec:
 
     n_tss: int = 6
     n_sss: int = 6
-    n_test: int = 300  # test images per dataset (ImageNet16-120's file adds 10 % distractors)
+    # Test images: one number for every dataset, or {dataset: number} naming each of the three
+    # (ImageNet16-120's file adds 10 % distractors; SVHN has half CIFAR-10's).
+    n_test: int | Mapping[str, int] = 300
     n_train: int = 100  # training split for the heads (at least 3 images per class)
     seed: int = 0
     second_seed: bool = False  # also store TSS hp-200 seed 888, to exercise multi-seed runs
     real_size: bool = False  # archive files shaped and sized like the real -full files (module docstring)
     tss_hp12_weights: bool = False  # also keep the TSS hp 12 state dicts (module docstring: not real results)
+
+    def __post_init__(self):
+        if isinstance(self.n_test, Mapping):
+            if set(self.n_test) != set(NUM_CLASSES):
+                raise ValueError(f"n_test: a mapping needs exactly the datasets {sorted(NUM_CLASSES)}, "
+                                 f"got {sorted(self.n_test)}")
+            object.__setattr__(self, "n_test", {d: int(self.n_test[d]) for d in NUM_CLASSES})  # in a fixed order
+
+    def __hash__(self):  # a mapping n_test is not hashable by itself
+        return hash(tuple((f, tuple(v.items()) if isinstance(v, dict) else v) for f, v in vars(self).items()))
+
+    def test_size(self, dataset: str) -> int:
+        """Test images of ``dataset`` (before ImageNet16-120's distractors)."""
+        return self.n_test[dataset] if isinstance(self.n_test, Mapping) else self.n_test
 
     def describe(self) -> str:
         """The dataclass repr, without the options added later when they are off (so default
@@ -188,7 +204,7 @@ def _make_dataset(rng: np.random.Generator, dataset: str, spec: MiniBenchSpec) -
     noise = {"cifar10": 0.25, "cifar100": 0.12, "ImageNet16-120": 0.12}[dataset]
     train_labels = np.arange(max(spec.n_train, 3 * k)) % k  # at least 3 images per class
     rng.shuffle(train_labels)
-    test_labels = rng.integers(0, k, size=spec.n_test)
+    test_labels = rng.integers(0, k, size=spec.test_size(dataset))
     return _DatasetSplits(
         synthetic_images(rng, patterns, train_labels, noise),
         train_labels,
@@ -209,7 +225,7 @@ def _write_datasets(root: Path, rng: np.random.Generator, splits: dict[str, _Dat
     images = np.concatenate([inet.test_images, other_images])[order]
     labels = np.concatenate([inet.test_labels + 1, other_labels])[order]
     data_io.write_imagenet16_val(root, images, labels)
-    # A small SVHN-format OoD set: other patterns, same 32x32 format.
+    # A small SVHN-format OoD set: other patterns, same 32x32 format; half CIFAR-10's test size.
     svhn_labels = rng.integers(0, 10, size=len(splits["cifar10"].test_labels) // 2)
     svhn = synthetic_images(rng, _class_patterns(rng, 10, 32), svhn_labels, 0.2)
     data_io.write_svhn_test(root / "svhn" / "test_32x32.mat", svhn, svhn_labels)
