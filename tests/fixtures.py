@@ -15,12 +15,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def copy_workflow(tmp: Path, overrides: dict) -> Path:
-    """A copy of the workflow (not the package) in ``tmp``, with ``overrides`` as tiny.yaml."""
+    """A copy of the workflow (not the package) in ``tmp``, with ``overrides`` as tiny.yaml.
+    The explorer is off unless ``overrides`` turns it on (WORKFLOW_TINY does: the explorer's
+    tests read the shared run's; elsewhere its job would only cost time)."""
     tmp.mkdir(parents=True, exist_ok=True)
     for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp / name)
-    (tmp / "tiny.yaml").write_text(yaml.safe_dump(overrides))
+    (tmp / "tiny.yaml").write_text(yaml.safe_dump({"explorer": False, **overrides}))
     return tmp
 
 
@@ -52,6 +54,7 @@ WORKFLOW_TINY = {
     "measure_group": 1,
     "loader_workers": 2,  # archive loading in worker processes, as on a GPU node
     "analysis": {"hcs_betas": [1, 2], "top_k": [2], "top_n": 3},
+    "explorer": True,
     # Every stage (the config's default); a small lambda, mu search keeps the test fast.
     "recalibration": {"odir": {"search": {"networks": 2, "folds": 2, "seed": 0, "grid": [1.0e+1, 1.0e+3]}}},
 }

@@ -187,6 +187,12 @@ def test_demo_banner_names_the_underdetermined_stages(tmp_path):
     assert "describe fits on too little data" in banner
     assert "<p class='warn'>" not in report.write_report(tmp_path, [], found, {}, minibench=False,
                                                          underdetermined=["vs"]).read_text()
+    # stages flagged on the same tables are named together, with the tables
+    where = {"vs": ["t_cifar100", "t_ImageNet16-120"], "dir": ["t_cifar100", "t_ImageNet16-120"],
+             "iso": ["t_cifar10", "t_cifar100", "t_ImageNet16-120"]}
+    banner = report.demo_banner(where, n_tables=3)
+    assert ("Underdetermined on it: <code>vs</code>, <code>dir</code> on t_cifar100, t_ImageNet16-120; "
+            "<code>iso</code> on every table (") in banner
 
 
 def test_underdetermined_stages_read_from_the_tables_flags(tmp_path):

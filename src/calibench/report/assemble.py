@@ -61,6 +61,17 @@ def underdetermined_stages(tables: Sequence[str | Path]) -> list[str]:
     return [s for s in STAGES if s in flagged] + sorted(flagged - set(STAGES))
 
 
+def underdetermined_where(tables: Sequence[str | Path]) -> dict[str, list[str]]:
+    """Stage -> the tables (file stems) where some network's fit of it was flagged
+    underdetermined, in stage order (the demo banner's detail)."""
+    where: dict[str, list[str]] = {}
+    for t in tables:
+        for stage, k in underdetermined_counts(t)[1].items():
+            if k:
+                where.setdefault(stage, []).append(Path(t).stem)
+    return {s: where[s] for s in [*[s for s in STAGES if s in where], *sorted(set(where) - set(STAGES))]}
+
+
 def odir_fallbacks(results: Path, tables: Sequence[str | Path]) -> str:
     """HTML: each lambda, mu search of the run's tables whose best grid pair was worse than no
     recalibration on its cross-validated NLL, so that it fell back to the strongest pair
@@ -127,7 +138,8 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
               for sid, items in pieces.items()}
     n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only
     page = write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks,
-                        underdetermined=underdetermined_stages(tables), explorer=bool(settings.get("explorer")))
+                        underdetermined=underdetermined_where(tables), n_tables=len(tables),
+                        explorer=bool(settings.get("explorer")))
     log.info("report written: %s, %d parts, %d figures, %d findings", page, len(parts), len(plots), len(found))
     return {"report": page, "findings": out / "findings.csv", "claims": out / "claims.csv"}
 

@@ -100,13 +100,27 @@ def scrollable_tables(text: str) -> str:
     return text.replace("</table>", "</table></div>")
 
 
-def demo_banner(underdetermined: Sequence[str]) -> str:
+def demo_banner(underdetermined: Sequence[str] | Mapping[str, Sequence[str]], n_tables: int | None = None) -> str:
     """The mini benchmark's warning; ``underdetermined``: the stages whose fits had too little
-    data in some table (recalibration-spec.md, "Common rules")."""
+    data in some table (recalibration-spec.md, "Common rules"), or stage -> those tables
+    (stages flagged on the same tables are named together, with the tables)."""
     text = ("<p class='warn'><b>Mini benchmark:</b> synthetic data and randomly initialised NATS networks "
             "with fitted heads. These are demo numbers, NOT NATS-Bench results.")
     if underdetermined:
-        text += (" Underdetermined on it: " + ", ".join(f"<code>{html.escape(s)}</code>" for s in underdetermined)
+        if isinstance(underdetermined, Mapping):
+            groups: dict[tuple[str, ...], list[str]] = {}
+            for stage, where in underdetermined.items():
+                groups.setdefault(tuple(where), []).append(stage)
+            parts = []
+            for where, stages in groups.items():
+                names = ", ".join(f"<code>{html.escape(s)}</code>" for s in stages)
+                on = ("every table" if n_tables is not None and len(where) == n_tables
+                      else ", ".join(html.escape(w) for w in where))
+                parts.append(f"{names} on {on}")
+            said = "; ".join(parts)
+        else:
+            said = ", ".join(f"<code>{html.escape(s)}</code>" for s in underdetermined)
+        text += (" Underdetermined on it: " + said
                  + " (fewer validation samples than the fit needs, flagged <code>{stage}_fit_underdetermined</code> "
                    "in the tables): their numbers describe fits on too little data, not the methods.")
     return text + "</p>"
@@ -114,7 +128,8 @@ def demo_banner(underdetermined: Sequence[str]) -> str:
 
 def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.DataFrame,
                  n_rows: Mapping[str, int], minibench: bool, *, blocks: Mapping[str, str] | None = None,
-                 underdetermined: Sequence[str] = (), explorer: bool = False) -> Path:
+                 underdetermined: Sequence[str] | Mapping[str, Sequence[str]] = (), n_tables: int | None = None,
+                 explorer: bool = False) -> Path:
     """``results/report.html``: a contents list, then one section per entry of
     :data:`SECTIONS` that has findings, figures or an HTML block (``blocks``: section id ->
     HTML, e.g. tables), each with its computed findings first; a question without any keeps
@@ -132,7 +147,7 @@ def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.Dat
                      "columns of the tables as a scatter, each network's reliability diagrams, the Kendall matrices "
                      "with their intervals (<code>calibench explore</code>).</p>")
     if minibench:
-        parts.append(demo_banner(underdetermined))
+        parts.append(demo_banner(underdetermined, n_tables))
     parts.append("<p>Tables: " + ", ".join(f"{html.escape(k)} ({v} rows)" for k, v in n_rows.items())
                  + ". Every finding below is computed from these tables (<code>analysis/findings.csv</code>).</p>")
     sections = []
