@@ -12,10 +12,12 @@ came with each distinct provenance, and the table build warns when there is more
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import json
 import os
 import platform
 import subprocess
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -48,12 +50,14 @@ def environment() -> dict:
 
     from calibench import __version__
 
-    try:
-        import torch
-
+    torch = sys.modules.get("torch")
+    if torch is not None:
         torch_version = torch.__version__
-    except ImportError:  # the table and analysis jobs need no torch
-        torch_version = None
+    else:  # the table and analysis jobs need no torch: its installed version, without a second of importing it
+        try:
+            torch_version = importlib.metadata.version("torch")
+        except importlib.metadata.PackageNotFoundError:
+            torch_version = None
     return {"calibench_version": __version__, "git_commit": _git_commit(), "python": platform.python_version(),
             "numpy": numpy.__version__, "torch": torch_version, "pyarrow": pyarrow.__version__,
             "platform": platform.platform(terse=True)}
