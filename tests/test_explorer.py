@@ -197,3 +197,22 @@ def test_the_methods_tab_plots_each_stage_against_pre(workflow_run, page):
     ok = measured[np.isfinite(measured[f"pre_{metric}"]) & np.isfinite(measured[f"{stage}_{metric}"])]
     assert _close(sorted(first["x"]), sorted(ok[f"pre_{metric}"])) and _close(sorted(first["y"]), sorted(ok[f"{stage}_{metric}"]))
     page.evaluate("CB.tab('scatter')")
+
+
+def test_a_tss_tables_isomorphs_are_drawn_with_their_representatives_values(workflow_run, page):
+    page.evaluate("(() => { const s = document.getElementById('table'); s.value = 'tss_200_cifar10'; "
+                  "s.dispatchEvent(new Event('change')); })()")
+    page.wait_for("CB.state.scatter.tables[0].table === 'tss_200_cifar10'")
+    trace = _trace(page)
+    table = _table(workflow_run, "tss_200_cifar10")
+    copies = table[table["arch_index"] != table["measured_by"]]
+    assert len(copies) >= 1 and len(trace["x"]) == len(table)  # every row, the isomorph copies too
+    assert _close(trace["y"], table.iloc[trace["rows"]]["pre_ece_15"])
+    copy = copies.iloc[0]
+    page.evaluate(f"(() => {{ const s = document.getElementById('search'); s.value = '{int(copy['arch_index'])}';"
+                  " document.getElementById('searchgo').click(); })()")
+    page.wait_for(f"CB.state.selected && CB.state.selected.index === {int(copy['arch_index'])}")
+    text = page.evaluate("document.getElementById('rowtable').textContent")
+    assert f"measured by{int(copy['measured_by'])} (same isomorphism class)" in text
+    page.evaluate("(() => { const s = document.getElementById('table'); s.selectedIndex = 0; "
+                  "s.dispatchEvent(new Event('change')); })()")

@@ -199,7 +199,9 @@ const CB = (() => {
   // ------------------------------------------------------------ one network
   async function showNetwork(t, row) {
     const r = await rows(t);
-    S.selected = {table: t.id, row: row, index: r.index[row]};
+    S.selected = null;
+    Plotly.purge($('reliability'));
+    $('reliability').dataset.stages = '';
     const wanted = ['accuracy', 'params', 'flops', S.scatter.x, S.scatter.y, S.scatter.color];
     const bins = t.bins.includes(15) ? 15 : t.bins[0];
     for (const s of t.stages) wanted.push(`${s}_accuracy`, `${s}_ece_${bins}`, `${s}_nll`, `${s}_brier`);
@@ -210,6 +212,7 @@ const CB = (() => {
     const cells = head.map(([k, v]) => `<tr><td>${k}</td><td class="text">${String(v).replace(/</g, '&lt;')}</td></tr>`)
       .concat(names.map((n, i) => `<tr><td>${n}</td><td class="num">${fmt(values[i][row])}</td></tr>`));
     $('row').innerHTML = `<table id="rowtable">${cells.join('')}</table>`;
+    S.selected = {table: t.id, row: row, index: r.index[row]};  // its row is shown; its diagrams follow
     await drawReliability(t, r.rep[row], `${tableLabel(t)}, index ${r.index[row]}`);
   }
 
