@@ -57,7 +57,9 @@ def test_every_part_is_its_own_job_with_its_outputs(parts_run):
         assert manifest["part"] == part
         assert (results / "logs" / "analysis" / f"{part}.log").is_file()
         record = pd.read_csv(results / "benchmarks" / "analysis" / f"{part}.tsv", sep="\t").iloc[0]
-        assert record["s"] > 0 and record["max_rss"] > 0
+        # a number each (Snakemake samples memory after a start-up delay: a part that ends within it, as
+        # `groups` does in 0.4 s, records max_rss 0)
+        assert record["s"] > 0 and record["max_rss"] >= 0  # NaN (no sample) fails too
         assert (results / "plots" / part).is_dir()
     assert not (results / "analysis" / "parts" / "schedules.json").exists()  # one schedule per space: no part
     for name in ("kendall.parquet", "question4.csv", "hcs.parquet", "top_hcs.csv", "methods_summary.parquet",
