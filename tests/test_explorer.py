@@ -148,6 +148,22 @@ def test_clicking_a_point_shows_that_networks_row_and_reliability_diagrams(workf
     assert drawn == [int(c) for c in bins["pre"]["count"]]  # the pre panel's bars: the shard's bin counts
     text = page.evaluate("document.getElementById('rowtable').textContent")
     assert str(net["arch_str"]) in text and f"{net['accuracy']:.3g}"[:4] in text
+    # the whole row on request: every plotted column of the table, each with the table's value
+    page.evaluate("document.getElementById('wholerow').click()")
+    page.wait_for("!!document.getElementById('wholerowtable')")
+    shown = page.evaluate("Array.from(document.querySelectorAll('#wholerowtable tr'), r => "
+                          "[r.cells[0].textContent, r.cells[1].textContent])")
+    names = [n for n, _ in shown]
+    assert names == [c["name"] for c in page.evaluate(f"CB.state.manifest.tables.find(t => t.id === "
+                                                        f"'{_trace(page)['name']}').columns")]
+    hcs = pd.read_parquet(workflow_run / "results" / "analysis" / "hcs.parquet")
+    hcs = hcs[(hcs["space"] == net["space"]) & (hcs["dataset"] == net["dataset"])
+              & (hcs["arch_index"] == net["arch_index"])].iloc[0]  # hcs_* columns: the HCS part's
+    for name, value in shown:
+        want = float(net[name] if name in net.index else hcs[name])
+        got = {"NaN": math.nan, "+inf": math.inf, "-inf": -math.inf}.get(value)
+        got = float(value) if got is None else got
+        assert (math.isnan(got) and math.isnan(want)) or got == want or abs(got - want) <= 6e-3 * abs(want), name
 
 
 def test_the_search_box_finds_an_arch_string(workflow_run, page):

@@ -211,9 +211,22 @@ const CB = (() => {
     if (!r.isRep[row]) head.push(['measured by', `${r.index[repRow(r, row)]} (same isomorphism class)`]);
     const cells = head.map(([k, v]) => `<tr><td>${k}</td><td class="text">${String(v).replace(/</g, '&lt;')}</td></tr>`)
       .concat(names.map((n, i) => `<tr><td>${n}</td><td class="num">${fmt(values[i][row])}</td></tr>`));
-    $('row').innerHTML = `<table id="rowtable">${cells.join('')}</table>`;
+    $('row').innerHTML = `<table id="rowtable">${cells.join('')}</table>`
+      + `<p><button id="wholerow">the whole row: all ${t.columns.length} columns</button></p>`;
+    $('wholerow').onclick = () => wholeRow(t, row).catch(fail);
     S.selected = {table: t.id, row: row, index: r.index[row]};  // its row is shown; its diagrams follow
     await drawReliability(t, r.rep[row], `${tableLabel(t)}, index ${r.index[row]}`);
+  }
+
+  // every column of one row (each column file is loaded once: the whole table, at full size tens of MB)
+  async function wholeRow(t, row) {
+    $('wholerow').disabled = true;
+    $('wholerow').textContent = `loading ${t.columns.length} columns...`;
+    const values = await Promise.all(t.columns.map(c => column(t, c.name)));
+    const cells = t.columns.map((c, i) => `<tr><td>${c.name}</td><td class="num">${fmt(values[i][row])}</td></tr>`);
+    $('row').insertAdjacentHTML('beforeend', `<div style="max-height:480px;overflow-y:auto">`
+      + `<table id="wholerowtable">${cells.join('')}</table></div>`);
+    $('wholerow').remove();
   }
 
   async function drawReliability(t, measuredRow, title) {
