@@ -87,13 +87,15 @@ def _status(args: argparse.Namespace) -> int:
     changed = repair.changed_chunks(results, logits=bool(config["keep_logits"]))
     damaged = {str(table): why for table, why in repair.affected_tables(results, changed).items()}
     counts = {"complete": 0, "to run": 0}
+    tables_to_run = False
     for target in targets:
         status, plan = rows.get(target, ("not planned", "?"))
         why_damaged = damaged.get(target)
-        if target.endswith(".html") and counts["to run"]:  # the report is built from every table
+        if target.endswith(".html") and tables_to_run:  # the report and the explorer are built from every table
             plan, status = "update pending", "after its tables"
         word = "complete" if plan == "no update" and not why_damaged else "to run"
         counts[word] += 1
+        tables_to_run |= word == "to run" and target.endswith(".parquet")
         why = ("damaged: " + "; ".join(why_damaged[:2]) if why_damaged
                else status if status != "ok" else "a job before it reruns: a setting or an input changed")
         print(f"{word:9s} {target}" + (f"  ({why})" if word != "complete" and why else ""))
