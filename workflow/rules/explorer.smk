@@ -9,7 +9,8 @@ rule explorer:
         kendall=part_file("kendall.parquet"),
         hcs=part_file("hcs.parquet"),
     output:
-        page=report(results_path(layout.explorer_page), caption="../report/explorer_html.rst", category="Report"),
+        # not a report() output: the page needs its folder (plotly.js, data/), which Snakemake's report would not pack
+        page=results_path(layout.explorer_page),
     conda:
         "../../environment.yml"
     log:
