@@ -158,7 +158,7 @@ def test_clicking_a_point_shows_that_networks_row_and_reliability_diagrams(workf
                                                         f"'{_trace(page)['name']}').columns")]
     hcs = pd.read_parquet(workflow_run / "results" / "analysis" / "hcs.parquet")
     hcs = hcs[(hcs["space"] == net["space"]) & (hcs["dataset"] == net["dataset"])
-              & (hcs["arch_index"] == net["arch_index"])].iloc[0]  # hcs_* columns: the HCS part's
+              & (hcs["arch_index"] == net["measured_by"])].iloc[0]  # hcs_*: the HCS part's, per measured network
     for name, value in shown:
         want = float(net[name] if name in net.index else hcs[name])
         got = {"NaN": math.nan, "+inf": math.inf, "-inf": -math.inf}.get(value)
