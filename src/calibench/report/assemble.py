@@ -121,7 +121,7 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
         if not extra.empty:
             found = pd.concat([found, extra], ignore_index=True)
     found.to_csv(out / "findings.csv", index=False)
-    claimed = claims(nets, kendall, q4, bins, level, width, min_networks=few)
+    claimed = claims(nets, kendall, q4, bins, level, min_networks=few)
     claimed.to_csv(out / "claims.csv", index=False)
 
     pieces: dict[str, list[tuple[int, str]]] = {sid: [] for sid, _, _ in SECTIONS}
