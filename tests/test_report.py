@@ -320,9 +320,15 @@ def test_the_papers_claims_are_tested_from_the_tables(run):
     q6 = claims[claims["question"] == "q6"].iloc[0]
     assert (q6["held"], q6["tested"]) == (held, tested)
     wide = claims[claims["claim"].str.startswith("Wider")].iloc[0]
-    # cifar100 (the fixture's datasets: cifar10 and cifar100) has the 8 uniform-width networks: fewer than 30
-    assert wide["tested"] == 0 and wide["verdict"] == "undecided (too few networks)"
-    assert wide["evidence"].endswith("at 64: too few networks to decide (n = 8)")
+    # question 7 on every SSS network of cifar100 (the fixture's complex dataset): channels against ECE
+    from calibench.analysis.stats import kendall_jackknife
+
+    sss = nets[(nets["space"] == "sss") & (nets["dataset"] == "cifar100")]
+    widths = [sum(int(c) for c in a.split(":")) for a in sss["arch_str"]]
+    tau, lo, hi = kendall_jackknife(widths, sss["pre_ece_15"], 0.9)
+    assert len(sss) >= 30 and f"tau {tau:.2f} [{lo:.2f}, {hi:.2f}] (jackknife), {len(sss)} networks" in wide["evidence"]
+    decided = not lo <= 0 <= hi
+    assert (wide["tested"], wide["held"]) == (int(decided), int(decided and lo > 0))
     html = run["out"]["report"].read_text()
     sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", html, re.S))
     assert "Tao et al.: “The calibration property" in sections["q1"] and "Wider model" in sections["q7"]
