@@ -232,3 +232,31 @@ def test_a_tss_tables_isomorphs_are_drawn_with_their_representatives_values(work
     assert f"measured by{int(copy['measured_by'])} (same isomorphism class)" in text
     page.evaluate("(() => { const s = document.getElementById('table'); s.selectedIndex = 0; "
                   "s.dispatchEvent(new Event('change')); })()")
+
+
+def _payload(path: Path) -> tuple[list, bytes]:
+    """The JSON arguments and the bytes of one data file of binary_script (the page's reading)."""
+    import gzip
+
+    m = re.fullmatch(rb'CB\.\w+\((.*?),?(\d+),"(.*)"\);\n', path.read_bytes(), flags=re.S)
+    args = json.loads(b"[" + m.group(1) + b"]") if m.group(1) else []
+    packed = _unescape_js(m.group(3))
+    assert len(packed) == int(m.group(2))
+    return args, gzip.decompress(packed)
+
+
+def test_a_table_of_two_seeds_keeps_each_rows_own_values(workflow_run, tmp_path):
+    table = _table(workflow_run, "tss_200_cifar10")
+    other = table.assign(seed=table["seed"] + 111, pre_ece_15=table["pre_ece_15"] * 2)  # seeds: [777, 888]
+    both = pd.concat([table, other], ignore_index=True)
+    path = tmp_path / "tss_200_cifar10.parquet"
+    both.to_parquet(path)
+    entry = explorer.export_table(path, tmp_path, tmp_path / "data", None, threads=1)
+    n, m = len(both), entry["n_measured"]
+    assert (entry["n"], m) == (n, int((both["arch_index"] == both["measured_by"]).sum()))
+    _, rows = _payload(tmp_path / "data" / entry["id"] / "rows.js")
+    rep = np.frombuffer(rows[4 * n: 8 * n], "<i4")
+    column = next(c for c in entry["columns"] if c["name"] == "pre_ece_15")
+    _, codes = _payload(tmp_path / "data" / entry["id"] / f"{column['file']}.js")
+    values = explorer.decode_column(codes, column, m)[rep]  # each row's value, as the page expands it
+    assert _close(values, both["pre_ece_15"])  # the copy of each seed: its representative of that seed

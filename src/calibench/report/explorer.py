@@ -180,31 +180,35 @@ def reliability_blocks(results: Path, space: str, hp: str, dataset: str, measure
 
 def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None, threads: int = 4) -> dict | None:
     """Write one table's rows, columns and reliability blocks under ``data``; its manifest entry."""
-    schema = pq.read_schema(path)
     frame = pd.read_parquet(path)
     if frame.empty:
         return None
+    names = list(frame.columns)
     space, hp, dataset = (str(frame[k].iloc[0]) for k in ("space", "hp", "dataset"))
     tid = _table_id(space, hp, dataset)
+    seed = ["seed"] if "seed" in frame else []  # a row is a (network, seed): seeds: [777, 888] gives two
     if hcs is not None:
         h = hcs[(hcs["space"] == space) & (hcs["hp"].astype(str) == hp) & (hcs["dataset"] == dataset)]
-        frame = frame.merge(h.drop(columns=["space", "hp", "dataset"]), on="arch_index", how="left")
-    if "measured_by" in frame:
-        rep_of = frame["measured_by"].fillna(frame["arch_index"]).astype(np.int64).to_numpy()
-    else:
-        rep_of = frame["arch_index"].to_numpy(np.int64)
-    is_rep = frame["arch_index"].to_numpy(np.int64) == rep_of
+        frame = frame.merge(h.drop(columns=["space", "hp", "dataset"]), how="left",
+                            on=["arch_index", *[c for c in seed if c in h]])
+    index = frame["arch_index"].to_numpy(np.int64)
+    rep_of = (frame["measured_by"].fillna(frame["arch_index"]).to_numpy(np.int64) if "measured_by" in frame
+              else index)
+    is_rep = index == rep_of
     measured = frame[is_rep].reset_index(drop=True)
-    position = pd.Series(np.arange(len(measured)), index=measured["arch_index"].to_numpy(np.int64))
-    rep_row = position.reindex(rep_of).to_numpy()
-    if np.isnan(rep_row).any():  # a row whose representative has no row of its own: its own values
+    seeds = [frame[c].to_numpy() for c in seed]
+    position = pd.Series(np.arange(len(measured)),
+                         index=pd.MultiIndex.from_arrays([measured["arch_index"].to_numpy(np.int64),
+                                                          *[measured[c].to_numpy() for c in seed]]))
+    rep_row = position.reindex(pd.MultiIndex.from_arrays([rep_of, *seeds])).to_numpy()
+    if np.isnan(rep_row).any():  # a row whose representative (same seed) has no row of its own
         raise ValueError(f"{path}: rows whose measured_by names no row of the table "
                          f"(arch_index {frame['arch_index'][np.isnan(rep_row)].head(3).tolist()})")
     out = data / tid
     out.mkdir(parents=True, exist_ok=True)
-    names = frame["arch_str"].astype(str) if "arch_str" in frame else frame["arch_index"].astype(str)
+    labels = frame["arch_str"].astype(str) if "arch_str" in frame else frame["arch_index"].astype(str)
     rows = (frame["arch_index"].to_numpy("<i4").tobytes() + rep_row.astype("<i4").tobytes()
-            + np.flatnonzero(is_rep).astype("<i4").tobytes() + "\n".join(names).encode())
+            + np.flatnonzero(is_rep).astype("<i4").tobytes() + "\n".join(labels).encode())
     (out / "rows.js").write_bytes(binary_script("rowdata", [tid], rows))
     dtypes = {n: frame[n].dtype.kind for n in frame.columns}
     columns = []
@@ -219,8 +223,8 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
             payload = json.dumps(block, separators=(",", ":"), allow_nan=False).encode()
             (out / f"rel{b}.js").write_bytes(binary_script("rel", [tid, b], payload))
             rel_files.append(b)
-    stages = [s for s in STAGES if f"{s}_accuracy" in schema.names]
-    bins = sorted({int(m.group(1)) for n in schema.names if (m := re.fullmatch(r"pre_ece_(\d+)", n))})
+    stages = [s for s in STAGES if f"{s}_accuracy" in names]
+    bins = sorted({int(m.group(1)) for n in names if (m := re.fullmatch(r"pre_ece_(\d+)", n))})
     return {"id": tid, "space": space, "hp": hp, "dataset": dataset, "n": int(len(frame)), "n_measured": int(len(measured)),
             "columns": columns, "stages": stages, "bins": bins, "rel_blocks": rel_files, "block": BLOCK,
             "table": str(path.relative_to(results)) if path.is_relative_to(results) else str(path)}
