@@ -252,10 +252,9 @@ def export_kendall(results: Path, data: Path) -> bool:
 # ---------------------------------------------------------------- the whole explorer
 
 def _copy_asset(src, dst: Path) -> None:
-    tmp = dst.with_name(dst.name + ".tmp")
-    with resources.as_file(src) as real:
-        shutil.copyfile(real, tmp)
-    tmp.replace(dst)
+    """A packaged file (an ``importlib.resources`` traversable) written to ``dst`` atomically."""
+    data = src.read_bytes()
+    atomic_write(dst, lambda f: f.write(data))
 
 
 def plotly_js():
@@ -303,6 +302,5 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     _copy_asset(plotly_js(), root / "plotly.min.js")
     _copy_asset(resources.files("calibench.report").joinpath("explorer.js"), root / "explorer.js")
     page = explorer_page(results)
-    html = resources.files("calibench.report").joinpath("explorer.html").read_bytes()
-    atomic_write(page, lambda f: f.write(html))
+    _copy_asset(resources.files("calibench.report").joinpath("explorer.html"), page)
     return page
