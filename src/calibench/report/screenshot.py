@@ -317,40 +317,16 @@ def render(html: str | Path, png: str | Path, width: int = 1400, height: int = 9
     ``width`` x ``height`` is the window; with ``full_page`` the window then grows to the page's
     full height (up to MAX_HEIGHT), so the PNG shows the whole page.
     """
-    html, png = Path(html).resolve(), Path(png)
-    if not html.is_file():
-        raise FileNotFoundError(f"no such page: {html}")
-    if browser:
-        found = shutil.which(str(browser))
-        if not found:
-            raise BrowserNotFound(f"browser {str(browser)!r} is not an executable file or a command on PATH")
-        exe = Path(found)
-    else:
-        exe = find_browser()
+    png = Path(png)
     png.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="calibench-render-") as tmp:
-        pipe = _Pipe(exe, Path(tmp) / "profile", Path(tmp) / "browser.log", timeout)
-        try:
-            targets = pipe.send("Target.getTargets")["targetInfos"]
-            pages = [t["targetId"] for t in targets if t["type"] == "page"]
-            target = pages[0] if pages else pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
-            session = pipe.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-            pipe.send("Page.enable", session=session)
-            metrics = {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}
-            pipe.send("Emulation.setDeviceMetricsOverride", metrics, session=session)
-            answer = pipe.send("Page.navigate", {"url": html.as_uri()}, session=session)
-            if answer.get("errorText"):
-                raise RuntimeError(f"headless browser could not open {html}: {answer['errorText']}")
-            pipe.wait_event("Page.loadEventFired", session)
-            probe = pipe.send("Runtime.evaluate", {"expression": _PROBE, "awaitPromise": True, "returnByValue": True},
-                              session=session)["result"]["value"]
-            page_height = int(probe["height"])
-            shot_height = min(max(height, page_height), MAX_HEIGHT) if full_page else height
-            if shot_height != height:
-                pipe.send("Emulation.setDeviceMetricsOverride", {**metrics, "height": shot_height}, session=session)
-            data = pipe.send("Page.captureScreenshot", {"format": "png", "fromSurface": True}, session=session)["data"]
-        finally:
-            pipe.close()
+    with Page(html, width, height, timeout=timeout, browser=browser) as page:
+        probe = page.evaluate(_PROBE)
+        page_height = int(probe["height"])
+        shot_height = min(max(height, page_height), MAX_HEIGHT) if full_page else height
+        if shot_height != height:
+            page.send("Emulation.setDeviceMetricsOverride",
+                      {"width": width, "height": shot_height, "deviceScaleFactor": 1, "mobile": False})
+        data = page.send("Page.captureScreenshot", {"format": "png", "fromSurface": True})["data"]
     png.write_bytes(base64.b64decode(data))
     return Shot(png, int(probe["width"]), page_height, full_page and page_height > MAX_HEIGHT, probe["images"],
                 probe["overflow"], probe["broken_cells"], int(probe["n_broken_cells"]))
@@ -367,8 +343,14 @@ class Page:
         html = Path(html).resolve()
         if not html.is_file():
             raise FileNotFoundError(f"no such page: {html}")
+        if browser:
+            found = shutil.which(str(browser))
+            if not found:
+                raise BrowserNotFound(f"browser {str(browser)!r} is not an executable file or a command on PATH")
+            exe = Path(found)
+        else:
+            exe = find_browser()
         self._tmp = tempfile.TemporaryDirectory(prefix="calibench-page-")
-        exe = Path(shutil.which(str(browser)) or browser) if browser else find_browser()
         self._pipe = _Pipe(exe, Path(self._tmp.name) / "profile", Path(self._tmp.name) / "browser.log", timeout,
                            extra_flags=("--enable-unsafe-swiftshader",))  # WebGL on the CPU, as a GPU-less CI has it
         self.console: list[str] = []
@@ -379,11 +361,10 @@ class Page:
             target = pages[0] if pages else self._pipe.send("Target.createTarget", {"url": "about:blank"})["targetId"]
             self._session = self._pipe.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
             for domain in ("Page", "Runtime", "Network", "Log"):
-                self._send(f"{domain}.enable")
-            self._send("Emulation.setDeviceMetricsOverride",
+                self.send(f"{domain}.enable")
+            self.send("Emulation.setDeviceMetricsOverride",
                        {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
-            self.started = time.monotonic()
-            answer = self._send("Page.navigate", {"url": html.as_uri()})
+            answer = self.send("Page.navigate", {"url": html.as_uri()})
             if answer.get("errorText"):
                 raise RuntimeError(f"headless browser could not open {html}: {answer['errorText']}")
             self._pipe.wait_event("Page.loadEventFired", self._session)
@@ -391,7 +372,8 @@ class Page:
             self.close()
             raise
 
-    def _send(self, method: str, params: dict | None = None) -> dict:
+    def send(self, method: str, params: dict | None = None) -> dict:
+        """One DevTools command to the page (its answer); the events it brought are collected."""
         answer = self._pipe.send(method, params, session=self._session)
         self._collect()
         return answer
@@ -418,7 +400,7 @@ class Page:
 
     def evaluate(self, expression: str):
         """The value of a JavaScript expression (a promise is awaited); an exception raises."""
-        answer = self._send("Runtime.evaluate", {"expression": expression, "awaitPromise": True, "returnByValue": True})
+        answer = self.send("Runtime.evaluate", {"expression": expression, "awaitPromise": True, "returnByValue": True})
         if "exceptionDetails" in answer:
             d = answer["exceptionDetails"]
             raise RuntimeError(f"{expression[:80]}: {d.get('exception', {}).get('description', d.get('text'))}")
@@ -439,7 +421,7 @@ class Page:
         """A left click at window coordinates (press and release, as a mouse gives them)."""
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
             button = "none" if kind == "mouseMoved" else "left"
-            self._send("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": button, "clickCount": 1})
+            self.send("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": button, "clickCount": 1})
 
     def close(self) -> None:
         try:
