@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 
 from calibench import layout
 from calibench.results import shards
+from calibench.analysis.plots import pyplot
 
 
 def _choices(found: Sequence[str]) -> str:
@@ -149,10 +150,7 @@ def draw(ax, rel: Mapping, title: str) -> None:
 
 def figure(panels: Sequence[tuple[str, Mapping]], title: str, path: str | Path) -> Path:
     """Diagrams side by side (one per (label, bins) panel), saved as PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cols = min(4, len(panels))
     rows = -(-len(panels) // cols)

@@ -17,7 +17,7 @@ import pandas as pd
 
 from calibench import layout
 from calibench.analysis.compare import Comparison
-from calibench.analysis.plots import DPI, REPORT_CONTENT_PX
+from calibench.analysis.plots import DPI, REPORT_CONTENT_PX, pyplot
 from calibench.atomic import atomic_write
 from calibench.report.page import STYLE
 
@@ -154,10 +154,7 @@ def plot_png(cmp: Comparison) -> bytes | None:
     both = [t for t in cmp.tables if t.side == "both" and len(t.columns)]
     if not both:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     positive = pd.concat([t.columns["max_abs_diff"] for t in both])
     positive = positive[(positive > 0) & np.isfinite(positive)]

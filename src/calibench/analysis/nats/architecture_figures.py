@@ -55,6 +55,7 @@ import pandas as pd
 from calibench.analysis.methods import describe_values
 from calibench.results.archstr import SSS_CHANNEL_CHOICES, parse_sss, tss_edge_ops
 from calibench.analysis.tables import STAGE_NAMES, STAGES, nearest_bins
+from calibench.analysis.plots import pyplot, stage_color
 
 
 def _describe(values) -> dict:
@@ -190,26 +191,8 @@ def width_progression_table(df: pd.DataFrame, stages: Sequence[str] | None = Non
 
 # ---------------------------------------------------------------- plots
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _color(stage: str) -> str:
-    """A stage's colour: its place in :data:`STAGE_ORDER` in the tab10 palette (the colours
-    of the analysis's method plots)."""
-    import matplotlib
-
-    palette = matplotlib.colormaps["tab10"].colors
-    return matplotlib.colors.to_hex(palette[STAGE_ORDER.index(stage) % 10] if stage in STAGE_ORDER else palette[-1])
-
-
 def _finish(fig, path: str | Path) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing clipped: long titles, legends below
@@ -231,7 +214,7 @@ def plot_kernel_parameters(table: pd.DataFrame, path: str | Path, title: str | N
     table = table[np.isfinite(table["median"].to_numpy(dtype=float))]
     if table.empty:
         return None
-    plt = _pyplot()
+    plt = pyplot()
     hps = sorted(table["hp"].unique(), key=str)
     datasets = _dataset_order(table["dataset"].unique())
     stages = list(dict.fromkeys(table["stage"]))
@@ -253,7 +236,7 @@ def plot_kernel_parameters(table: pd.DataFrame, path: str | Path, title: str | N
                 if part.empty:
                     continue
                 x = part["kernel_params"].to_numpy(dtype=float)
-                color = _color(stage)
+                color = stage_color(stage)
                 ax.fill_between(x, part["q25"].to_numpy(dtype=float), part["q75"].to_numpy(dtype=float),
                                 color=color, alpha=0.2, linewidth=0)
                 (line,) = ax.plot(x, part["median"].to_numpy(dtype=float), color=color, linewidth=1.2)
@@ -285,7 +268,7 @@ def plot_width_progression(table: pd.DataFrame, path: str | Path, title: str | N
     if table is None or table.empty:
         return None
     ece_cols = [c for c in table.columns if "_ece_" in c and table[c].notna().any()]
-    plt = _pyplot()
+    plt = pyplot()
     hps = sorted(table["hp"].unique(), key=str)
     datasets = _dataset_order(table["dataset"].unique())
     bins = ece_cols[0].rpartition("_")[2] if ece_cols else "15"
@@ -310,7 +293,7 @@ def plot_width_progression(table: pd.DataFrame, path: str | Path, title: str | N
                     continue
                 main = stage in ("pre", "post")  # the paper's pair stands out among the other methods
                 (line,) = top.plot(x, y, marker="o", markersize=4 if main else 3, linewidth=2.0 if main else 1.0,
-                                   alpha=1.0 if main else 0.75, color=_color(stage), zorder=3 if main else 2)
+                                   alpha=1.0 if main else 0.75, color=stage_color(stage), zorder=3 if main else 2)
                 handles.setdefault(stage, line)
             top.set_title(f"{dataset} (SSS, hp {hp}): {len(part)} of 8 widths", fontsize=9)
             top.grid(alpha=0.3)

@@ -47,6 +47,7 @@ import pandas as pd
 
 from calibench.analysis import stats
 from calibench.results.archstr import TSS_OPS, format_tss, parse_tss
+from calibench.analysis.plots import pyplot
 
 log = logging.getLogger(__name__)
 
@@ -446,10 +447,7 @@ def robustness_plot(kendall_df: pd.DataFrame, path: str | Path, reference: str =
     lines. The legend sits outside the panels; the PNG is cut to fit everything
     (``bbox_inches='tight'``). ``title``: appended to the figure's title (e.g. a
     mini-benchmark warning). ValueError if ``kendall_df`` has no row for ``reference``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     path = Path(path)
     rows = kendall_df[kendall_df["metric"] == reference]

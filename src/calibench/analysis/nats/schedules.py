@@ -51,6 +51,7 @@ import pandas as pd
 from calibench.analysis import stats
 from calibench.analysis.findings import FINDING_COLUMNS
 from calibench.analysis.tables import nearest_bins
+from calibench.analysis.plots import pyplot
 
 __all__ = ["COLUMNS", "schedules", "hp_pairs", "binned_columns", "paired", "compare_hps", "findings",
            "comparison_html", "plot_hp_comparison"]
@@ -315,10 +316,7 @@ def plot_hp_comparison(table: pd.DataFrame, path: str | Path, metric: str = "ece
                 panels.append((space, hps, dataset, part[part["arch_index"].isin(shared)], len(shared)))
     if not panels:
         return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     rows = list(dict.fromkeys(p[0] for p in panels))
     ncols = max(sum(1 for p in panels if p[0] == space) for space in rows)
