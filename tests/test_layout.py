@@ -79,7 +79,7 @@ def test_the_defaults_are_the_schemas():
                                              "networks": 64, "folds": 5, "seed": 0, "max_iterations": 1000,
                                              "grid": [1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3]}}}
     assert defaults["analysis"]["hcs_betas"] == [1, 2, 3]
-    assert (defaults["batch_size"], defaults["loader_workers"], defaults["measure_group"]) == (1000, "auto", 8)
+    assert (defaults["batch_size"], defaults["loader_workers"], defaults["measure_group"]) == (1000, "auto", "auto")
     defaults["batch_size"] = 1  # a copy: the schema's defaults stay as they are
     assert schema_default("batch_size") == 1000
     config = {"stages": ["pre", "post", "vs", "ms", "dir", "iso", "hist", "spline"],

@@ -42,6 +42,7 @@ KEEP_LOGITS = bool(config["keep_logits"])
 # so the profiles' `params` rerun trigger reruns exactly the jobs a config change affects.
 # Runtime options (device, batch size, loaders, grouping) change no number: they reach the
 # jobs as plain flags, outside params.
+DEVICE = config["device"]
 RUNTIME = (
     f"--device {config['device']} --batch-size {config['batch_size']} "
     f"--loader-workers {config['loader_workers']} --measure-group {config['measure_group']}"

@@ -22,4 +22,5 @@ rule odir_search:
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench odir-search --settings {params.settings:q} --target {wildcards.target} "
         "--dataset {wildcards.dataset} --results {params.results} --out {output} "
-        "--logits-manifests {input.logits} --labels {input.labels} > {log} 2>&1"
+        "--logits-manifests {input.logits} --labels {input.labels} "
+        f"--device {DEVICE} > {{log}} 2>&1"

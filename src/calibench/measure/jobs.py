@@ -67,15 +67,53 @@ def _stackable(network: StoredNetwork) -> tuple:
             tuple((name, tuple(v.shape)) for name, v in sorted(network.ood_logits.items())))
 
 
+# Device memory one network takes in :func:`measure_stages_batch`, in float64 elements: about
+# MEMORY_PER_LOGIT per stored logit (the logits, their softmax, recalibrated copies, the metric
+# suite's sorted rows) plus MEMORY_PER_PARAMETER per ms/dir parameter (K^2 + K: the L-BFGS
+# history of 20 pairs, S, Y and P Y, and the iterate's work arrays).
+MEMORY_PER_LOGIT = 24
+MEMORY_PER_PARAMETER = 80
+AUTO_GROUP_CPU = 8  # the CPU's batch (the schema's default before auto): batching barely pays there
+AUTO_GROUP_MAX = 256
+AUTO_MEMORY_SHARE = 0.5  # of the device's free memory; the rest for the allocator's fragmentation
+
+
+def group_size_for(setting, device: torch.device, n_logits: int, n_classes: int,
+                   free_bytes: int | None = None) -> int:
+    """Networks measured in one batched call (config ``measure_group``): an integer as given;
+    ``auto``: on the CPU :data:`AUTO_GROUP_CPU`; on CUDA as many as fit in half the device's
+    free memory at :data:`MEMORY_PER_LOGIT` float64 per stored logit (``n_logits`` = evaluation
+    and OoD samples) and :data:`MEMORY_PER_PARAMETER` per ms/dir parameter, between 1 and
+    :data:`AUTO_GROUP_MAX`. ``free_bytes``: the device's free memory (default: asked of CUDA)."""
+    if setting != "auto":
+        return max(1, int(setting))
+    if device.type != "cuda":
+        return AUTO_GROUP_CPU
+    if free_bytes is None:
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+    per_network = 8 * (MEMORY_PER_LOGIT * n_logits * n_classes + MEMORY_PER_PARAMETER * (n_classes ** 2 + n_classes))
+    return int(min(AUTO_GROUP_MAX, max(1, AUTO_MEMORY_SHARE * free_bytes // per_network)))
+
+
+def device_name(device: torch.device) -> str:
+    """What a shard records as its measuring device: ``cpu``, or ``cuda:0 (NVIDIA H100 80GB HBM3)``."""
+    if device.type != "cuda":
+        return str(device)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
 def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: Mapping, space: str, hp: str,
                    dataset: str, shard_keys: Mapping[int, str]):
-    """Metrics of every stage for a group of networks at once; returns one (provenance,
-    stages, stage failures, reliability bins) per network."""
+    """Metrics of every stage for a group of networks at once, on the device of ``labels``;
+    returns one (provenance, stages, stage failures, reliability bins) per network."""
     from calibench.measure.stages import measure_stages_batch
 
     temp = settings["temperature"]
-    logits = torch.stack([r.logits for r in group])
-    ood = {name: torch.stack([r.ood_logits[name] for r in group]) for name in group[0].ood_logits}
+    device = labels.device
+    logits = torch.stack([r.logits for r in group]).to(device, non_blocking=True)
+    ood = {name: torch.stack([r.ood_logits[name] for r in group]).to(device, non_blocking=True)
+           for name in group[0].ood_logits}
     stages = list(settings["stages"])
     out = measure_stages_batch(
         logits, labels, bins=settings["bins"], val_fraction=temp["val_fraction"], seed=temp["seed"],
@@ -145,11 +183,14 @@ def resolve_odir(settings: Mapping, odir_file: str | Path | None) -> dict:
 
 
 def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, results: str | Path,
-                    infer_manifests: list[str | Path], labels_file: str | Path, out: str | Path) -> dict:
+                    infer_manifests: list[str | Path], labels_file: str | Path, out: str | Path,
+                    device: str = "cpu") -> dict:
     """The ODIR lambda, mu of one (space, hp, dataset), once (recalibration-spec.md, "Choosing
     lambda and mu"): cross-validated NLL on the validation parts of a seeded sample of the
-    population's networks, read from the logits store. ``settings``:
+    population's networks, read from the logits store, fitted on ``device`` (config ``device``:
+    ``auto`` takes CUDA where the job has a GPU). ``settings``:
     :func:`calibench.config.settings.odir_search_settings`."""
+    from calibench.inference.engine import resolve_device
     from calibench.measure.stages import split_indices
     from calibench.recalibration.odir_search import search_odir
     from calibench.config.settings import search_sample
@@ -175,9 +216,11 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
         logits.append(stored[0].logits)  # the first stored seed
     if not networks:
         raise RuntimeError(f"{space} hp={hp} {dataset}: none of the {len(sample)} sampled networks has logits")
+    dev = resolve_device(device)
     val_idx, _ = split_indices(len(labels_read.labels), settings["split"]["val_fraction"], settings["split"]["seed"])
-    z_val = torch.stack(logits).to(torch.float64)[:, torch.from_numpy(val_idx)]
-    y_val = torch.from_numpy(labels_read.labels).long()[torch.from_numpy(val_idx)]
+    z_val = torch.stack(logits)[:, torch.from_numpy(val_idx)].to(dev, torch.float64)
+    y_val = torch.from_numpy(labels_read.labels).long()[torch.from_numpy(val_idx)].to(dev)
+    log.info("%s hp=%s %s: searching on %s", space, hp, dataset, device_name(dev))
     chosen, grids = {}, {}
     start = time.perf_counter()
     for stage in settings["stages"]:
@@ -195,7 +238,7 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
         log.info("%s hp=%s %s %s: lambda=%g mu=%g (mean CV NLL %.6f) from %d networks in %.1f s", space, hp,
                  dataset, stage, found["lambda"], found["mu"], found["nll"], len(networks), time.perf_counter() - t0)
     summary = {"space": space, "hp": hp, "dataset": dataset, "settings": dict(settings), "networks": networks,
-               "n_val": int(len(val_idx)), "chosen": chosen, "grid": grids,
+               "n_val": int(len(val_idx)), "chosen": chosen, "grid": grids, "device": device_name(dev),
                "seconds": round(time.perf_counter() - start, 3)}
     write_json_atomic(summary, out)
     return summary
@@ -232,7 +275,10 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                       keep_logits: bool = True, progress: bool = True, odir_file: str | Path | None = None) -> dict:
     """Measure one chunk of one dataset from the logits store; a shard per network, then the
     manifest. ``settings``: :func:`calibench.config.settings.measurement_settings`; ``odir_file``:
-    the lambda, mu search's result where the config leaves them to it."""
+    the lambda, mu search's result where the config leaves them to it. ``runtime``: ``device``
+    (config ``device``; ``auto`` takes CUDA where the job has a GPU) and ``measure_group``
+    (:func:`group_size_for`)."""
+    from calibench.inference.engine import resolve_device
     from calibench.runtime import keep_freed_memory
 
     keep_freed_memory()
@@ -253,9 +299,12 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     stage_failures: list[dict] = []  # a stage of a network is NaN (its fit failed); the shard stands
     start = time.perf_counter()
     if todo:
+        device = resolve_device(runtime.get("device", "cpu"))
         labels_read = store.read_labels(labels_file)
-        labels = torch.from_numpy(labels_read.labels)
-        group_size = max(1, int(runtime.get("measure_group", schema_default("measure_group"))))
+        labels = torch.from_numpy(labels_read.labels).to(device)
+        group_setting = runtime.get("measure_group", schema_default("measure_group"))
+        group_size = None  # sized from the first network's logits (their N and K), once
+        measured_on = device_name(device)
         pending: list[StoredNetwork] = []
 
         def flush():
@@ -277,7 +326,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                 table = shards.with_stage_failures(pa.concat_tables(tables), own)
                 table = shards.with_reliability(table, reliability[index])
                 metadata = dict(table.schema.metadata or {})
-                measured_with = prov.measurement("cpu", {"calibench_version": written.get(index)})
+                measured_with = prov.measurement(measured_on, {"calibench_version": written.get(index)})
                 metadata[prov.PROVENANCE_KEY] = prov.dumps(measured_with)
                 table = table.replace_schema_metadata(metadata)
                 shards.write_atomic_parquet(table, layout.shard_path(results, space, hp, dataset, index))
@@ -294,6 +343,12 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                                  "source": str(source), "reason": str(exc), "stage": "measurement",
                                  "source_state": file_state(source)})
                 continue
+            if group_size is None:
+                first = networks[0]
+                n_logits = first.logits.shape[0] + sum(v.shape[0] for v in first.ood_logits.values())
+                group_size = group_size_for(group_setting, device, n_logits, first.logits.shape[-1])
+                log.info("measuring on %s, %d network(s) per batched call (measure_group %s)", measured_on,
+                         group_size, group_setting)
             if pending and (len(pending) + len(networks) > group_size or _stackable(pending[0]) != _stackable(networks[0])):
                 flush()
             pending.extend(networks)

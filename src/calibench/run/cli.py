@@ -61,22 +61,44 @@ def _infer_chunk(args: argparse.Namespace) -> int:
 
 
 def _measure_chunk(args: argparse.Namespace) -> int:
+    from calibench.inference.engine import DeviceError
     from calibench.measure.jobs import measure_chunk_job
 
-    measure_chunk_job(json.loads(args.settings), _runtime(args), args.space, args.hp, args.dataset, args.chunk,
-                      args.results, args.logits_manifest, args.labels, args.manifest, keep_logits=args.keep_logits,
-                      progress=not args.quiet, odir_file=args.odir)
+    try:
+        measure_chunk_job(json.loads(args.settings), _runtime(args), args.space, args.hp, args.dataset, args.chunk,
+                          args.results, args.logits_manifest, args.labels, args.manifest, keep_logits=args.keep_logits,
+                          progress=not args.quiet, odir_file=args.odir)
+    except DeviceError as exc:  # a configuration problem: no traceback
+        logging.getLogger("calibench").error("%s", exc)
+        return 2
     return 0
 
 
 def _odir_search(args: argparse.Namespace) -> int:
+    from calibench.inference.engine import DeviceError
     from calibench.measure.jobs import odir_search_job
     from calibench.runtime import keep_freed_memory
 
     keep_freed_memory()
-    odir_search_job(json.loads(args.settings), args.space, args.hp, args.dataset, args.results, args.logits_manifests,
-                    args.labels, args.out)
+    try:
+        odir_search_job(json.loads(args.settings), args.space, args.hp, args.dataset, args.results,
+                        args.logits_manifests, args.labels, args.out, device=args.device)
+    except DeviceError as exc:
+        logging.getLogger("calibench").error("%s", exc)
+        return 2
     return 0
+
+
+def _group_setting(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {value!r}")
+    return number
 
 
 def _runtime(args: argparse.Namespace) -> dict:
@@ -487,13 +509,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--device", default="auto")
             p.add_argument("--batch-size", type=int, default=schema_default("batch_size"))
             p.add_argument("--loader-workers", default=schema_default("loader_workers"))
-            p.add_argument("--measure-group", type=int, default=schema_default("measure_group"))
+            p.add_argument("--measure-group", type=_group_setting, default=schema_default("measure_group"),
+                           help="networks per batched measurement: a number, or auto (sized from the device's memory)")
         if name == "measure-chunk":
             p.add_argument("--logits-manifest", required=True, help="the chunk's inference manifest")
             p.add_argument("--labels", required=True, help="the dataset's labels file in the store")
             p.add_argument("--keep-logits", type=lambda v: v.lower() in ("1", "true", "yes"), default=True)
             p.add_argument("--odir", default=None, help="the lambda, mu search's result (where the config leaves them)")
         if name == "odir-search":
+            p.add_argument("--device", default="auto")
             p.add_argument("--logits-manifests", nargs="+", required=True, help="inference manifests of the sample")
             p.add_argument("--labels", required=True, help="the dataset's labels file in the store")
         if name == "build-table":
