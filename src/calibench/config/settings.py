@@ -172,9 +172,11 @@ def inference_settings(config: Mapping, space: str) -> dict:
     (each file's content enters each logits key); a torch population: its callables (and
     their modules' content), transform, evaluation data and the user's ``version``."""
     if space in NATS_SPACES:
+        # precision enters only where it is not float32, so runs from before the setting keep their params
+        precision = config.get("precision", "float32")
         return {"archive": config["archives"][space], "seeds": config["seeds"], "datasets": list(config["datasets"]),
                 "datasets_root": config["datasets_root"], "ood": dict(config["ood"]),
-                "inference_version": INFERENCE_VERSION}
+                "inference_version": INFERENCE_VERSION, **({"precision": precision} if precision != "float32" else {})}
     spec = populations(config)[space]
     if spec["source"] == "logits":
         return {"source": "logits", "path": str(spec["path"]), "datasets": population_datasets(config, space),
