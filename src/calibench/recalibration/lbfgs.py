@@ -47,6 +47,9 @@ LBFGS_MEMORY = 20
 PRECONDITIONER_REFRESH = 5
 STALL_WINDOW = 5
 STALL_RTOL = 1e-14
+CHECK_EVERY = 8  # on a GPU: iterations between the host's looks at which networks still run
+COMPACT_SHARE = 0.5  # on a GPU: stopped rows leave the batch once at most this share still runs
+_STOP_REASONS = {2: " (line search found no decrease)", 3: " (objective stalled)", 4: ""}
 
 
 def odir_objective(x, y, weight, lam_, mu_, theta):
@@ -135,7 +138,7 @@ def _dot(a, b):
     return (a * b).sum(-1)
 
 
-def _line_search(u, ud, yi, weight, f0, reg0, gd, r1, r2):
+def _line_search(u, ud, yi, weight, f0, reg0, gd, r1, r2, frozen=None):
     """Per-network line search along ``u + a ud`` (batched; each network on its own).
 
     ``phi(a) = NLL(u + a ud) + reg0 + a r1 + a^2 r2`` (the regulariser is quadratic along the
@@ -145,22 +148,27 @@ def _line_search(u, ud, yi, weight, f0, reg0, gd, r1, r2):
     without sufficient decrease is followed by the minimiser of the quadratic through
     phi(0), phi'(0), phi(a) (kept within [a/1000, a/2]); otherwise safeguarded Newton on
     phi' inside the bracket, or expansion. If the trials run out, the largest step found
-    with sufficient decrease is taken. Returns a, phi(a), the logits u + a ud, q there,
-    accepted."""
+    with sufficient decrease is taken. ``frozen`` (B,): networks that have stopped; they drive
+    no trial and are not accepted. Returns a, phi(a), the logits u + a ud, q there (rows not
+    accepted: u and q of a trial, for the caller to discard), accepted."""
     bsz = u.shape[0]
     dev, dt = u.device, u.dtype
     alpha = torch.ones(bsz, dtype=dt, device=dev)
     lo = torch.zeros(bsz, dtype=dt, device=dev)  # largest step with sufficient decrease, phi' < 0
     hi = torch.full((bsz,), float("inf"), dtype=dt, device=dev)
-    done = torch.zeros(bsz, dtype=torch.bool, device=dev)
+    frozen = torch.zeros(bsz, dtype=torch.bool, device=dev) if frozen is None else frozen
+    done = frozen.clone()
     ud_y_all = torch.gather(ud, -1, yi).squeeze(-1)
     slack = 16 * torch.finfo(dt).eps * f0.abs()
     for trial in range(LINE_SEARCH_TRIALS + 1):
         last = trial == LINE_SEARCH_TRIALS
-        todo = torch.nonzero(~done & (lo > 0)).flatten() if last else torch.nonzero(~done).flatten()
-        if todo.numel() == 0:
-            break
-        full = todo.numel() == bsz
+        if trial == 0:  # every row (frozen ones too: the batch keeps its shape, no host check)
+            todo = torch.arange(bsz, device=dev)
+        else:
+            todo = torch.nonzero(~done & (lo > 0)).flatten() if last else torch.nonzero(~done).flatten()
+            if todo.numel() == 0:
+                break
+        full = trial == 0 or todo.numel() == bsz
         uu, dd, ww, yy, ud_y = (u, ud, weight, yi, ud_y_all) if full else (
             u[todo], ud[todo], weight[todo], yi[todo], ud_y_all[todo])
         a = lo[todo] if last else alpha[todo]
@@ -179,9 +187,9 @@ def _line_search(u, ud, yi, weight, f0, reg0, gd, r1, r2):
             # the usual case is a = 1 everywhere; the results of this trial (all networks)
             # are kept, and rows of networks accepted later are overwritten
             out = (torch.where(ok, a, 0.0), torch.where(ok, phi, f0), v, e / se[..., None])
-            if bool(ok.all()):
-                return out[0], out[1], out[2], out[3], ok
             done |= ok
+            if bool(done.all()):  # the one host synchronisation of a usual iteration
+                return out[0], out[1], out[2], out[3], ok & ~frozen
         elif bool(ok.any()):
             sel = todo[ok]
             done[sel] = True
@@ -211,10 +219,7 @@ def _line_search(u, ud, yi, weight, f0, reg0, gd, r1, r2):
         step = torch.where(bounded, torch.where(inside, newton, (l_ + h_) / 2),
                            torch.where(usable, newton.clamp(min=2 * a_r, max=10 * a_r), 4 * a_r))
         alpha[idx] = torch.where(arm_r, step, quad)
-    failed = torch.nonzero(~done).flatten()
-    if failed.numel():  # unchanged: the caller keeps these networks' state
-        out[2][failed] = u[failed]
-    return out[0], out[1], out[2], out[3], done
+    return out[0], out[1], out[2], out[3], done & ~frozen
 
 
 def _lbfgs_direction(state, g, it: int, memory: int):
@@ -250,10 +255,11 @@ def _lbfgs_direction(state, g, it: int, memory: int):
     return hg + _bmv(SPY, torch.cat([coef1, coef2], dim=1), transpose=True)
 
 
-def _lbfgs_update(state, slot: int, good, s_vec, y_vec, py, sy):
+def _lbfgs_update(state, slot: int, good, s_vec, y_vec, py, sy, masked: bool = False):
     """Store the pair (s, y) (and P y) in ``slot`` where ``good`` (else a zero slot) and
-    update the cached products S^T Y, Y^T P Y and the scale gamma = s^T y / y^T P y."""
-    if not bool(good.all()):
+    update the cached products S^T Y, Y^T P Y and the scale gamma = s^T y / y^T P y.
+    ``masked``: mask without asking the host whether any pair is bad."""
+    if masked or not bool(good.all()):
         zero = torch.zeros((), dtype=s_vec.dtype, device=s_vec.device)
         s_vec = torch.where(good[:, None], s_vec, zero)
         y_vec = torch.where(good[:, None], y_vec, zero)
@@ -280,7 +286,7 @@ def _lbfgs_new_preconditioner(state, pre):
 
 
 def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, theta0=None,
-              memory: int = LBFGS_MEMORY, refresh: int = PRECONDITIONER_REFRESH):
+              memory: int = LBFGS_MEMORY, refresh: int = PRECONDITIONER_REFRESH, masked: bool | None = None):
     """Preconditioned L-BFGS on canonical points for B ODIR problems at once (each on its
     own): inputs x (B, N, K), labels (N,) or (B, N), sample weights (B, N) summing to 1
     (zero for padding), ``lam_``, ``mu_`` (B,) normalised. ``theta0`` (B, K*K + K): start
@@ -288,6 +294,14 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
 
     Per iteration: two N x K x K products (the logits' change along the direction, the
     gradient), and every ``refresh`` iterations two more (the preconditioner).
+    Host synchronisations. ``masked`` (default: on any device but the CPU): a network that stops
+    is recorded on the device and frozen in the batch (zero steps); the host looks every
+    ``CHECK_EVERY`` iterations (to end, or to drop the stopped rows once at most
+    ``COMPACT_SHARE`` still run), and otherwise once per iteration (the line search's first
+    trial), against five before. Unmasked (the CPU): a look every iteration and stopped rows
+    dropped at once, as a CPU's cost is per row. Both give each network the same iterates;
+    the last bits can differ with the batch's composition (tests/test_recalibration_scaling.py).
+
     Returns theta (B, K*K + K), objective, gradient norm, iterations, converged, converged
     by the objective rule (module docstring), reasons."""
     bsz, n, k = x.shape
@@ -298,14 +312,16 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         theta0 = torch.cat([torch.eye(k, dtype=dt, device=dev).flatten().expand(bsz, -1),
                             torch.zeros(bsz, k, dtype=dt, device=dev)], dim=-1)
     theta = _odir_canonical(theta0.to(dt), k)
+    # Outputs on the device, written where a network stops (no host transfer per iteration)
     theta_out = theta.clone()
-    f_out = torch.full((bsz,), float("nan"), dtype=dt)
-    g_out = torch.full((bsz,), float("nan"), dtype=dt)
-    it_out = torch.zeros(bsz, dtype=torch.int64)
-    conv_out = torch.zeros(bsz, dtype=torch.bool)
-    flat_out = torch.zeros(bsz, dtype=torch.bool)
-    reasons: list[str | None] = [None] * bsz
-    ids = torch.arange(bsz)
+    f_out = torch.full((bsz,), float("nan"), dtype=dt, device=dev)
+    g_out = torch.full((bsz,), float("nan"), dtype=dt, device=dev)
+    it_out = torch.zeros(bsz, dtype=torch.int64, device=dev)
+    conv_out = torch.zeros(bsz, dtype=torch.bool, device=dev)
+    flat_out = torch.zeros(bsz, dtype=torch.bool, device=dev)
+    why_out = torch.zeros(bsz, dtype=torch.int8, device=dev)  # _STOP_REASONS
+    rows = torch.arange(bsz, device=dev)  # each row's problem (rows leave the batch at compaction)
+    active = torch.ones(bsz, dtype=torch.bool, device=dev)
 
     def gradient(xw, yw, ww, lw, mw, th, q):
         W = th[:, : k * k].view(-1, k, k)
@@ -341,6 +357,10 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
                  f_hist=objective_history(f),
                  ls_failed=torch.zeros(bsz, dtype=torch.bool, device=dev),
                  Pg=_apply_preconditioner(pre, g))
+    # On the CPU a frozen row costs as much as a running one and a look costs nothing: look every
+    # iteration and drop stopped rows at once. On a GPU rows are nearly free and looks are not.
+    masked = dev.type != "cpu" if masked is None else masked
+    check_every, compact_share = (CHECK_EVERY, COMPACT_SHARE) if masked else (1, 1.0)
     it = 0
     while True:
         f, g, f_hist, ls_failed = state["f"], state["g"], state["f_hist"], state["ls_failed"]
@@ -353,29 +373,29 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         conv = ((gn < tolerance) & ~bad) | flat
         # a rounding-level stall ends the fit once the objective rule holds, or far from the optimum
         stop = bad | conv | end | (stalled & (gn >= FLAT_GRADIENT))
-        if bool(stop.any()):
-            sel = torch.nonzero(stop).flatten()
-            cpu_ids = ids[sel.cpu()]
-            theta_out[cpu_ids.to(dev)] = state["theta"][sel]
-            f_out[cpu_ids] = f[sel].cpu()
-            g_out[cpu_ids] = gn[sel].cpu()
-            it_out[cpu_ids] = it
-            conv_out[cpu_ids] = conv[sel].cpu()
-            flat_out[cpu_ids] = flat[sel].cpu()
-            for i, j in zip(cpu_ids.tolist(), sel.tolist()):
-                if bool(bad[j]):
-                    reasons[i] = f"objective not finite after {it} iterations"
-                elif not bool(conv[j]):
-                    why = (" (line search found no decrease)" if bool(ls_failed[j])
-                           else " (objective stalled)" if bool(stalled[j]) else "")
-                    reasons[i] = f"did not converge{why}: gradient norm {float(gn[j]):.3g} after {it} iterations"
-            keep = torch.nonzero(~stop).flatten()
-            if keep.numel() == 0:
+        # A network that stops is recorded now and masked from then on (its rows stay in the batch,
+        # frozen: zero steps); the host looks only every CHECK_EVERY iterations, to end the fit or
+        # drop the stopped rows once they are most of the batch.
+        newly = stop & active
+        theta_out[rows] = torch.where(newly[:, None], state["theta"], theta_out[rows])
+        f_out[rows] = torch.where(newly, f, f_out[rows])
+        g_out[rows] = torch.where(newly, gn, g_out[rows])
+        it_out[rows] = torch.where(newly, it, it_out[rows])
+        conv_out[rows] = torch.where(newly, conv, conv_out[rows])
+        flat_out[rows] = torch.where(newly, flat, flat_out[rows])
+        why = torch.where(bad, 1, torch.where(conv, 0, torch.where(ls_failed, 2, torch.where(stalled, 3, 4))))
+        why_out[rows] = torch.where(newly, why.to(torch.int8), why_out[rows])
+        active = active & ~stop
+        if it % check_every == 0 or it >= max_iterations:
+            running = int(active.sum())
+            if running == 0:
                 break
-            ids = ids[keep.cpu()]
-            state = {name: t[keep] for name, t in state.items()}
-            work = {name: t[keep] for name, t in work.items()}
-            pre = tuple(t[keep] for t in pre)
+            if running <= compact_share * active.numel() and running < active.numel():
+                keep = torch.nonzero(active).flatten()
+                rows, active = rows[keep], active[keep]
+                state = {name: t[keep] for name, t in state.items()}
+                work = {name: t[keep] for name, t in work.items()}
+                pre = tuple(t[keep] for t in pre)
         theta, f, g = state["theta"], state["f"], state["g"]
         lw, mw = work["lam_"], work["mu_"]
         if it > 0 and it % refresh == 0:
@@ -385,10 +405,11 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         r = _lbfgs_direction(state, g, it, memory)
         d = _odir_canonical(-r, k)  # canonical points stay canonical along d
         gd = _dot(g, d)
+        # not a descent direction (rounding only): the preconditioned gradient instead
         not_descent = ~(gd < 0)
-        if bool(not_descent.any()):  # rounding only: fall back to the preconditioned gradient
+        if masked or bool(not_descent.any()):
             d = torch.where(not_descent[:, None], _odir_canonical(-state["Pg"], k), d)
-            gd = _dot(g, d)
+            gd = torch.where(not_descent, _dot(g, d), gd)
         bw = theta.shape[0]
         D, db = d[:, : k * k].view(bw, k, k), d[:, k * k :]
         W, b = theta[:, : k * k].view(bw, k, k), theta[:, k * k :]
@@ -398,13 +419,14 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         r2 = lw * (offD * offD).sum((1, 2)) + mw * (db * db).sum(-1)
         ud = torch.baddbmm(db[:, None, :], work["x"], D.transpose(1, 2))
         a, f_new, u_new, q_new, accepted = _line_search(state["u"], ud, work["yi"], work["weight"], f,
-                                                        state["reg"], gd, r1, r2)
+                                                        state["reg"], gd, r1, r2, frozen=~active)
         it += 1
         a = torch.where(accepted, a, torch.zeros_like(a))
         theta_new = theta + a[:, None] * d
-        if not bool(accepted.all()):  # such a network keeps its point (and stops)
-            failed = torch.nonzero(~accepted).flatten()
-            q_new[failed] = state["q"][failed]
+        # a network without a step (line search failed, or stopped) keeps its point
+        if masked or not bool(accepted.all()):
+            u_new = torch.where(accepted[:, None, None], u_new, state["u"])
+            q_new = torch.where(accepted[:, None, None], q_new, state["q"])
         g_new, reg_new = gradient(work["x"], work["yi"], work["weight"], lw, mw, theta_new, q_new)
         f_new = torch.where(accepted, f_new, f)
         s_vec = theta_new - theta
@@ -412,7 +434,16 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         sy = _dot(s_vec, y_vec)
         good = accepted & (sy > 1e-10 * torch.sqrt(_dot(s_vec, s_vec) * _dot(y_vec, y_vec)))
         pg_new = _apply_preconditioner(pre, g_new)
-        _lbfgs_update(state, (it - 1) % memory, good, s_vec, y_vec, pg_new - state["Pg"], sy)
+        _lbfgs_update(state, (it - 1) % memory, good, s_vec, y_vec, pg_new - state["Pg"], sy, masked)
         state.update(theta=theta_new, u=u_new, q=q_new, f=f_new, reg=reg_new, g=g_new, Pg=pg_new,
-                     f_hist=push_objective(state["f_hist"], f_new), ls_failed=~accepted)
+                     f_hist=push_objective(state["f_hist"], f_new), ls_failed=~accepted & active)
+    f_out, g_out, it_out, conv_out, flat_out, why_out = (
+        t.cpu() for t in (f_out, g_out, it_out, conv_out, flat_out, why_out))
+    reasons: list[str | None] = [None] * bsz
+    for i, code in enumerate(why_out.tolist()):
+        if code == 1:
+            reasons[i] = f"objective not finite after {int(it_out[i])} iterations"
+        elif code:
+            reasons[i] = (f"did not converge{_STOP_REASONS[code]}: gradient norm {float(g_out[i]):.3g} after "
+                          f"{int(it_out[i])} iterations")
     return theta_out, f_out, g_out, it_out, conv_out, flat_out, reasons
