@@ -154,3 +154,59 @@ def test_list_store_reads_footers(tmp_path, rng):
     df = store.list_store(tmp_path)
     assert list(df["arch_index"]) == [1, 2, 3] and set(df["sets"]) == {"test,ood_svhn"}
     assert (df["bytes"] > 0).all() and df["key"].nunique() == 3
+
+
+def _produce_three(rng):
+    def produce(todo):
+        for index in sorted(todo):
+            sets = {store.TEST_SET: rng.normal(size=(20, 4)).astype(np.float32)}
+            yield index, "cifar10", [store.SeedLogits(0, 1.0, 2.0, 0.5, f"src{index}", sets)]
+    return produce
+
+
+def test_the_store_is_written_in_the_background_and_every_file_is_there_before_the_manifest(tmp_path, rng):
+    import threading
+
+    from calibench.inference.jobs import store_chunk_logits
+
+    threads = set()
+    original = store.write_network_logits
+
+    def recording(*args, **kwargs):
+        threads.add(threading.current_thread().name)
+        return original(*args, **kwargs)
+
+    labels = rng.integers(0, 4, 20)
+    fields = {(i, "cifar10"): {"i": i} for i in range(3)}
+    results, manifest = tmp_path / "results", tmp_path / "infer.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(store, "write_network_logits", recording)
+        summary = store_chunk_logits("zoo", "", 0, results, manifest, [0, 1, 2], ["cifar10"], fields,
+                                     ["a", "b", "c"], lambda d: labels, _produce_three(rng), progress=False)
+    assert threads and all(name.startswith("store-writer") for name in threads)
+    assert summary["computed"] == 3 and json.loads(manifest.read_text())["computed"] == 3
+    for i in range(3):
+        assert store.is_valid(layout.logits_path(results, "zoo", "", "cifar10", i), store.digest({"i": i}))
+
+
+def test_a_background_write_that_fails_fails_the_job_and_writes_no_manifest(tmp_path, rng):
+    from calibench.inference.jobs import store_chunk_logits
+
+    original = store.write_network_logits
+
+    def full_disk(path, **kwargs):
+        if kwargs["index"] == 1:
+            raise OSError(28, "No space left on device", str(path))
+        return original(path, **kwargs)
+
+    labels = rng.integers(0, 4, 20)
+    fields = {(i, "cifar10"): {"i": i} for i in range(3)}
+    results, manifest = tmp_path / "results", tmp_path / "infer.json"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(store, "write_network_logits", full_disk)
+        with pytest.raises(OSError, match="No space left on device"):
+            store_chunk_logits("zoo", "", 0, results, manifest, [0, 1, 2], ["cifar10"], fields, ["a", "b", "c"],
+                               lambda d: labels, _produce_three(rng), progress=False)
+    assert not manifest.exists()
+    assert store.is_valid(layout.logits_path(results, "zoo", "", "cifar10", 0), store.digest({"i": 0}))
+    assert not layout.logits_path(results, "zoo", "", "cifar10", 1).exists()

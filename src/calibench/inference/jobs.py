@@ -10,7 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,38 @@ def progress_bar(iterable, enabled: bool, **kwargs):
     from tqdm import tqdm
 
     return tqdm(iterable, mininterval=5, **kwargs)
+
+
+class BackgroundWriter:
+    """Store writes on one background thread, so the device computes the next network meanwhile
+    (architecture.md: on a GPU node the store is written in the background). At most
+    ``pending`` writes wait (their logits held in memory); a write that fails raises in the
+    caller at the next submit or on leaving the ``with`` block, which waits for every write,
+    so a manifest is written only after all of its files are (each file itself atomic)."""
+
+    def __init__(self, pending: int = 8):
+        self.pending = pending
+        self._futures: deque[Future] = deque()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer")
+
+    def submit(self, write: Callable, *args, **kwargs) -> None:
+        while self._futures and (self._futures[0].done() or len(self._futures) >= self.pending):
+            self._futures.popleft().result()  # raises the write's error here
+        self._futures.append(self._pool.submit(write, *args, **kwargs))
+
+    def __enter__(self) -> "BackgroundWriter":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            while self._futures:
+                future = self._futures.popleft()
+                if exc_type is None:
+                    future.result()
+                else:  # already failing: wait for the writes in flight, report the first error
+                    future.exception()
+        finally:
+            self._pool.shutdown(wait=True)
 
 
 def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, manifest: str | Path,
@@ -63,19 +97,20 @@ def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, man
     start = time.perf_counter()
     if todo:
         labels: dict[str, np.ndarray] = {}
-        for index, dataset, out in progress_bar(produce(todo), progress, total=n_todo, desc=f"{label} chunk {chunk}",
-                                             unit="logits"):
-            if isinstance(out, Mapping):
-                failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index,
-                                 "seed": out.get("seed"), "source": out["source"], "reason": out["reason"],
-                                 "stage": "inference", "source_state": file_state(out["source"])})
-                continue
-            if dataset not in labels:
-                labels[dataset] = labels_of(dataset)
-            store.write_network_logits(layout.logits_path(results, space, hp, dataset, index), key=keys[index, dataset],
-                                       fields=fields[index, dataset], space=space, hp=hp, dataset=dataset, index=index,
-                                       arch_str=names[index], labels=labels[dataset], seeds=out)
-            computed += 1
+        with BackgroundWriter() as writer:
+            for index, dataset, out in progress_bar(produce(todo), progress, total=n_todo,
+                                                 desc=f"{label} chunk {chunk}", unit="logits"):
+                if isinstance(out, Mapping):
+                    failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index,
+                                     "seed": out.get("seed"), "source": out["source"], "reason": out["reason"],
+                                     "stage": "inference", "source_state": file_state(out["source"])})
+                    continue
+                if dataset not in labels:
+                    labels[dataset] = labels_of(dataset)
+                writer.submit(store.write_network_logits, layout.logits_path(results, space, hp, dataset, index),
+                              key=keys[index, dataset], fields=fields[index, dataset], space=space, hp=hp,
+                              dataset=dataset, index=index, arch_str=names[index], labels=labels[dataset], seeds=out)
+                computed += 1
     failed = {(f["arch_index"], f["dataset"]) for f in failures}
     summary = {
         "space": space, "hp": hp, "chunk": chunk, "indices": indices, "datasets": {
