@@ -179,7 +179,13 @@ def isotonic_knots(probs_val: torch.Tensor, labels_val: torch.Tensor) -> dict[st
     group = np.cumsum(starts, axis=1) - 1
     n_groups = group[:, -1] + 1
     row_offset = np.arange(r)[:, None] * n
-    counts = np.bincount((group + row_offset).ravel(), minlength=r * n).reshape(r, n).astype(np.float64)
+    # each group's first score and size, left-aligned per row; every row opens a group at column
+    # 0, so the flat start positions delimit the groups, the last of a row ending where the next row starts
+    group_first = np.flatnonzero(starts)
+    group_slot = (group_first // n) * n + group.ravel()[group_first]
+    counts = np.zeros(r * n)
+    counts[group_slot] = np.diff(group_first, append=r * n)
+    counts = counts.reshape(r, n)
 
     # Positives: sample i of network m is a positive of row (m, y_i); find its group by
     # locating p[m, i, y_i] in that sorted row (labels grouped into a padded (K, Q) table).
@@ -198,8 +204,9 @@ def isotonic_knots(probs_val: torch.Tensor, labels_val: torch.Tensor) -> dict[st
     mask = np.broadcast_to(used[None], (m, k, q)).reshape(r, q)
     ones = np.bincount((pos_group + row_offset)[mask], minlength=r * n).reshape(r, n).astype(np.float64)
 
-    gx = np.zeros((r, n))
-    gx[np.nonzero(starts)[0], group[starts]] = sv[starts]
+    gx = np.zeros(r * n)
+    gx[group_slot] = sv.ravel()[group_first]
+    gx = gx.reshape(r, n)
     fitted = np.zeros((r, n))
     for i in range(r):
         g = n_groups[i]
