@@ -45,7 +45,8 @@ KEEP_LOGITS = bool(config["keep_logits"])
 DEVICE = config["device"]
 RUNTIME = (
     f"--device {config['device']} --batch-size {config['batch_size']} "
-    f"--loader-workers {config['loader_workers']} --measure-group {config['measure_group']}"
+    f"--loader-workers {config['loader_workers']} --measure-group {config['measure_group']} "
+    f"--networks-per-pass {config['networks_per_pass']}"
 )
 # Chunks whose files were deleted or changed since they ran, or whose failed inputs were
 # restored, run again (calibench.run.repair): their manifests and tables are set aside, so

@@ -103,7 +103,7 @@ def _group_setting(value: str) -> int | str:
 
 def _runtime(args: argparse.Namespace) -> dict:
     return {"device": args.device, "batch_size": args.batch_size, "loader_workers": args.loader_workers,
-            "measure_group": args.measure_group}
+            "measure_group": args.measure_group, "networks_per_pass": args.networks_per_pass}
 
 
 def _build_table(args: argparse.Namespace) -> int:
@@ -511,6 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--loader-workers", default=schema_default("loader_workers"))
             p.add_argument("--measure-group", type=_group_setting, default=schema_default("measure_group"),
                            help="networks per batched measurement: a number, or auto (sized from the device's memory)")
+            p.add_argument("--networks-per-pass", type=_group_setting, default=schema_default("networks_per_pass"),
+                           help="NATS networks per inference forward pass: a number, or auto (1 on the CPU, 64 on CUDA)")
         if name == "measure-chunk":
             p.add_argument("--logits-manifest", required=True, help="the chunk's inference manifest")
             p.add_argument("--labels", required=True, help="the dataset's labels file in the store")

@@ -87,7 +87,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     """Logits of one chunk on every configured dataset into the store, then the manifest.
 
     ``settings``: :func:`calibench.config.settings.inference_settings`; ``runtime``: device,
-    batch_size, loader_workers.
+    batch_size, loader_workers, networks_per_pass (none of them enters a logits key).
     """
     results = Path(results)
     doc = json.loads(population_path(results, space).read_text())
@@ -101,6 +101,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     def produce(todo):
         from calibench.inference.engine import load_eval_data, loader_workers, resolve_device
         from calibench.sources.nats.archive import NatsArchive
+        from calibench.sources.nats.stacked import resolve_networks_per_pass
         from calibench.sources.nats.stream import chunk_logits
 
         device = resolve_device(runtime.get("device", "auto"))
@@ -111,10 +112,12 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                           for d in needed})
         archive = NatsArchive(settings["archive"], space, hp)
         workers = loader_workers(runtime.get("loader_workers", schema_default("loader_workers")), device)
-        log.info("device %s, %d archive loader(s), datasets %s", device, workers, ", ".join(needed))
+        per_pass = resolve_networks_per_pass(runtime.get("networks_per_pass", schema_default("networks_per_pass")), device)
+        log.info("device %s, %d archive loader(s), %d network(s) per pass, datasets %s", device, workers, per_pass,
+                 ", ".join(needed))
         batch_size = int(runtime.get("batch_size", schema_default("batch_size")))
         stream = chunk_logits(archive, todo, eval_sets, device, _seeds(settings), batch_size,
-                              prefetch_depth=max(4, 2 * workers), loader_workers=workers)
+                              prefetch_depth=max(4, 2 * workers), loader_workers=workers, networks_per_pass=per_pass)
         for index, dataset, out in stream:
             if not isinstance(out, list):
                 yield index, dataset, {"seed": out.seed, "source": out.source, "reason": out.reason}

@@ -7,19 +7,28 @@ each dataset's evaluation set (held once on the device) and, for CIFAR-10, the O
 sets (:func:`calibench.inference.engine.module_logits`). One broken architecture (missing or
 corrupt file, state-dict mismatch, non-finite logits) becomes a
 :class:`~calibench.inference.engine.Failure` naming its index, file and reason; the rest go on.
+
+``networks_per_pass`` (runtime only: never in a logits key): 1 runs each network alone, as
+above (the CPU default, bit-equal to earlier runs); more than 1 runs buckets of networks of one
+dataset together (:mod:`calibench.sources.nats.stacked`: SSS networks of similar widths,
+zero-padded; the seeds of one TSS cell), logits within float32 rounding of one-by-one. A
+network whose state dict does not fit fails alone before any bucket is formed; a bucket whose
+pass fails runs its networks one by one, and a network with non-finite logits in a bucket
+runs again alone, so the failures are those of the one-by-one path.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from calibench.inference.engine import EvalData, Failure, module_logits
 from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
-from calibench.sources.nats.networks import build_network, inference_network
+from calibench.sources.nats.networks import TinyNetwork, build_network, inference_network
+from calibench.sources.nats.stacked import StackedNetwork, bucket_entries, resolve_networks_per_pass, stacked_logits
 
 log = logging.getLogger(__name__)
 
@@ -33,16 +42,25 @@ class NetworkLogits:
     ood_logits: dict[str, torch.Tensor]
 
 
-def network_logits(
-    entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int = 1000
-) -> NetworkLogits:
-    """Build, load (strict), convert and run one network; ValueError with the reason if it fails."""
+def load_network(entry: ArchiveEntry) -> TinyNetwork:
+    """Build ``entry``'s network and load its state dict (strict); ValueError with the reason if it does not fit."""
     net = build_network(entry.space, entry.arch_str, entry.num_classes)
     try:
         net.load_state_dict(entry.state_dict, strict=True)
     except RuntimeError as exc:
         first_line = str(exc).strip().splitlines()
         raise ValueError(f"state dict does not fit {entry.space} {entry.arch_str}: {' '.join(first_line[:3])}") from exc
+    return net
+
+
+def network_logits(
+    entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int = 1000,
+    net: TinyNetwork | None = None,
+) -> NetworkLogits:
+    """Build, load (strict), convert and run one network (``net``: already loaded); ValueError
+    with the reason if it fails."""
+    if net is None:
+        net = load_network(entry)
     fast = inference_network(net).to(device)  # its convolutions are channels-last already
     logits, ood = module_logits(fast, eval_data, entry.num_classes, batch_size)
     return NetworkLogits(entry, logits, ood)
@@ -57,33 +75,155 @@ def chunk_logits(
     batch_size: int = 1000,
     prefetch_depth: int = 4,
     loader_workers: int = 1,
+    networks_per_pass: int | str = 1,
 ) -> Iterator[tuple[int, str, list[NetworkLogits] | Failure]]:
     """Logits of a chunk: ``todo`` maps each architecture index to the datasets it still needs.
 
     Each architecture file is read once for all of its datasets (issue 9). Yields, in
     order, ``(index, dataset, logits of every seed)`` or ``(index, dataset, Failure)``: a
-    dataset's seeds succeed or fail together, so a stored file always holds them all.
+    dataset's seeds succeed or fail together, so a stored file always holds them all; a
+    failure names the first seed (in seed order) that failed.
+
+    ``networks_per_pass``: 1 (each network alone), a larger number (the architectures are
+    taken that many at a time and their networks run in buckets of at most that many, see
+    the module's note) or ``auto`` (:func:`~calibench.sources.nats.stacked.resolve_networks_per_pass`).
     """
+    per_pass = resolve_networks_per_pass(networks_per_pass, device)
     datasets = [d for d in eval_sets if any(d in needed for needed in todo.values())]
-    for index, loaded in prefetch(archive, list(todo), datasets, seeds, prefetch_depth, loader_workers):
+    depth = prefetch_depth if per_pass == 1 else max(prefetch_depth, per_pass)  # the next window loads meanwhile
+    stream = prefetch(archive, list(todo), datasets, seeds, depth, loader_workers)
+    if per_pass == 1:
+        for index, loaded in stream:
+            yield from _one_by_one(archive, index, loaded, todo[index], eval_sets, device, batch_size)
+        return
+    for window in _windows(stream, per_pass):
+        yield from _stacked_window(archive, window, todo, eval_sets, device, batch_size, per_pass)
+
+
+def _one_by_one(archive: NatsArchive, index: int, loaded: list[ArchiveEntry] | ArchiveError, datasets: Sequence[str],
+                eval_sets: Mapping[str, EvalData], device: torch.device, batch_size: int):
+    if isinstance(loaded, ArchiveError):
+        log.warning("skipping %s", loaded)
+        for dataset in datasets:
+            yield index, dataset, Failure(index, loaded.path, loaded.reason, dataset=dataset)
+        return
+    for dataset in datasets:
+        entries = [e for e in loaded if e.dataset == dataset]
+        results: list[NetworkLogits] = []
+        for entry in entries:
+            try:
+                results.append(network_logits(entry, eval_sets[dataset], device, batch_size))
+            except (ValueError, RuntimeError) as exc:
+                log.warning("skipping architecture %d %s seed %d (%s): %s", index, dataset, entry.seed,
+                            entry.source, exc)
+                yield index, dataset, Failure(index, entry.source, str(exc), entry.seed, dataset)
+                break
+        else:
+            if entries:
+                yield index, dataset, results
+            else:
+                yield index, dataset, Failure(index, str(archive.archive_dir), "no entries loaded", dataset=dataset)
+
+
+def _windows(items: Iterable, size: int) -> Iterator[list]:
+    window: list = []
+    for item in items:
+        window.append(item)
+        if len(window) == size:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def _alone(entry: ArchiveEntry, net: TinyNetwork, eval_data: EvalData, device: torch.device,
+           batch_size: int) -> NetworkLogits | Exception:
+    try:
+        return network_logits(entry, eval_data, device, batch_size, net)
+    except (ValueError, RuntimeError) as exc:
+        return exc
+
+
+def _run_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], eval_data: EvalData, device: torch.device,
+                batch_size: int) -> list[NetworkLogits | Exception]:
+    """Each member's logits (or the exception that stopped it), from one stacked pass where it
+    works; a failing pass runs them one by one, and a member whose stacked logits are not
+    ``(N, K)`` and finite runs again alone (so its failure, if any, is the one-by-one one)."""
+    if len(members) == 1:
+        return [_alone(*members[0], eval_data, device, batch_size)]
+    try:
+        stack = StackedNetwork([net for _, net in members]).to(device)
+        logits, ood = stacked_logits(stack, eval_data.images, eval_data.ood, batch_size)
+        del stack
+    except (ValueError, RuntimeError) as exc:  # out of memory, a network that does not stack, ...
+        log.warning("a pass of %d networks (architectures %s, %s) failed, running them one by one: %s", len(members),
+                    sorted({e.index for e, _ in members}), eval_data.dataset, exc)
+        return [_alone(entry, net, eval_data, device, batch_size) for entry, net in members]
+    out: list[NetworkLogits | Exception] = []
+    for m, (entry, net) in enumerate(members):
+        own = logits[m]
+        if own.shape != (eval_data.n, entry.num_classes) or not bool(torch.isfinite(own).all()):
+            out.append(_alone(entry, net, eval_data, device, batch_size))
+        else:
+            out.append(NetworkLogits(entry, own.clone(), {name: v[m].clone() for name, v in ood.items()}))
+    return out
+
+
+def _stacked_window(archive: NatsArchive, window: list, todo: Mapping[int, Sequence[str]],
+                    eval_sets: Mapping[str, EvalData], device: torch.device, batch_size: int, per_pass: int):
+    """The window's ``(index, dataset, ...)`` in order, as :func:`_one_by_one` gives them; each
+    as soon as it and those before it are done."""
+    pairs: list[tuple[int, str]] = []
+    known: dict[tuple[int, str], Failure] = {}
+    slots: dict[tuple[int, str], tuple[list[ArchiveEntry], list]] = {}
+    runs: list[tuple[tuple[int, str], int, ArchiveEntry, TinyNetwork]] = []
+    for index, loaded in window:
         if isinstance(loaded, ArchiveError):
             log.warning("skipping %s", loaded)
-            for dataset in todo[index]:
-                yield index, dataset, Failure(index, loaded.path, loaded.reason, dataset=dataset)
-            continue
         for dataset in todo[index]:
+            pair = (index, dataset)
+            pairs.append(pair)
+            if isinstance(loaded, ArchiveError):
+                known[pair] = Failure(index, loaded.path, loaded.reason, dataset=dataset)
+                continue
             entries = [e for e in loaded if e.dataset == dataset]
-            results: list[NetworkLogits] = []
+            if not entries:
+                known[pair] = Failure(index, str(archive.archive_dir), "no entries loaded", dataset=dataset)
+                continue
+            results: list = []
             for entry in entries:
                 try:
-                    results.append(network_logits(entry, eval_sets[dataset], device, batch_size))
-                except (ValueError, RuntimeError) as exc:
-                    log.warning("skipping architecture %d %s seed %d (%s): %s", index, dataset, entry.seed,
-                                entry.source, exc)
-                    yield index, dataset, Failure(index, entry.source, str(exc), entry.seed, dataset)
+                    net = load_network(entry)
+                except ValueError as exc:  # this seed fails; the later ones are not run (as one by one)
+                    results.append(exc)
                     break
-            else:
-                if entries:
-                    yield index, dataset, results
-                else:
-                    yield index, dataset, Failure(index, str(archive.archive_dir), "no entries loaded", dataset=dataset)
+                runs.append((pair, len(results), entry, net))
+                results.append(None)
+            slots[pair] = (entries, results)
+
+    def outcome(pair: tuple[int, str]) -> list[NetworkLogits] | Failure:
+        if pair in known:
+            return known[pair]
+        entries, results = slots.pop(pair)
+        for entry, result in zip(entries, results):
+            if isinstance(result, Exception):
+                log.warning("skipping architecture %d %s seed %d (%s): %s", pair[0], pair[1], entry.seed,
+                            entry.source, result)
+                return Failure(pair[0], entry.source, str(result), entry.seed, pair[1])
+        return results
+
+    def ready(pair: tuple[int, str]) -> bool:
+        return pair in known or all(r is not None for r in slots[pair][1])
+
+    done = 0
+    for bucket in bucket_entries([(e.space, e.dataset, e.arch_str) for _, _, e, _ in runs], per_pass):
+        members = [runs[i] for i in bucket]
+        dataset = members[0][2].dataset
+        results = _run_bucket([(entry, net) for _, _, entry, net in members], eval_sets[dataset], device, batch_size)
+        for (pair, k, _, _), result in zip(members, results):
+            slots[pair][1][k] = result
+        while done < len(pairs) and ready(pairs[done]):
+            yield (*pairs[done], outcome(pairs[done]))
+            done += 1
+    for pair in pairs[done:]:
+        yield (*pair, outcome(pair))
