@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The ONE prepared check a session with a lent GPU runs first (issue 32), from the repository
+# root of a fresh checkout:
+#
+#   bash bench/gpu_check.sh            # about 6 minutes on an H100/H200, at most about 9
+#
+# 1. the machine: nvidia-smi, python, torch, CUDA, cuDNN;
+# 2. the CUDA-only tests (every test file that skips without CUDA, its tests named cuda/gpu),
+#    each test limited to 120 s where pytest-timeout is installed;
+# 3. bench/bench_gpu_workflow.py: the workflow's own jobs (inference, lambda-mu search,
+#    measurement) at real evaluation-set sizes, 16 networks per space, figures to
+#    $OUT/bench_gpu_workflow.json and the whole-population projection line;
+# 4. bench/bench_gpu.py --quick (logit error of TF32 against float32, quick sizes).
+#
+# Each step runs under `timeout`, so a hang costs that step only; everything goes to
+# $OUT/gpu_check.log ($OUT is set by the device tool; /tmp/gpu_check elsewhere).
+# Without CUDA (this project's CPU machines) the same script is the smoke test: the GPU tests
+# skip and the benchmark runs its --cpu-smoke size (under 2 minutes on 2 cores).
+#
+# Set-up on the GPU machine (no network there): its python3 holds torch; calibench runs from
+# src/ (PYTHONPATH, no install). The one dependency the jobs need that the machine's image
+# lacks is nats_bench (pure Python, the official archive reader): carry it with the call,
+# either the venv's copy
+#     carry: [".venv/lib/python3.11/site-packages/nats_bench"]
+# or as a wheel (`echo /.whl/ >> .git/info/exclude; pip download --no-deps -d .whl
+# nats_bench==1.8`, carry: [".whl"]). The script finds either; without it the inference
+# step fails (said in the log) and the tests and bench_gpu.py still run.
+# Environment knobs: GPU_CHECK_NETWORKS (16), GPU_CHECK_TIME_LIMIT (200 s: the benchmark
+# starts no new job after it), GPU_CHECK_BENCH_ARGS (more flags for the benchmark).
+
+set -u
+cd "$(dirname "$0")/.." || exit 1
+OUT="${OUT:-/tmp/gpu_check}"
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.log"
+: > "$LOG"
+exec > >(tee -a "$LOG") 2>&1
+export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
+START=$(date +%s)
+step() { echo; echo "=== [$(( $(date +%s) - START ))s] $*"; }
+status=0
+
+# ---------------------------------------------------------------- python and what it lacks
+if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+SITE=/tmp/gpu_check_site
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+if ! $PY -c "import nats_bench" 2>/dev/null; then
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl \
+            && export PYTHONPATH="$PYTHONPATH:$SITE"
+    else
+        carried=$(ls -d .venv/lib/python3*/site-packages/nats_bench 2>/dev/null | head -n 1)
+        if [ -n "$carried" ]; then
+            mkdir -p "$SITE" && ln -sfn "$PWD/$carried" "$SITE/nats_bench" && export PYTHONPATH="$PYTHONPATH:$SITE"
+        fi
+    fi
+fi
+
+step "machine"
+date -u
+nvidia-smi 2>&1 || echo "nvidia-smi: not available"
+$PY - <<'EOF'
+import platform, sys
+import torch
+print(f"python {platform.python_version()} ({sys.executable}), torch {torch.__version__}, CUDA {torch.version.cuda}, "
+      f"cuDNN {torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None}, "
+      f"CUDA available: {torch.cuda.is_available()}")
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print(f"device 0: {torch.cuda.get_device_name(0)}, {p.total_memory / 2**30:.1f} GiB, {p.multi_processor_count} SMs")
+for name in ("nats_bench", "numpy", "scipy", "pandas", "pyarrow", "yaml", "pytest", "pytest_timeout", "hypothesis",
+             "pynvml"):
+    try:
+        module = __import__(name)
+        print(f"  {name} {getattr(module, '__version__', '')}")
+    except ImportError:
+        print(f"  {name}: MISSING")
+EOF
+CUDA=$($PY -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
+
+# ---------------------------------------------------------------- the CUDA-only tests
+step "CUDA-only tests"
+files=$(grep -l "cuda.is_available" tests/test_*.py | tr '\n' ' ')
+echo "files with CUDA-only tests: $files"
+timeout_flag=""
+$PY -c "import pytest_timeout" 2>/dev/null && timeout_flag="-p pytest_timeout --timeout 120"
+# shellcheck disable=SC2086
+timeout 150 $PY -m pytest -q -p no:cacheprovider -k "cuda or gpu" $timeout_flag $files
+rc=$?
+echo "tests: exit $rc$([ $rc = 124 ] && echo ' (timed out)')"
+[ $rc = 0 ] || status=1
+
+# ---------------------------------------------------------------- the workflow's jobs, timed
+step "bench/bench_gpu_workflow.py"
+if [ "$CUDA" = 1 ]; then
+    args="--device cuda --networks ${GPU_CHECK_NETWORKS:-16} --time-limit ${GPU_CHECK_TIME_LIMIT:-200}"
+    limit=300
+else
+    args="--cpu-smoke"
+    limit=240
+fi
+# shellcheck disable=SC2086
+timeout $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_workflow.json" ${GPU_CHECK_BENCH_ARGS:-}
+rc=$?
+echo "bench_gpu_workflow: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
+[ $rc = 0 ] || status=1
+
+# ---------------------------------------------------------------- bench_gpu.py's quick mode
+step "bench/bench_gpu.py --quick"
+if [ "$CUDA" = 1 ]; then qargs="--device cuda"; else qargs="--device cpu --archs 1 --measure-batch 2"; fi
+# shellcheck disable=SC2086
+timeout 90 $PY bench/bench_gpu.py --quick $qargs
+rc=$?
+echo "bench_gpu --quick: exit $rc$([ $rc = 124 ] && echo ' (timed out)')"
+[ $rc = 0 ] || status=1
+
+step "done: exit $status; log $LOG"
+exit $status
