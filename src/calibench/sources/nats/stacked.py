@@ -197,11 +197,12 @@ def _padded_bias(biases: Sequence[Tensor], c_out: int) -> Tensor:
 
 
 class _StackedEdge(nn.Module):
-    """[ReLU] -> [grouped conv, bias added by the node] -> [3x3 average pool]; identity if neither."""
+    """[ReLU] -> [grouped conv] -> [3x3 average pool]; identity if neither."""
 
     def __init__(self, src: int, relu: bool, conv: nn.Conv2d | None, pool: bool):
         super().__init__()
         self.src, self.relu, self.conv, self.pool = src, relu, conv, pool
+        self.fresh = conv is not None or pool  # returns a new tensor (safe to add into)
 
     def forward(self, nodes: list[Tensor | None], relus: dict[int, Tensor]) -> Tensor:
         h = nodes[self.src]
@@ -249,21 +250,37 @@ def _stacked_edge(layers: Sequence[nn.Module], widths: Sequence[int], src: int, 
 
 
 class _StackedNode(nn.Module):
+    """Sum of live edges plus the summed biases of its conv edges: carried by its first plain
+    convolution where it has one (as the inference form), else added after the sum."""
+
     def __init__(self, index: int, edges: list[_StackedEdge], bias: Tensor | None, channels: int):
         super().__init__()
         self.index, self.channels = index, channels
+        edges = sorted(edges, key=lambda e: not (e.conv is not None and not e.pool))  # plain convs first
+        if bias is not None and edges and edges[0].conv is not None and not edges[0].pool:
+            edges[0].conv.bias, bias = nn.Parameter(bias, requires_grad=False), None
         self.edges = nn.ModuleList(edges)
         self.register_buffer("bias", None if bias is None else bias.view(1, -1, 1, 1))
 
     def forward(self, nodes: list[Tensor | None], relus: dict[int, Tensor]) -> Tensor:
-        acc = None
+        acc, fresh = None, False
         for edge in self.edges:
             h = edge(nodes, relus)
-            acc = h if acc is None else acc + h
+            if acc is None:
+                acc, fresh = h, edge.fresh
+            elif fresh:
+                acc.add_(h)
+            else:
+                acc, fresh = acc + h, True
         if acc is None:  # every input is `none` or exactly zero
             x = nodes[0]
-            acc = x.new_zeros(x.shape[0], self.channels, *x.shape[2:]).contiguous(memory_format=_CL)
-        return acc if self.bias is None else acc + self.bias
+            acc = x.new_zeros(x.shape[0], self.channels, *x.shape[2:])
+            if not x.is_contiguous():  # channels-last, as the rest
+                acc = acc.contiguous(memory_format=_CL)
+            fresh = True
+        if self.bias is not None:
+            acc = acc.add_(self.bias) if fresh else acc + self.bias
+        return acc
 
 
 class _StackedCell(nn.Module):
@@ -325,9 +342,11 @@ class _StackedReduction(nn.Module):
 class StackedNetwork(nn.Module):
     """M loaded :class:`~calibench.sources.nats.networks.TinyNetwork` of one genotype and class
     count, padded to the per-position maximum width and run as one; ``forward(x)`` gives the
-    logits of each, ``(M, B, K)``. Built on the networks' device and dtype; eval only."""
+    logits of each, ``(M, B, K)``. Built on the networks' device and dtype; eval only.
+    ``channels_last``: the layout of the weights and activations (False: contiguous NCHW, for
+    measuring which layout a GPU's grouped convolutions prefer)."""
 
-    def __init__(self, nets: Sequence[TinyNetwork]):
+    def __init__(self, nets: Sequence[TinyNetwork], channels_last: bool = True):
         super().__init__()
         if not nets:
             raise ValueError("no networks to stack")
@@ -367,6 +386,11 @@ class StackedNetwork(nn.Module):
         weights = [n.classifier.weight.detach().view(self.num_classes, -1, 1, 1) for n in nets]
         self.classifier = _conv(weights, [n.classifier.bias.detach() for n in nets], self.num_classes, c_prev)
         self.width_per_pixel = m * max(widths)  # widest stacked activation per input pixel
+        self.memory_format = _CL if channels_last else torch.contiguous_format
+        if not channels_last:
+            for module in self.modules():
+                if isinstance(module, nn.Conv2d):
+                    module.weight = nn.Parameter(module.weight.contiguous(), requires_grad=False)
         self.requires_grad_(False)
         self.eval()
 
@@ -383,7 +407,7 @@ class StackedNetwork(nn.Module):
         return torch.cat([self._forward(part) for part in x.split(chunk)], dim=1)
 
     def _forward(self, x: Tensor) -> Tensor:
-        x = self.stem(x.contiguous(memory_format=_CL))
+        x = self.stem(x.contiguous(memory_format=self.memory_format))
         for cell in self.cells:
             x = cell(x)
         x = torch.addcmul(self.head_shift, x, self.head_scale).relu_()
@@ -407,7 +431,7 @@ def _run(net: StackedNetwork, images: Tensor, batch: int) -> Tensor:
     for part in images.split(batch):
         n = part.shape[0]
         if pad and n < batch:
-            part = torch.cat([part, part.new_zeros(batch - n, *part.shape[1:])]).contiguous(memory_format=_CL)
+            part = torch.cat([part, part.new_zeros(batch - n, *part.shape[1:])])
         outs.append(net(part)[:, :n].float())
     return torch.cat(outs, dim=1).cpu()
 

@@ -156,6 +156,8 @@ def _run_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], eval_data: Eval
         logits, ood = stacked_logits(stack, eval_data.images, eval_data.ood, batch_size)
         del stack
     except (ValueError, RuntimeError) as exc:  # out of memory, a network that does not stack, ...
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # what the failed pass held, for the networks one by one
         log.warning("a pass of %d networks (architectures %s, %s) failed, running them one by one: %s", len(members),
                     sorted({e.index for e, _ in members}), eval_data.dataset, exc)
         return [_alone(entry, net, eval_data, device, batch_size) for entry, net in members]
