@@ -574,6 +574,8 @@ def make_config(args, workdir: Path) -> dict:
         search["grid"] = [float(v) for v in args.search_grid.split(",")]
     if args.search_max_iterations:
         search["max_iterations"] = args.search_max_iterations
+    if args.max_iterations:
+        config["recalibration"]["max_iterations"] = args.max_iterations
     if args.odir != "searched":
         lam, mu = (float(v) for v in args.odir.split(","))
         for stage in ("ms", "dir"):
@@ -601,7 +603,12 @@ def main() -> int:
     parser.add_argument("--search-folds", type=int, default=None, help="default: config/nats.yaml's 5")
     parser.add_argument("--search-grid", default=None, help="comma-separated; default: config/nats.yaml's 6 values")
     parser.add_argument("--search-max-iterations", type=int, default=None)
+    parser.add_argument("--max-iterations", type=int, default=None,
+                        help="config recalibration.max_iterations (vs, ms, dir); default config/nats.yaml's 2000")
     parser.add_argument("--odir", default="searched", help="'searched' (the workflow) or LAMBDA,MU for ms and dir")
+    parser.add_argument("--also-infer", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                        help="after everything, the inference jobs again with these runtime keys changed (e.g. "
+                             "networks_per_pass=1), reported apart; repeatable")
     parser.add_argument("--sync-networks", type=int, default=8, help="networks in the sync-counting fit")
     parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "bench_gpu_workflow",
                         help="archives and datasets (cached between runs) and the results directory")
@@ -610,7 +617,8 @@ def main() -> int:
     parser.add_argument("--time-limit", type=float, default=None,
                         help="seconds: start no new job after this (what was measured is kept)")
     parser.add_argument("--cpu-smoke", action="store_true",
-                        help="the CPU check: --device cpu, 3 networks, 200 test images, a 2 x 2 search grid, 2 folds")
+                        help="the CPU check: --device cpu, 3 networks, 200 test images, a 2 x 2 search grid, 2 folds, "
+                             "fits limited to 300 iterations (search 100)")
     args = parser.parse_args()
     if args.cpu_smoke:
         args.device = "cpu"
@@ -618,7 +626,8 @@ def main() -> int:
         args.n_test = min(args.n_test, 200)
         args.search_grid = args.search_grid or "10,1000"
         args.search_folds = args.search_folds or 2
-        args.search_max_iterations = args.search_max_iterations or 200
+        args.search_max_iterations = args.search_max_iterations or 100
+        args.max_iterations = args.max_iterations or 300
         args.batch_size = min(args.batch_size, 1000)
     args.datasets = [d for d in args.datasets.split(",") if d]
     args.stages = [s for s in args.stages.split(",") if s]
@@ -661,8 +670,9 @@ def main() -> int:
     sizes = {d: max(20, round(REAL_N[d] * args.n_test / 10_000)) for d in ALL_DATASETS}
     svhn = max(20, round(REAL_SVHN * args.n_test / 10_000))
     doc: dict = {
-        "what": "bench/bench_gpu_workflow.py: the workflow's own jobs on format-faithful NATS archives with RANDOM "
-                "weights at real shapes and SYNTHETIC images at the given sizes (not NATS-Bench results)",
+        "what": "bench/bench_gpu_workflow.py: the workflow's own jobs on format-faithful NATS archives of real "
+                "architectures with RANDOM bodies and heads fitted on synthetic images, and SYNTHETIC evaluation "
+                "sets at the given sizes (timings only: not NATS-Bench results)",
         "date": datetime.date.today().isoformat(), "command": " ".join(sys.argv),
         "device": device_record(device), "cuda_init_seconds": cuda_init,
         "settings": {"device": args.device, "measure_group": runtime["measure_group"], "batch_size": args.batch_size,
@@ -671,9 +681,10 @@ def main() -> int:
                      "chunk_size": args.chunk_size, "runtime": runtime, "networks_per_space": args.networks,
                      "datasets": args.datasets, "stages": args.stages, "eval_images": sizes, "svhn_images": svhn,
                      "gaussian_noise_images": sizes["cifar10"],
-                     "odir": args.odir, "search": config["recalibration"]["odir"]["search"]},
+                     "odir": args.odir, "search": config["recalibration"]["odir"]["search"],
+                     "max_iterations": config["recalibration"]["max_iterations"]},
         "build": {}, "inference": {}, "search": {}, "measurement": {}, "syncs_per_lbfgs_iteration": {},
-        "skipped": [],
+        "inference_variants": {}, "skipped": [],
     }
     print(f"device {doc['device'].get('name')} ({device}), torch {torch.__version__}, CUDA {torch.version.cuda}, "
           f"cuDNN {doc['device']['cudnn']}; runtime {runtime}; precision {doc['settings']['precision']}", flush=True)
@@ -709,44 +720,50 @@ def main() -> int:
     sampler = BusySampler().start() if device.type == "cuda" else None
     doc["gpu_busy_source"] = sampler.source if sampler else None
     try:
-        for dataset in args.datasets:
-            write_labels(stage.labels_settings(config), dataset, layout.labels_path(results, dataset))
+        def infer_all(into: Path, run_runtime: dict, record: dict, label: str) -> dict:
+            """The population and infer jobs of every space into ``into``; records per target."""
+            for dataset in args.datasets:
+                write_labels(stage.labels_settings(config), dataset, layout.labels_path(into, dataset))
+            pops = {}
+            for space in spaces:
+                hp = HP[space]
+                target = layout.target_name(space, hp)
+                pop = write_population(stage.population_settings(config, space), space,
+                                       layout.population_path(into, space))
+                pops[space] = pop
+                settings = stage.inference_settings(config, space)
+                for chunk in range(len(pop["chunks"])):
+                    if not time_left(f"infer{label} {target} chunk {chunk}"):
+                        break
+                    with Phase(device, sampler) as phase:
+                        summary, events, eval_load = timed_inference(settings, run_runtime, space, hp, chunk, into,
+                                                                     layout.infer_manifest(into, target, chunk), device)
+                    n = len(pop["chunks"][chunk])
+                    rec = {**phase.record(), "networks": n, "computed": summary["computed"],
+                           "failures": [f"{f['arch_index']} {f['dataset']}: {f['reason']}" for f in summary["failures"]],
+                           "per_network_seconds": round(phase.seconds / n, 4),
+                           "setup_seconds": round(eval_load, 3),  # evaluation sets read, normalised, to the device
+                           "steady_per_network_seconds": round((phase.seconds - eval_load) / n, 4)}
+                    if events:  # split by dataset: the time between results, the set-up taken off the first
+                        per = {}
+                        for j, (_, d, gap) in enumerate(events):
+                            per.setdefault(d, []).append(max(0.0, gap - eval_load) if j == 0 else gap)
+                        rec["per_dataset"] = {d: {"per_network_seconds": round(sum(g) / n, 4), "results": len(g),
+                                                  "median_gap_seconds": round(statistics.median(g), 4)}
+                                              for d, g in per.items()}
+                    record.setdefault(target, []).append(rec)
+                    print(f"infer{label} {target} chunk {chunk}: {n} networks in {phase.seconds:.1f} s "
+                          f"({phase.seconds / n * 1e3:.0f} ms per network; eval sets to the device "
+                          f"{rec['setup_seconds']:.1f} s); per network "
+                          + ", ".join(f"{d} {v['per_network_seconds'] * 1e3:.0f} ms"
+                                      for d, v in rec.get("per_dataset", {}).items())
+                          + f"; peak {rec['peak_gpu_memory_gib']} GiB, busy {rec['gpu_busy_fraction']}"
+                          + (f"; FAILURES {rec['failures'][:3]}" if rec["failures"] else ""), flush=True)
+                    save()
+            return pops
 
         # 1. inference, every space first (the store the rest reads)
-        populations = {}
-        for space in spaces:
-            hp = HP[space]
-            target = layout.target_name(space, hp)
-            pop = write_population(stage.population_settings(config, space), space,
-                                   layout.population_path(results, space))
-            populations[space] = pop
-            settings = stage.inference_settings(config, space)
-            for chunk in range(len(pop["chunks"])):
-                if not time_left(f"infer {target} chunk {chunk}"):
-                    break
-                with Phase(device, sampler) as phase:
-                    summary, events, eval_load = timed_inference(settings, runtime, space, hp, chunk, results,
-                                                                 layout.infer_manifest(results, target, chunk), device)
-                n = len(pop["chunks"][chunk])
-                rec = {**phase.record(), "networks": n, "computed": summary["computed"],
-                       "failures": [f"{f['arch_index']} {f['dataset']}: {f['reason']}" for f in summary["failures"]],
-                       "per_network_seconds": round(phase.seconds / n, 4),
-                       "setup_seconds": round(eval_load, 3),  # evaluation sets read, normalised, to the device
-                       "steady_per_network_seconds": round((phase.seconds - eval_load) / n, 4)}
-                if events:  # split by dataset: the time between results, the set-up taken off the first
-                    per = {}
-                    for j, (_, d, gap) in enumerate(events):
-                        per.setdefault(d, []).append(max(0.0, gap - eval_load) if j == 0 else gap)
-                    rec["per_dataset"] = {d: {"per_network_seconds": round(sum(g) / n, 4), "results": len(g),
-                                              "median_gap_seconds": round(statistics.median(g), 4)}
-                                          for d, g in per.items()}
-                doc["inference"].setdefault(target, []).append(rec)
-                print(f"infer {target} chunk {chunk}: {n} networks in {phase.seconds:.1f} s "
-                      f"({phase.seconds / n * 1e3:.0f} ms per network; eval sets to the device {rec['setup_seconds']:.1f} s); per network "
-                      + ", ".join(f"{d} {v['per_network_seconds'] * 1e3:.0f} ms" for d, v in rec.get("per_dataset", {}).items())
-                      + f"; peak {rec['peak_gpu_memory_gib']} GiB, busy {rec['gpu_busy_fraction']}"
-                      + (f"; FAILURES {rec['failures'][:3]}" if rec["failures"] else ""), flush=True)
-                save()
+        populations = infer_all(results, runtime, doc["inference"], "")
 
         # 2. per (dataset, space): the search, then the measurement with its result (datasets
         # outer, so that a run cut off by --time-limit has both spaces of the first datasets)
@@ -835,19 +852,90 @@ def main() -> int:
                                       f"{v['networks']} networks)" for s, v in found.items()), flush=True)
                 doc["syncs_per_lbfgs_iteration"][key] = found
                 save()
+
+        # 4. inference again under other runtime settings (--also-infer), if time is left
+        for i, variant in enumerate(args.also_infer):
+            extra = dict(item.partition("=")[::2] for item in variant.split(","))
+            extra = {k: parse_value(v) for k, v in extra.items()}
+            into = workdir / f"results_variant{i}"
+            if into.exists():
+                shutil.rmtree(into)
+            label = f" [{variant}]"
+            doc["inference_variants"][variant] = {}
+            infer_all(into, {**runtime, **extra}, doc["inference_variants"][variant], label)
+            shutil.rmtree(into, ignore_errors=True)
     finally:
         if sampler:
             sampler.stop()
     if device.type != "cuda":
         print("host syncs per L-BFGS iteration: n/a (CPU)")
     doc["projection"] = projection(doc, spaces, args)
+    doc["overall"] = overall(doc)
     doc["total_seconds"] = round(time.perf_counter() - started, 1)
     save()
+    print(summary_table(doc, spaces, args.datasets))
     print(f"\n{doc['projection']['line']}")
     for note in doc["projection"]["notes"]:
         print(f"  {note}")
     print(f"(benchmark wall time {doc['total_seconds']:.0f} s)")
     return 0
+
+
+def _phases(doc: dict) -> list[dict]:
+    out = [r for runs in doc["inference"].values() for r in runs]
+    out += [r for runs in doc["measurement"].values() for r in runs]
+    return out + list(doc["search"].values())
+
+
+def overall(doc: dict) -> dict:
+    """Peak GPU memory over every job, and the GPU-busy fraction weighted by each job's time."""
+    phases = _phases(doc)
+    peaks = [p["peak_gpu_memory_gib"] for p in phases if p.get("peak_gpu_memory_gib") is not None]
+    busy = [(p["gpu_busy_fraction"], p["seconds"]) for p in phases if p.get("gpu_busy_fraction") is not None]
+    return {"peak_gpu_memory_gib": max(peaks) if peaks else None,
+            "gpu_busy_fraction": round(sum(b * t for b, t in busy) / sum(t for _, t in busy), 3) if busy else None,
+            "job_seconds": round(sum(p["seconds"] for p in phases), 1)}
+
+
+def summary_table(doc: dict, spaces: list[str], datasets: list[str]) -> str:
+    """One line per (space, dataset): inference, search and measurement per network, the
+    costliest stages, peak memory and busy fraction of the measurement."""
+    lines = ["", f"summary ({doc['device'].get('name')}; ms per network unless said; busy = GPU-busy fraction)",
+             f"{'space/dataset':28s} {'infer':>8s} {'measure':>8s} {'search s':>9s} {'ms/fit':>7s}  stages (ms per network)"]
+    for space in spaces:
+        target = f"{space}_{HP[space]}"
+        runs = doc["inference"].get(target) or []
+        for dataset in datasets:
+            key = f"{target}_{dataset}"
+            infer = [r["per_dataset"][dataset]["per_network_seconds"] for r in runs if dataset in r.get("per_dataset", {})]
+            meas = doc["measurement"].get(key) or []
+            per = sum(r["seconds"] for r in meas) / max(1, sum(r["networks"] for r in meas)) if meas else None
+            stages = meas[0]["per_stage_per_network_ms"] if meas else {}
+            found = doc["search"].get(key)
+            cells = [f"{statistics.fmean(infer) * 1e3:.0f}" if infer else "-",
+                     f"{per * 1e3:.0f}" if per is not None else "-",
+                     f"{found['seconds']:.1f}" if found else "-",
+                     f"{found['per_network_fold_pair_stage_ms']:.3f}" if found else "-"]
+            lines.append(f"{key:28s} {cells[0]:>8s} {cells[1]:>8s} {cells[2]:>9s} {cells[3]:>7s}  "
+                         + " ".join(f"{s} {v:.1f}" for s, v in stages.items()))
+    for variant, records in doc.get("inference_variants", {}).items():
+        for target, runs in records.items():
+            main = doc["inference"].get(target) or []
+            mine = sum(r["steady_per_network_seconds"] for r in runs) / len(runs)
+            base = sum(r["steady_per_network_seconds"] for r in main) / len(main) if main else None
+            lines.append(f"inference with {variant}, {target}: {mine * 1e3:.0f} ms per network"
+                         + (f" (main run {base * 1e3:.0f} ms: x{mine / base:.2f})" if base else "") + "; "
+                         + ", ".join(f"{d} {v['per_network_seconds'] * 1e3:.0f}"
+                                     for d, v in runs[0].get("per_dataset", {}).items()))
+    o = doc.get("overall") or {}
+    syncs = {k: {s: v.get("per_iteration") for s, v in d.items() if isinstance(v, dict)}
+             for k, d in doc["syncs_per_lbfgs_iteration"].items()}
+    lines.append(f"peak GPU memory {o.get('peak_gpu_memory_gib')} GiB; GPU busy {o.get('gpu_busy_fraction')} "
+                 f"(time-weighted over the jobs, {doc.get('gpu_busy_source')}); host syncs per L-BFGS iteration "
+                 + (", ".join(f"{k} {v}" for k, v in syncs.items()) if syncs else "n/a"))
+    if doc["skipped"]:
+        lines.append(f"not run (time limit): {', '.join(doc['skipped'])}")
+    return "\n".join(lines)
 
 
 def projection(doc: dict, spaces: list[str], args) -> dict:
@@ -858,6 +946,7 @@ def projection(doc: dict, spaces: list[str], args) -> dict:
     notes = []
     hours = {"inference": 0.0, "measurement": 0.0, "searches": 0.0}
     complete = True
+    scales, unscaled = [], 0.0
     for space in ("tss", "sss"):
         target = f"{space}_{HP[space]}"
         runs = doc["inference"].get(target) or []
@@ -867,7 +956,8 @@ def projection(doc: dict, spaces: list[str], args) -> dict:
         else:
             n = sum(r["networks"] for r in runs)
             steady = sum(r.get("steady_per_network_seconds", r["per_network_seconds"]) * r["networks"] for r in runs) / n
-            setup = statistics.fmean(r.get("setup_seconds", 0.0) for r in runs)
+            # the slowest evaluation-set loading seen (a later job in this process can find the files cached)
+            setup = max(r.get("setup_seconds", 0.0) for recs in doc["inference"].values() for r in recs)
             scale = len(ALL_DATASETS) / len(args.datasets)
             if scale != 1:
                 notes.append(f"{space}: inference measured on {args.datasets} only; scaled by {scale:.2f} (rough)")
@@ -889,10 +979,13 @@ def projection(doc: dict, spaces: list[str], args) -> dict:
                 continue
             scale = (64 / found["networks"]) * (5 / found["folds"]) * (36 / found["grid_pairs"]) * (
                 2 / len(found["stages"]))
-            if scale != 1:
-                notes.append(f"{key}: search scaled x{scale:.1f} to 64 networks, 5 folds, 36 pairs, 2 stages "
-                             "(linear: pessimistic for batched fits, and fits at weak lambda cost most)")
+            scales.append(scale)
             hours["searches"] += found["seconds"] * scale / 3600
+            unscaled += found["seconds"] / 3600
+    if any(x != 1 for x in scales):
+        notes.append(f"searches scaled linearly to 64 networks x 5 folds x 36 pairs x 2 stages (x{min(scales):.1f} to "
+                     f"x{max(scales):.1f}): an upper bound, since the fits are batched over networks x folds; as "
+                     f"measured, unscaled: {unscaled:.3f} h")
     if len(args.stages) < len(ALL_STAGES):
         complete = False
         notes.append(f"stages {args.stages} only: the other stages' measurement is missing")
@@ -902,12 +995,14 @@ def projection(doc: dict, spaces: list[str], args) -> dict:
             f"measurement {hours['measurement']:.1f} h, searches {hours['searches']:.2f} h), {doc['date']}")
     if not complete:
         line += "  [PARTIAL: " + "; ".join(n for n in notes if "no " in n)[:300] + "]"
-    notes.append("assumes: 6,466 TSS + 32,768 SSS networks x 3 datasets, one GPU, jobs back to back; inference at "
-                 "the steady per-network rate + each job's set-up over a 200-network chunk (CUDA start-up of each job "
-                 "process not counted); measurement at the job's wall time per network (random-weight networks: "
-                 "near-chance logits, so ms/dir/search iteration counts may differ on trained networks); archive "
-                 "files here hold one state dict per dataset (real ones 16-17: loading is overlapped by loader "
-                 "processes, BENCHMARKS 'Archive loading')")
+    notes.append("assumes: 6,466 TSS + 32,768 SSS networks x 3 datasets on one GPU, jobs back to back (no CPU "
+                 "job overlapping); inference at the job's per-network time without its evaluation-set loading, plus "
+                 "that loading once per 200-network chunk (config/nats.yaml), each job process's CUDA start-up not "
+                 "counted; measurement at the job's wall time per network; the six searches at their wall time. "
+                 "Networks: real architectures, random bodies with heads fitted on synthetic images (not trained "
+                 "NATS weights): inference time does not depend on the weights, but the iterations of vs/ms/dir "
+                 "and of the search do. Archive files hold one state dict per dataset (real -full files 16-17, "
+                 "read by loader processes overlapping the GPU: BENCHMARKS.md 'Archive loading')")
     if doc["settings"]["eval_images"]["cifar10"] != REAL_N["cifar10"]:
         notes.append("EVALUATION SETS SCALED (--n-test): not a projection of the real sizes")
     return {"hours": {k: round(v, 3) for k, v in hours.items()}, "total_hours": round(total, 3),

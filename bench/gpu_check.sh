@@ -9,7 +9,8 @@
 #    each test limited to 120 s where pytest-timeout is installed;
 # 3. bench/bench_gpu_workflow.py: the workflow's own jobs (inference, lambda-mu search,
 #    measurement) at real evaluation-set sizes, 16 networks per space, figures to
-#    $OUT/bench_gpu_workflow.json and the whole-population projection line;
+#    $OUT/bench_gpu_workflow.json and the whole-population projection line; then, if time is
+#    left, the inference jobs again with networks_per_pass=1 (the stacked passes against one network at a time);
 # 4. bench/bench_gpu.py --quick (logit error of TF32 against float32, quick sizes).
 #
 # Each step runs under `timeout`, so a hang costs that step only; everything goes to
@@ -25,7 +26,7 @@
 # or as a wheel (`echo /.whl/ >> .git/info/exclude; pip download --no-deps -d .whl
 # nats_bench==1.8`, carry: [".whl"]). The script finds either; without it the inference
 # step fails (said in the log) and the tests and bench_gpu.py still run.
-# Environment knobs: GPU_CHECK_NETWORKS (16), GPU_CHECK_TIME_LIMIT (200 s: the benchmark
+# Environment knobs: GPU_CHECK_NETWORKS (16), GPU_CHECK_TIME_LIMIT (210 s: the benchmark
 # starts no new job after it), GPU_CHECK_BENCH_ARGS (more flags for the benchmark).
 
 set -u
@@ -93,7 +94,8 @@ echo "tests: exit $rc$([ $rc = 124 ] && echo ' (timed out)')"
 # ---------------------------------------------------------------- the workflow's jobs, timed
 step "bench/bench_gpu_workflow.py"
 if [ "$CUDA" = 1 ]; then
-    args="--device cuda --networks ${GPU_CHECK_NETWORKS:-16} --time-limit ${GPU_CHECK_TIME_LIMIT:-200}"
+    args="--device cuda --networks ${GPU_CHECK_NETWORKS:-16} --time-limit ${GPU_CHECK_TIME_LIMIT:-210}"
+    args="$args --also-infer networks_per_pass=1"   # last, if time is left: the stacked passes against one at a time
     limit=300
 else
     args="--cpu-smoke"
