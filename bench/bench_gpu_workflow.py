@@ -696,6 +696,14 @@ def main() -> int:
             tmp.write_text(json.dumps(doc, indent=1, default=str))
             tmp.replace(args.out)
 
+    def failed(what: str, exc: BaseException, errors: list) -> None:
+        import traceback
+
+        traceback.print_exc()
+        print(f"  FAILED: {what}: {type(exc).__name__}: {exc}", flush=True)
+        errors.append(f"{what}: {type(exc).__name__}: {exc}")
+        save()
+
     def time_left(what: str) -> bool:
         if deadline is not None and time.perf_counter() > deadline:
             doc["skipped"].append(what)
@@ -735,15 +743,35 @@ def main() -> int:
                 for chunk in range(len(pop["chunks"])):
                     if not time_left(f"infer{label} {target} chunk {chunk}"):
                         break
-                    with Phase(device, sampler) as phase:
-                        summary, events, eval_load = timed_inference(settings, run_runtime, space, hp, chunk, into,
-                                                                     layout.infer_manifest(into, target, chunk), device)
+                    manifest = layout.infer_manifest(into, target, chunk)
+                    used = run_runtime
+                    try:
+                        with Phase(device, sampler) as phase:
+                            summary, events, eval_load = timed_inference(settings, used, space, hp, chunk, into,
+                                                                         manifest, device)
+                    except Exception as exc:  # noqa: BLE001 - unattended: say it, go on with what can run
+                        failed(f"infer{label} {target} chunk {chunk}", exc, doc.setdefault("errors", []))
+                        if run_runtime.get("networks_per_pass") in (1, "1"):
+                            continue
+                        used = {**run_runtime, "networks_per_pass": 1}  # the one-network path, so the rest can run
+                        # what the failed job stored would be skipped (resumption): timed from scratch
+                        shutil.rmtree(layout.logits_path(into, space, hp, "x", 0).parents[1], ignore_errors=True)
+                        print(f"  infer{label} {target} chunk {chunk}: again with networks_per_pass=1", flush=True)
+                        try:
+                            with Phase(device, sampler) as phase:
+                                summary, events, eval_load = timed_inference(settings, used, space, hp, chunk, into,
+                                                                             manifest, device)
+                        except Exception as exc2:  # noqa: BLE001
+                            failed(f"infer{label} {target} chunk {chunk} (networks_per_pass=1)", exc2,
+                                   doc["errors"])
+                            continue
                     n = len(pop["chunks"][chunk])
                     rec = {**phase.record(), "networks": n, "computed": summary["computed"],
                            "failures": [f"{f['arch_index']} {f['dataset']}: {f['reason']}" for f in summary["failures"]],
                            "per_network_seconds": round(phase.seconds / n, 4),
                            "setup_seconds": round(eval_load, 3),  # evaluation sets read, normalised, to the device
-                           "steady_per_network_seconds": round((phase.seconds - eval_load) / n, 4)}
+                           "steady_per_network_seconds": round((phase.seconds - eval_load) / n, 4),
+                           **({"runtime_fallback": used} if used is not run_runtime else {})}
                     if events:  # split by dataset: the time between results, the set-up taken off the first
                         per = {}
                         for j, (_, d, gap) in enumerate(events):
@@ -787,9 +815,13 @@ def main() -> int:
                         continue
                     odir_file = layout.odir_path(results, target, dataset)
                     search_settings = stage.odir_search_settings(config)
-                    with Phase(device, sampler) as phase:
-                        found = odir_search_job(search_settings, space, hp, dataset, results, manifests, labels_file,
-                                                odir_file, device=args.device)
+                    try:
+                        with Phase(device, sampler) as phase:
+                            found = odir_search_job(search_settings, space, hp, dataset, results, manifests,
+                                                    labels_file, odir_file, device=args.device)
+                    except Exception as exc:  # noqa: BLE001
+                        failed(f"odir_search {key}", exc, doc.setdefault("errors", []))
+                        continue
                     pairs = len(search_settings["grid"]) ** 2
                     fits = len(found["networks"]) * search_settings["folds"] * pairs * len(searched)
                     doc["search"][key] = {
@@ -812,10 +844,15 @@ def main() -> int:
                     if not time_left(f"measure {key} chunk {chunk}"):
                         break
                     timer = StageTimer(device)
-                    with timer.active(), Phase(device, sampler) as phase:
-                        summary = measure_chunk_job(settings, runtime, space, hp, dataset, chunk, results, manifest,
-                                                    labels_file, layout.measure_manifest(results, target, dataset, chunk),
-                                                    keep_logits=True, progress=False, odir_file=odir_file)
+                    try:
+                        with timer.active(), Phase(device, sampler) as phase:
+                            summary = measure_chunk_job(settings, runtime, space, hp, dataset, chunk, results,
+                                                        manifest, labels_file,
+                                                        layout.measure_manifest(results, target, dataset, chunk),
+                                                        keep_logits=True, progress=False, odir_file=odir_file)
+                    except Exception as exc:  # noqa: BLE001
+                        failed(f"measure {key} chunk {chunk}", exc, doc.setdefault("errors", []))
+                        continue
                     n = len(pop["chunks"][chunk])
                     rec = {**phase.record(), "networks": n, "computed": summary["computed"],
                            "per_network_seconds": round(phase.seconds / n, 4),
@@ -935,6 +972,8 @@ def summary_table(doc: dict, spaces: list[str], datasets: list[str]) -> str:
                  + (", ".join(f"{k} {v}" for k, v in syncs.items()) if syncs else "n/a"))
     if doc["skipped"]:
         lines.append(f"not run (time limit): {', '.join(doc['skipped'])}")
+    for error in doc.get("errors", []):
+        lines.append(f"ERROR: {error}")
     return "\n".join(lines)
 
 
@@ -994,7 +1033,7 @@ def projection(doc: dict, spaces: list[str], args) -> dict:
     line = (f"Whole population, one {name}: {total:.1f} GPU-hours (inference {hours['inference']:.1f} h, "
             f"measurement {hours['measurement']:.1f} h, searches {hours['searches']:.2f} h), {doc['date']}")
     if not complete:
-        line += "  [PARTIAL: " + "; ".join(n for n in notes if "no " in n)[:300] + "]"
+        line += f"  [PARTIAL: {sum('no ' in n or ' only' in n for n in notes)} part(s) missing or scaled; see below]"
     notes.append("assumes: 6,466 TSS + 32,768 SSS networks x 3 datasets on one GPU, jobs back to back (no CPU "
                  "job overlapping); inference at the job's per-network time without its evaluation-set loading, plus "
                  "that loading once per 200-network chunk (config/nats.yaml), each job process's CUDA start-up not "
