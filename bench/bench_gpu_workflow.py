@@ -68,6 +68,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -96,6 +97,10 @@ RUNTIME_KEYS = ("device", "batch_size", "loader_workers", "measure_group", "netw
 TRAIN_PER_CLASS, TRAIN_MIN = 3, 200  # the heads' training split: the mini benchmark's minimum of 3 per class
 
 log = logging.getLogger("bench_gpu_workflow")
+
+
+class Interrupted(BaseException):
+    """SIGTERM (``timeout``): not an Exception, so no job's error handling swallows it."""
 
 
 # ---------------------------------------------------------------- architectures
@@ -280,10 +285,13 @@ class BusySampler:
 
     def start(self) -> "BusySampler":
         try:
+            index = torch.cuda.current_device()
+        except Exception:  # noqa: BLE001
+            index = 0
+        try:
             import pynvml
 
             pynvml.nvmlInit()
-            index = torch.cuda.current_device()
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             pynvml.nvmlDeviceGetUtilizationRates(handle)
             self.source = "nvml"
@@ -302,7 +310,7 @@ class BusySampler:
             try:
                 self._proc = subprocess.Popen(
                     ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                     f"--loop-ms={int(self.period * 1000)}", f"--id={torch.cuda.current_device()}"],
+                     f"--loop-ms={int(self.period * 1000)}", f"--id={index}"],
                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                 self.source = "nvidia-smi"
 
@@ -690,6 +698,8 @@ def main() -> int:
           f"cuDNN {doc['device']['cudnn']}; runtime {runtime}; precision {doc['settings']['precision']}", flush=True)
 
     def save():
+        doc["projection"] = projection(doc, spaces, args)  # so that a run killed later leaves one
+        doc["overall"] = overall(doc)
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             tmp = args.out.with_suffix(args.out.suffix + ".tmp")
@@ -726,6 +736,11 @@ def main() -> int:
     if results.exists():
         shutil.rmtree(results)
     sampler = BusySampler().start() if device.type == "cuda" else None
+
+    def on_signal(signum, frame):
+        raise Interrupted(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
     doc["gpu_busy_source"] = sampler.source if sampler else None
     try:
         def infer_all(into: Path, run_runtime: dict, record: dict, label: str) -> dict:
@@ -901,6 +916,9 @@ def main() -> int:
             doc["inference_variants"][variant] = {}
             infer_all(into, {**runtime, **extra}, doc["inference_variants"][variant], label)
             shutil.rmtree(into, ignore_errors=True)
+    except Interrupted as exc:  # `timeout` (gpu_check.sh) or a kill: summarise what was measured
+        doc["interrupted"] = str(exc)
+        print(f"\nINTERRUPTED ({exc}): the figures below are what was measured before", flush=True)
     finally:
         if sampler:
             sampler.stop()
