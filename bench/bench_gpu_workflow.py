@@ -651,6 +651,12 @@ def main() -> int:
             parser.error(f"--runtime {item!r}: expected KEY=VALUE")
         runtime_extra[key] = parse_value(value)
 
+    try:
+        import nats_bench  # noqa: F401 - the archive reader of the infer jobs
+    except ImportError:
+        print("nats_bench is not importable: the infer jobs read archives through it (pip install nats_bench==1.8; "
+              "on the GPU machine carry it, see bench/gpu_check.sh)", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from calibench import layout
