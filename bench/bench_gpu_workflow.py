@@ -15,29 +15,37 @@ What runs, per space (TSS hp 200, SSS hp 90), as the rules run it:
    with the search's result: every stage, every metric, a shard per network.
 
 Inputs: NATS-format ``-full`` archives (``meta.pickle.pbz2`` + one ``{index:06d}.pickle.pbz2``
-per architecture, written with the mini benchmark's writers) holding RANDOM weights (seeded
-initialisation, randomised batch-norm statistics; :func:`calibench.sources.nats.minibench._random_state_dict`)
-of real architectures at real shapes, one state dict per dataset at the schedule read (the real
-files hold 16-17); and SYNTHETIC evaluation sets in the real file formats at the real sizes:
-CIFAR-10 10,000 test images (+ 10,000 Gaussian-noise OoD made by the job, + 26,032 SVHN),
-CIFAR-100 10,000, ImageNet16-120 6,000 at 16x16 (``--n-test`` scales them all). The networks
-include the extremes of each space: SSS 8:8:8:8:8 and 64:64:64:64:64; TSS cells of all
-``none``, all ``skip_connect``, all ``nor_conv_1x1``, all ``avg_pool_3x3`` and all ``nor_conv_3x3``;
-the rest are seeded random distinct members (distinct TSS isomorphism classes).
+per architecture, written with the mini benchmark's writers and records) of real architectures
+at real shapes, one state dict per dataset at the schedule read (the real files hold 16-17):
+each network is built as the mini benchmark builds its own (a seeded RANDOM body whose
+batch-norm statistics are estimated on a synthetic training split, and a linear head fitted
+on it: :mod:`calibench.sources.nats.minibench`), so activations and logits have a trained
+network's scale and the heads over-fit to varying degrees. SYNTHETIC evaluation sets (the mini
+benchmark's class patterns) in the real file formats at the real sizes: CIFAR-10 10,000 test
+images (+ 10,000 Gaussian-noise OoD made by the job, + 26,032 SVHN), CIFAR-100 10,000,
+ImageNet16-120 6,000 at 16x16 (``--n-test`` scales them all). The networks include the
+extremes of each space: SSS 64:64:64:64:64 and 8:8:8:8:8; TSS cells of all ``nor_conv_3x3``,
+all ``none``, all ``skip_connect``, all ``nor_conv_1x1`` and all ``avg_pool_3x3``; the rest are
+seeded random distinct members (distinct TSS isomorphism classes). Inputs are cached under
+``--workdir`` between runs; ``results/`` is made afresh each run.
 
-Random networks give near-chance logits: inference time does not depend on the weights, but
-the number of L-BFGS iterations of ms, dir and the search does; on trained networks (sharper
-logits, a weaker chosen lambda) those fits can take longer. Said again with the projection.
+Inference time does not depend on the weights; the iterations of vs, ms, dir and of the
+search do, and these are not trained NATS networks: their fits may take more or fewer
+iterations than the real population's. Said again with the projection.
 
 Measured (printed, and written as JSON with ``--out``, rewritten after every phase, so a
 run cut off by a time limit leaves what it measured):
 
 * inference per network per (space, dataset): the job's wall time, split by dataset from
-  the times between the results the job's producer hands to the store (the first result's
-  wait, eval sets to the device and loaders started, is the job's set-up, reported apart);
+  the times between the results the job's producer hands to the store (with
+  ``networks_per_pass`` > 1 a whole pass's time falls on its first network; the sums per
+  dataset hold); the job's loading of its evaluation sets onto the device is its set-up,
+  reported apart;
 * the search's wall time per (space, dataset), and per network x fold x grid pair x stage;
-* measurement per network per (space, dataset) (the job's wall time) and per stage (time
-  inside each stage's call of the job, fit and metrics, and the fit alone);
+* measurement per network per (space, dataset) (the job's wall time) and per stage: the
+  time inside each stage's call in the job (``measure_stages_batch``'s ``_stage_outputs``:
+  fit, metrics on the test part, OoD AUROC), and of its fit alone (``fit_stage``), each
+  synchronised;
 * peak GPU memory (``torch.cuda.max_memory_allocated``) per phase;
 * GPU-busy fraction per phase: NVML's utilisation (the share of time a kernel ran), sampled
   every 100 ms in a thread (pynvml, else ``nvidia-smi``);
@@ -49,8 +57,9 @@ run cut off by a time limit leaves what it measured):
 Usage:
   python bench/bench_gpu_workflow.py [--device auto] [--networks 64] [--n-test 10000]
       [--datasets cifar10,cifar100,ImageNet16-120] [--stages pre,post,...] [--runtime KEY=VALUE ...]
-      [--out result.json] [--time-limit SECONDS]
-  python bench/bench_gpu_workflow.py --cpu-smoke      # the CPU check: a few networks, small sets
+      [--out result.json] [--time-limit SECONDS] [--also-infer networks_per_pass=1]
+  python bench/bench_gpu_workflow.py --cpu-smoke      # the CPU check: 3 networks, small sets (~1 min)
+  bash bench/gpu_check.sh                             # what a session with a GPU runs first
 """
 
 from __future__ import annotations
@@ -63,7 +72,6 @@ import hashlib
 import inspect
 import json
 import logging
-import math
 import os
 import platform
 import random
@@ -961,7 +969,8 @@ def overall(doc: dict) -> dict:
 def summary_table(doc: dict, spaces: list[str], datasets: list[str]) -> str:
     """One line per (space, dataset): inference, search and measurement per network, the
     costliest stages, peak memory and busy fraction of the measurement."""
-    lines = ["", f"summary ({doc['device'].get('name')}; ms per network unless said; busy = GPU-busy fraction)",
+    lines = ["", f"summary ({doc['device'].get('name')}): infer, measure in ms per network (measure: the job's wall "
+                 "time); search s: the job's wall time; ms/fit: search ms per network x fold x grid pair x stage",
              f"{'space/dataset':28s} {'infer':>8s} {'measure':>8s} {'search s':>9s} {'ms/fit':>7s}  stages (ms per network)"]
     for space in spaces:
         target = f"{space}_{HP[space]}"
