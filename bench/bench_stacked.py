@@ -17,11 +17,13 @@ warm-up run. ``--device cuda`` times on the GPU (full float32, synchronised); ``
 runs the stacked networks in contiguous NCHW instead of channels-last (which layout a GPU's
 grouped convolutions prefer); ``--vmap`` adds, for M networks of one configuration (no
 padding), ``torch.func.vmap`` over ``functional_call`` of stacked one-network modules against
-the grouped convolutions (functorch lowers a convolution with batched weights to a grouped one).
+the grouped convolutions (functorch lowers a convolution with batched weights to a grouped one);
+``--cudnn-benchmark`` lets cuDNN time its algorithms per shape (the stacked passes keep fixed
+shapes on CUDA; the warm-up run pays for the search).
 
 Usage: python bench/bench_stacked.py [--networks 1 8 32 64] [--images 256] [--batch-size 256]
        [--population chunk|random] [--max-overhead 0.25] [--device cpu] [--threads N] [--nchw]
-       [--vmap] [--repeats 2] [--out FILE.json]
+       [--vmap] [--cudnn-benchmark] [--repeats 2] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ def main() -> None:
     p.add_argument("--max-overhead", type=float, default=0.25)
     p.add_argument("--nchw", action="store_true", help="stacked networks in contiguous NCHW, not channels-last")
     p.add_argument("--vmap", action="store_true", help="also time vmap against grouped convolutions")
+    p.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True (CUDA)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--out", default=None)
@@ -167,6 +170,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark
     g = torch.Generator().manual_seed(0)
     images = torch.randn(args.images, 3, 32, 32, generator=g).to(device).contiguous(memory_format=torch.channels_last)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu, {torch.get_num_threads()} threads"
