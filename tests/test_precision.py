@@ -106,3 +106,43 @@ def test_cuda_logits_of_each_claiming_mode_agree_with_float64_within_1e_4(mode):
             z = fast(images.to(device).contiguous(memory_format=torch.channels_last)).double().cpu()
         assert float((z - ref).abs().max()) / float(ref.abs().max()) < 1e-4, (space, arch, mode)
     assert not torch.backends.cudnn.allow_tf32  # the modes switch TF32 on around their products only
+
+
+@pytest.mark.parametrize("per_pass", [1, 4])
+def test_chunk_logits_in_tf32x3_stay_within_float32s_error_one_by_one_and_stacked(per_pass):
+    """The job's own path (calibench.sources.nats.stream.chunk_logits): one by one and in stacked
+    passes, tf32x3 (emulated) gives logits within 2e-6 of float32's, and not float32's own."""
+    from test_stacked_inference import SSS_CHUNK, FakeArchive, _images
+
+    from calibench.inference.engine import EvalData
+    from calibench.sources.nats import stream
+
+    eval_sets = {"cifar10": EvalData("cifar10", _images(10, seed=3), torch.zeros(10, dtype=torch.long), "synthetic",
+                                     {"gaussian_noise": _images(6, seed=4)})}
+    archive = FakeArchive("sss", SSS_CHUNK[:4])
+    todo = {i: ["cifar10"] for i in range(4)}
+    runs = {mode: list(stream.chunk_logits(archive, todo, eval_sets, torch.device("cpu"), batch_size=8,
+                                           networks_per_pass=per_pass, precision=mode))
+            for mode in ("float32", "tf32x3")}
+    assert [(i, d) for i, d, _ in runs["float32"]] == [(i, d) for i, d, _ in runs["tf32x3"]] == [
+        (i, "cifar10") for i in range(4)]
+    for (_, _, ref), (_, _, got) in zip(runs["float32"], runs["tf32x3"]):
+        a, b = ref[0], got[0]
+        scale = float(a.logits.abs().max())
+        assert 0 < float((a.logits - b.logits).abs().max()) / scale < 2e-6
+        assert float((a.ood_logits["gaussian_noise"] - b.ood_logits["gaussian_noise"]).abs().max()) / scale < 2e-6
+
+
+def test_the_nats_logits_key_records_a_precision_other_than_float32(monkeypatch):
+    from calibench.sources import keys
+    from calibench.sources.nats.jobs import key_fields
+
+    monkeypatch.setattr(keys, "eval_set_fields", lambda dataset, root: {"dataset": dataset, "sha256": "x"})
+
+    settings = {"archive": "/a/NATS-sss-v1_0-50262-full", "seeds": "first", "datasets_root": "/d",
+                "ood": {"sets": [], "noise_severity": 5}}
+    plain = key_fields(settings, "sss", "90", "cifar100", 3, "8:8:8:8:8", "abc")
+    assert "precision" not in plain  # logits stored before the setting keep their key
+    assert key_fields({**settings, "precision": "float32"}, "sss", "90", "cifar100", 3, "8:8:8:8:8", "abc") == plain
+    fast = key_fields({**settings, "precision": "tf32x3"}, "sss", "90", "cifar100", 3, "8:8:8:8:8", "abc")
+    assert fast == {**plain, "precision": "tf32x3"}

@@ -36,12 +36,11 @@ def round_to_tf32(t: Tensor) -> Tensor:
     in any rounding)."""
     if t.dtype != torch.float32:
         raise TypeError(f"round_to_tf32: expected float32, got {t.dtype}")
-    bits = t.contiguous().view(torch.int32)
+    bits = t.view(torch.int32)  # same element size: strides (channels-last) kept
     half = 1 << (_TF32_DROPPED_BITS - 1)
     lsb = (bits >> _TF32_DROPPED_BITS) & 1
     rounded = (bits + (half - 1) + lsb) & ~((1 << _TF32_DROPPED_BITS) - 1)
-    finite = torch.isfinite(t)
-    return torch.where(finite, rounded.view(torch.float32), t).view_as(t)
+    return torch.where(torch.isfinite(t), rounded.view(torch.float32), t)
 
 
 def split_tf32(t: Tensor) -> tuple[Tensor, Tensor]:

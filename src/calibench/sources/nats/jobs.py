@@ -16,6 +16,7 @@ from calibench.sources import keys
 from calibench.store import logits as store
 from calibench.atomic import write_json_atomic
 from calibench.inference.jobs import store_chunk_logits
+from calibench.inference.precision import precision_fields
 from calibench.layout import population_path
 from calibench.sources.nats import population as pop
 from calibench.sources.nats.indices import nats_indices
@@ -28,13 +29,13 @@ def key_fields(settings: Mapping, space: str, hp: str, dataset: str, index: int,
     """Exactly what changes one network's logits on one dataset (issue 9): the archive (its
     release name and the SHA-256 of its meta file, recorded in the population) and the
     architecture, hp, seed selection, the evaluation set's content and normalisation, OoD
-    settings and the inference code's version. Paths, device, batch size and loaders do
-    not enter. ``settings``: :func:`calibench.config.settings.inference_settings`."""
+    settings, the inference code's version and a precision other than float32. Paths, device,
+    batch size, loaders and networks per pass do not enter. ``settings``: :func:`calibench.config.settings.inference_settings`."""
     return {
         "archive": {"name": Path(settings["archive"]).name, "meta_sha256": meta_sha256}, "space": space,
         "hp": str(hp), "arch_index": int(index), "arch_str": arch_str, "seeds": settings.get("seeds", "first"),
         "eval_set": keys.eval_set_fields(dataset, settings["datasets_root"]), "ood": keys.ood_fields(dataset, settings["ood"]),
-        "inference_version": INFERENCE_VERSION,
+        "inference_version": INFERENCE_VERSION, **precision_fields(settings.get("precision", "float32")),
     }
 
 
@@ -117,7 +118,8 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                  ", ".join(needed))
         batch_size = int(runtime.get("batch_size", schema_default("batch_size")))
         stream = chunk_logits(archive, todo, eval_sets, device, _seeds(settings), batch_size,
-                              prefetch_depth=max(4, 2 * workers), loader_workers=workers, networks_per_pass=per_pass)
+                              prefetch_depth=max(4, 2 * workers), loader_workers=workers, networks_per_pass=per_pass,
+                              precision=settings.get("precision", "float32"))
         for index, dataset, out in stream:
             if not isinstance(out, list):
                 yield index, dataset, {"seed": out.seed, "source": out.source, "reason": out.reason}

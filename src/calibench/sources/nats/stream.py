@@ -27,6 +27,7 @@ import torch
 
 from calibench.inference.engine import EvalData, Failure, module_logits
 from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
+from calibench.inference.precision import with_precision
 from calibench.sources.nats.networks import TinyNetwork, build_network, inference_network
 from calibench.sources.nats.stacked import StackedNetwork, bucket_entries, resolve_networks_per_pass, stacked_logits
 
@@ -55,13 +56,13 @@ def load_network(entry: ArchiveEntry) -> TinyNetwork:
 
 def network_logits(
     entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int = 1000,
-    net: TinyNetwork | None = None,
+    net: TinyNetwork | None = None, precision: str = "float32",
 ) -> NetworkLogits:
-    """Build, load (strict), convert and run one network (``net``: already loaded); ValueError
-    with the reason if it fails."""
+    """Build, load (strict), convert and run one network (``net``: already loaded) in
+    ``precision`` (:mod:`calibench.inference.precision`); ValueError with the reason if it fails."""
     if net is None:
         net = load_network(entry)
-    fast = inference_network(net).to(device)  # its convolutions are channels-last already
+    fast = with_precision(inference_network(net), precision).to(device)  # channels-last already
     logits, ood = module_logits(fast, eval_data, entry.num_classes, batch_size)
     return NetworkLogits(entry, logits, ood)
 
@@ -76,6 +77,7 @@ def chunk_logits(
     prefetch_depth: int = 4,
     loader_workers: int = 1,
     networks_per_pass: int | str = 1,
+    precision: str = "float32",
 ) -> Iterator[tuple[int, str, list[NetworkLogits] | Failure]]:
     """Logits of a chunk: ``todo`` maps each architecture index to the datasets it still needs.
 
@@ -87,6 +89,7 @@ def chunk_logits(
     ``networks_per_pass``: 1 (each network alone), a larger number (the architectures are
     taken that many at a time and their networks run in buckets of at most that many, see
     the module's note) or ``auto`` (:func:`~calibench.sources.nats.stacked.resolve_networks_per_pass`).
+    ``precision``: the arithmetic of the convolutions (:mod:`calibench.inference.precision`).
     """
     per_pass = resolve_networks_per_pass(networks_per_pass, device)
     datasets = [d for d in eval_sets if any(d in needed for needed in todo.values())]
@@ -94,14 +97,14 @@ def chunk_logits(
     stream = prefetch(archive, list(todo), datasets, seeds, depth, loader_workers)
     if per_pass == 1:
         for index, loaded in stream:
-            yield from _one_by_one(archive, index, loaded, todo[index], eval_sets, device, batch_size)
+            yield from _one_by_one(archive, index, loaded, todo[index], eval_sets, device, batch_size, precision)
         return
     for window in _windows(stream, per_pass):
-        yield from _stacked_window(archive, window, todo, eval_sets, device, batch_size, per_pass)
+        yield from _stacked_window(archive, window, todo, eval_sets, device, batch_size, per_pass, precision)
 
 
 def _one_by_one(archive: NatsArchive, index: int, loaded: list[ArchiveEntry] | ArchiveError, datasets: Sequence[str],
-                eval_sets: Mapping[str, EvalData], device: torch.device, batch_size: int):
+                eval_sets: Mapping[str, EvalData], device: torch.device, batch_size: int, precision: str = "float32"):
     if isinstance(loaded, ArchiveError):
         log.warning("skipping %s", loaded)
         for dataset in datasets:
@@ -112,7 +115,7 @@ def _one_by_one(archive: NatsArchive, index: int, loaded: list[ArchiveEntry] | A
         results: list[NetworkLogits] = []
         for entry in entries:
             try:
-                results.append(network_logits(entry, eval_sets[dataset], device, batch_size))
+                results.append(network_logits(entry, eval_sets[dataset], device, batch_size, precision=precision))
             except (ValueError, RuntimeError) as exc:
                 log.warning("skipping architecture %d %s seed %d (%s): %s", index, dataset, entry.seed,
                             entry.source, exc)
@@ -137,22 +140,22 @@ def _windows(items: Iterable, size: int) -> Iterator[list]:
 
 
 def _alone(entry: ArchiveEntry, net: TinyNetwork, eval_data: EvalData, device: torch.device,
-           batch_size: int) -> NetworkLogits | Exception:
+           batch_size: int, precision: str = "float32") -> NetworkLogits | Exception:
     try:
-        return network_logits(entry, eval_data, device, batch_size, net)
+        return network_logits(entry, eval_data, device, batch_size, net, precision)
     except (ValueError, RuntimeError) as exc:
         return exc
 
 
 def _run_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], eval_data: EvalData, device: torch.device,
-                batch_size: int) -> list[NetworkLogits | Exception]:
+                batch_size: int, precision: str = "float32") -> list[NetworkLogits | Exception]:
     """Each member's logits (or the exception that stopped it), from one stacked pass where it
     works; a failing pass runs them one by one, and a member whose stacked logits are not
     ``(N, K)`` and finite runs again alone (so its failure, if any, is the one-by-one one)."""
     if len(members) == 1:
-        return [_alone(*members[0], eval_data, device, batch_size)]
+        return [_alone(*members[0], eval_data, device, batch_size, precision)]
     try:
-        stack = StackedNetwork([net for _, net in members]).to(device)
+        stack = with_precision(StackedNetwork([net for _, net in members]), precision).to(device)
         logits, ood = stacked_logits(stack, eval_data.images, eval_data.ood, batch_size)
         del stack
     except (ValueError, RuntimeError) as exc:  # out of memory, a network that does not stack, ...
@@ -160,19 +163,20 @@ def _run_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], eval_data: Eval
             torch.cuda.empty_cache()  # what the failed pass held, for the networks one by one
         log.warning("a pass of %d networks (architectures %s, %s) failed, running them one by one: %s", len(members),
                     sorted({e.index for e, _ in members}), eval_data.dataset, exc)
-        return [_alone(entry, net, eval_data, device, batch_size) for entry, net in members]
+        return [_alone(entry, net, eval_data, device, batch_size, precision) for entry, net in members]
     out: list[NetworkLogits | Exception] = []
     for m, (entry, net) in enumerate(members):
         own = logits[m]
         if own.shape != (eval_data.n, entry.num_classes) or not bool(torch.isfinite(own).all()):
-            out.append(_alone(entry, net, eval_data, device, batch_size))
+            out.append(_alone(entry, net, eval_data, device, batch_size, precision))
         else:
             out.append(NetworkLogits(entry, own.clone(), {name: v[m].clone() for name, v in ood.items()}))
     return out
 
 
 def _stacked_window(archive: NatsArchive, window: list, todo: Mapping[int, Sequence[str]],
-                    eval_sets: Mapping[str, EvalData], device: torch.device, batch_size: int, per_pass: int):
+                    eval_sets: Mapping[str, EvalData], device: torch.device, batch_size: int, per_pass: int,
+                    precision: str = "float32"):
     """The window's ``(index, dataset, ...)`` in order, as :func:`_one_by_one` gives them; each
     as soon as it and those before it are done."""
     pairs: list[tuple[int, str]] = []
@@ -221,7 +225,8 @@ def _stacked_window(archive: NatsArchive, window: list, todo: Mapping[int, Seque
     for bucket in bucket_entries([(e.space, e.dataset, e.arch_str) for _, _, e, _ in runs], per_pass):
         members = [runs[i] for i in bucket]
         dataset = members[0][2].dataset
-        results = _run_bucket([(entry, net) for _, _, entry, net in members], eval_sets[dataset], device, batch_size)
+        results = _run_bucket([(entry, net) for _, _, entry, net in members], eval_sets[dataset], device, batch_size,
+                              precision)
         for (pair, k, _, _), result in zip(members, results):
             slots[pair][1][k] = result
         while done < len(pairs) and ready(pairs[done]):
