@@ -3,6 +3,7 @@ network's logits in a bucket against the same network alone (today's path), the 
 properties, and chunk_logits with networks_per_pass > 1 against 1 (order, logits, failures)."""
 
 import functools
+import inspect
 import itertools
 import math
 import random
@@ -355,3 +356,15 @@ def test_networks_per_pass_auto_on_the_cpu_is_todays_path_bit_for_bit(eval_sets,
         want = stream.network_logits(entry, eval_sets[dataset], torch.device("cpu"), 8)
         assert torch.equal(got.logits, want.logits)
         assert all(torch.equal(got.ood_logits[k], want.ood_logits[k]) for k in want.ood_logits)
+
+
+def test_networks_per_pass_enters_no_inference_setting_or_logits_key():
+    from calibench.config import settings
+    from calibench.sources.nats.jobs import key_fields
+
+    config = {"archives": {"sss": "/a/NATS-sss-v1_0-50262-full"}, "seeds": "first", "datasets": ["cifar10"],
+              "datasets_root": "/d", "ood": {"sets": ["gaussian_noise"], "noise_severity": 5}}
+    plain = settings.inference_settings(config, "sss")
+    for per_pass in (1, 64, "auto"):
+        assert settings.inference_settings({**config, "networks_per_pass": per_pass}, "sss") == plain
+    assert "runtime" not in inspect.signature(key_fields).parameters  # the key is made of these settings alone
