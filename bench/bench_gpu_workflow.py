@@ -1045,7 +1045,10 @@ def projection(doc: dict, spaces: list[str], args) -> dict:
                 hours["measurement"] += POPULATION[space] * per / 3600
             found = doc["search"].get(key)
             if found is None:
-                if "ms" in args.stages or "dir" in args.stages:
+                if args.odir != "searched":
+                    notes.append(f"{key}: no search (lambda, mu given: --odir {args.odir})")
+                    complete = False
+                elif "ms" in args.stages or "dir" in args.stages:
                     complete = False
                     notes.append(f"{key}: no search")
                 continue
