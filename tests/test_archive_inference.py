@@ -194,11 +194,11 @@ def test_loaders_follow_the_job_cpus_on_cuda_only(monkeypatch):
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert inference.loader_workers(3, cpu) == 3  # explicit: as configured
     assert inference.loader_workers("auto", cpu) == 1  # loading must not take cores from CPU inference
-    for cpus, threads in (("1", 1), ("4", 3), ("32", 8)):
+    for cpus, threads in (("1", 1), ("4", 3), ("12", 11), ("32", inference.MAX_AUTO_LOADERS)):
         monkeypatch.setenv("SLURM_CPUS_PER_TASK", cpus)
         assert inference.loader_workers("auto", cuda) == threads
     monkeypatch.delenv("SLURM_CPUS_PER_TASK")
-    assert inference.loader_workers("auto", cuda) == max(1, min(8, len(os.sched_getaffinity(0)) - 1))
+    assert inference.loader_workers("auto", cuda) == max(1, min(16, len(os.sched_getaffinity(0)) - 1))
 
 
 def test_a_cuda_device_computes_in_full_float32(monkeypatch):

@@ -27,6 +27,7 @@ OOD_GAUSSIAN = "gaussian_noise"
 OOD_SVHN = "svhn"
 
 
+MAX_AUTO_LOADERS = 16  # a GPU node's cores, less one for the job itself
 GPU_ALLOCATION_VARIABLES = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE")
 
 
@@ -86,14 +87,15 @@ def resolve_device(device: str = "auto") -> torch.device:
 def loader_workers(setting: int | str, device: torch.device) -> int:
     """Archive loaders running ahead of compute (config ``loader_workers``; see
     :func:`calibench.sources.nats.archive.prefetch`). ``auto``: on CUDA every CPU of the job but one, at
-    most 8, since one loader reads a real TSS archive in about 2 s, far slower than a GPU
-    evaluates it; on the CPU one, so that loading does not take cores from inference."""
+    most :data:`MAX_AUTO_LOADERS`, since one loader reads a real TSS archive in about 2 s, far slower
+    than a GPU evaluates it (a pass is 14.5 core-hours of bz2: BENCHMARKS.md); on the CPU one, so
+    that loading does not take cores from inference."""
     if setting != "auto":
         return int(setting)
     if device.type != "cuda":
         return 1
     cpus = int(os.environ.get("SLURM_CPUS_PER_TASK", "0")) or len(os.sched_getaffinity(0))
-    return max(1, min(8, cpus - 1))
+    return max(1, min(MAX_AUTO_LOADERS, cpus - 1))
 
 
 @dataclass
