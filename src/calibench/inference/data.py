@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import functools
 import io
 import json
 import os
@@ -75,6 +76,7 @@ class EvalSet:
     labels: np.ndarray
     dataset: str
     source: Path
+    rows: np.ndarray | None = None  # the file's rows this set holds (sorted), None: every row
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -206,14 +208,61 @@ def _scipy_io():
     return scipy.io
 
 
-def load_svhn_test(path: str | os.PathLike) -> EvalSet:
+def _svhn_file(path: str | os.PathLike) -> Path:
+    path = Path(path)
+    return path / SVHN_TEST_FILE if path.is_dir() else path
+
+
+def svhn_test_size(path: str | os.PathLike) -> int:
+    """The number of images in SVHN's ``test_32x32.mat`` (26,032 in the real file), read from the
+    file's variable headers without loading the images."""
+    path = _svhn_file(path)
+    if not path.exists():
+        raise _missing(path, "SVHN test set")
+    st = path.stat()
+    return _svhn_test_size(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _svhn_test_size(path: str, size: int, mtime_ns: int) -> int:
+    try:
+        shapes = {name: shape for name, shape, _ in _scipy_io().whosmat(path)}
+    except Exception as e:
+        raise ValueError(f"SVHN test set: {path} is not a readable MATLAB v5 file ({type(e).__name__}: {e})") from e
+    shape = shapes.get("X")
+    if shape is None or len(shape) != 4 or tuple(shape[:3]) != (32, 32, 3):
+        raise ValueError(f"SVHN test set: {path}: 'X' has shape {shape}, expected (32, 32, 3, N)")
+    return int(shape[3])
+
+
+def svhn_subset_rows(total: int, subset: int | None, seed: int = 0, source: object = "SVHN test set"
+                     ) -> np.ndarray | None:
+    """The rows of an SVHN test set of ``total`` images that ``ood.svhn_subset`` selects: None
+    (every image) for ``subset`` None or equal to ``total``; else ``subset`` distinct rows drawn by
+    ``numpy.random.default_rng(seed)`` (``choice`` without replacement), sorted, int64. A subset
+    larger than the set is a ValueError naming ``source`` and both sizes (not silently all
+    images: the setting would then not mean what it says)."""
+    if subset is None:
+        return None
+    if isinstance(subset, bool) or not isinstance(subset, (int, np.integer)) or subset < 1:
+        raise ValueError(f"ood.svhn_subset must be null or an integer >= 1, got {subset!r}")
+    if subset > total:
+        raise ValueError(f"ood.svhn_subset = {subset} is larger than the SVHN test set {source}, which holds "
+                         f"{total} images; set it to at most {total}, or null for every image")
+    if subset == total:
+        return None
+    rows = np.random.default_rng(int(seed)).choice(int(total), size=int(subset), replace=False)
+    return np.sort(rows).astype(np.int64)
+
+
+def load_svhn_test(path: str | os.PathLike, subset: int | None = None, seed: int = 0) -> EvalSet:
     """Read SVHN's ``test_32x32.mat`` (metrics-spec.md, "OoD AUROC"); a directory means the file in it.
 
     MATLAB v5 file: ``X`` uint8 ``32 x 32 x 3 x N``, ``y`` ``N x 1`` in 1..10 where 10 is the digit 0.
-    Returns ``dataset="svhn"``, images ``N x 3 x 32 x 32``, labels = digits 0..9."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / SVHN_TEST_FILE
+    Returns ``dataset="svhn"``, images ``N x 3 x 32 x 32``, labels = digits 0..9. ``subset``
+    (``ood.svhn_subset``): only the rows :func:`svhn_subset_rows` draws with ``seed``, in file
+    order, recorded in ``rows``."""
+    path = _svhn_file(path)
     what = "SVHN test set"
     if not path.exists():
         raise _missing(path, what)
@@ -234,8 +283,11 @@ def load_svhn_test(path: str | os.PathLike) -> EvalSet:
     if y.dtype.kind == "f" and np.all(y == np.round(y)):  # MATLAB doubles are fine if integral
         y = y.astype(np.int64)
     labels = _label_vector(y, "y", n, 1, 10, path, what) % 10
+    rows = svhn_subset_rows(n, subset, seed, path)
+    if rows is not None:
+        X, labels = X[..., rows], labels[rows]
     images = np.ascontiguousarray(X.transpose(3, 2, 0, 1))
-    return EvalSet(images=images, labels=labels, dataset="svhn", source=path)
+    return EvalSet(images=images, labels=labels, dataset="svhn", source=path, rows=rows)
 
 
 # --------------------------------------------------------------------------- writing

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -126,8 +126,11 @@ def load_eval_data(
     svhn_path: str | Path | None = None,
     noise_severity: int = 5,
     noise_seed: int = 0,
+    svhn_subset: int | None = None,
+    svhn_subset_seed: int = 0,
 ) -> EvalData:
-    """Read the test set once; OoD sets (CIFAR-10 only): Gaussian-noise CIFAR-10-C and SVHN."""
+    """Read the test set once; OoD sets (CIFAR-10 only): Gaussian-noise CIFAR-10-C and SVHN, all
+    of it or the seeded subset ``svhn_subset`` (:func:`calibench.inference.data.svhn_subset_rows`)."""
     device = torch.device(device)
     eval_set = data_io.load_eval_set(dataset, root)
     out = EvalData(
@@ -141,8 +144,21 @@ def load_eval_data(
             noisy = data_io.gaussian_noise(eval_set.images, severity=noise_severity, seed=noise_seed)
             out.ood[OOD_GAUSSIAN] = _to_device(noisy, dataset, device)
         if OOD_SVHN in ood and svhn_path is not None:
-            out.ood[OOD_SVHN] = _to_device(data_io.load_svhn_test(svhn_path).images, dataset, device)
+            svhn = data_io.load_svhn_test(svhn_path, subset=svhn_subset, seed=svhn_subset_seed)
+            out.ood[OOD_SVHN] = _to_device(svhn.images, dataset, device)
     return out
+
+
+def ood_options(ood: Mapping) -> dict:
+    """The keyword arguments of :func:`load_eval_data` that the config's ``ood`` section gives
+    (the schema's defaults for the keys it leaves out)."""
+    from calibench.config.check import schema_default
+
+    def get(key):
+        return ood[key] if key in ood else schema_default("ood", key)
+
+    return {"ood": tuple(ood["sets"]), "svhn_path": ood.get("svhn"), "noise_severity": ood["noise_severity"],
+            "svhn_subset": get("svhn_subset"), "svhn_subset_seed": get("svhn_subset_seed")}
 
 
 @dataclass(frozen=True)

@@ -216,13 +216,12 @@ def _eval_data(settings: Mapping, space: str, dataset: str, device, transform: C
     """The evaluation set (and CIFAR-10's OoD sets) on the device, through ``transform`` if given."""
     import torch
 
-    from calibench.inference.engine import EvalData, load_eval_data
+    from calibench.inference.engine import EvalData, load_eval_data, ood_options
 
     ood = settings["ood"]
     if dataset not in settings.get("data", {}):
         if transform is None:
-            return load_eval_data(dataset, settings["datasets_root"], device=device, ood=tuple(ood["sets"]),
-                                  svhn_path=ood.get("svhn"), noise_severity=ood["noise_severity"])
+            return load_eval_data(dataset, settings["datasets_root"], device=device, **ood_options(ood))
         raw = load_eval_data(dataset, settings["datasets_root"], device="cpu", ood=())  # labels and source
         from calibench.inference.data import gaussian_noise, load_eval_set, load_svhn_test
 
@@ -232,7 +231,9 @@ def _eval_data(settings: Mapping, space: str, dataset: str, device, transform: C
             if "gaussian_noise" in ood["sets"]:
                 sets["gaussian_noise"] = gaussian_noise(images, severity=ood["noise_severity"], seed=0)
             if "svhn" in ood["sets"] and ood.get("svhn"):
-                sets["svhn"] = load_svhn_test(ood["svhn"]).images
+                options = ood_options(ood)
+                sets["svhn"] = load_svhn_test(ood["svhn"], subset=options["svhn_subset"],
+                                              seed=options["svhn_subset_seed"]).images
         return EvalData(dataset, torch.as_tensor(transform(torch.from_numpy(images))).to(device), raw.labels.to(device),
                         raw.source, {k: torch.as_tensor(transform(torch.from_numpy(v))).to(device) for k, v in sets.items()})
     entry = settings["data"][dataset]

@@ -100,7 +100,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     eval_sets = {}
 
     def produce(todo):
-        from calibench.inference.engine import load_eval_data, loader_workers, resolve_device
+        from calibench.inference.engine import load_eval_data, loader_workers, ood_options, resolve_device
         from calibench.sources.nats.archive import NatsArchive
         from calibench.sources.nats.stacked import resolve_networks_per_pass
         from calibench.sources.nats.stream import chunk_logits
@@ -108,8 +108,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
         device = resolve_device(runtime.get("device", "auto"))
         ood = settings["ood"]
         needed = [d for d in datasets if any(d in v for v in todo.values())]
-        eval_sets.update({d: load_eval_data(d, settings["datasets_root"], device=device, ood=tuple(ood["sets"]),
-                                            svhn_path=ood.get("svhn"), noise_severity=ood["noise_severity"])
+        eval_sets.update({d: load_eval_data(d, settings["datasets_root"], device=device, **ood_options(ood))
                           for d in needed})
         archive = NatsArchive(settings["archive"], space, hp)
         workers = loader_workers(runtime.get("loader_workers", schema_default("loader_workers")), device)
