@@ -237,6 +237,30 @@ def infer_gpus(wildcards):
     return 0 if spec.get("source") == "logits" else INFER_GPUS
 
 
+def job_gpus(wildcards):
+    """GPUs of a measurement or lambda, mu search job: one unless the config runs on the CPU."""
+    return INFER_GPUS
+
+
+# SLURM partitions, set once by the user in the environment (README, "Running on a cluster"):
+# a job that asks for a GPU goes to CALIBENCH_SLURM_GPU_PARTITION, one of the same rules that
+# asks for none (device: cpu, a logits population's import) to CALIBENCH_SLURM_CPU_PARTITION
+# (the profile gives that one to every other rule), an unset one to the cluster's default.
+# Resources, not params: a partition changes no output and reruns nothing. With neither set,
+# the rules declare no partition, so a --default-resources slurm_partition applies as before.
+GPU_PARTITION_ENV, CPU_PARTITION_ENV = "CALIBENCH_SLURM_GPU_PARTITION", "CALIBENCH_SLURM_CPU_PARTITION"
+
+
+def gpu_resources(gpus_of):
+    """A GPU rule's resources: ``gpu`` (scoped local, so grouped jobs share their job's GPU) and,
+    where the environment names partitions, the ``slurm_partition`` that fits the job's GPUs."""
+    gpu_partition, cpu_partition = os.environ.get(GPU_PARTITION_ENV), os.environ.get(CPU_PARTITION_ENV)
+    if not (gpu_partition or cpu_partition):
+        return {"gpu": gpus_of}
+    return {"gpu": gpus_of,
+            "slurm_partition": lambda wildcards: (gpu_partition if gpus_of(wildcards) else cpu_partition) or None}
+
+
 def odir_manifests(wildcards):
     """Inference manifests of the chunks that hold the search's seeded sample of networks."""
     population = checkpoints.population.get(space=space_of(wildcards)).output[0]

@@ -50,7 +50,7 @@ rule infer:
         benchmark_file("infer/{target}_chunk{chunk}")
     resources:
         runtime=infer_runtime,
-        gpu=infer_gpus,
+        **gpu_resources(infer_gpus),
     params:
         settings=lambda wildcards: stage_json(stage.inference_settings(config, space_of(wildcards))),
         results=results_of(3),

@@ -15,6 +15,8 @@ rule measure:
         log_file("measure/{target}_{dataset}_chunk{chunk}"),
     benchmark:
         benchmark_file("measure/{target}_{dataset}_chunk{chunk}")
+    resources:
+        **gpu_resources(job_gpus),
     params:
         settings=stage_json(stage.measurement_settings(config)),
         results=results_of(3),

@@ -16,6 +16,8 @@ rule odir_search:
         log_file("odir_search/{target}_{dataset}"),
     benchmark:
         benchmark_file("odir_search/{target}_{dataset}")
+    resources:
+        **gpu_resources(job_gpus),
     params:
         settings=stage_json(stage.odir_search_settings(config)),
         results=results_of(1),
