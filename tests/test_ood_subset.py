@@ -182,3 +182,17 @@ def test_the_config_check_accepts_a_subset_and_a_seed():
     config["ood"]["svhn_subset_seed"] = -1
     with pytest.raises(ConfigError, match=r"ood\.svhn_subset_seed = -1: -1 is less than the minimum of 0"):
         check(config, schema=SCHEMA)
+
+
+def test_inference_params_of_a_finished_run_do_not_change_while_the_subset_is_off():
+    """Snakemake fills the schema's defaults (svhn_subset null, seed 0) into the config: the
+    inference rules' params must stay what they were before the setting existed, or a finished
+    run would replan every inference job (and, through the manifests, everything after it)."""
+    from calibench.config.settings import inference_settings
+
+    before = {"archives": {"tss": "a"}, "seeds": "first", "datasets": ["cifar10"], "datasets_root": "d",
+              "ood": {"sets": ["gaussian_noise", "svhn"], "noise_severity": 5, "svhn": "s.mat"}}
+    now = {**before, "ood": {**before["ood"], "svhn_subset": None, "svhn_subset_seed": 0}}
+    assert inference_settings(now, "tss") == inference_settings(before, "tss")
+    on = {**before, "ood": {**before["ood"], "svhn_subset": 1000, "svhn_subset_seed": 0}}
+    assert inference_settings(on, "tss")["ood"]["svhn_subset"] == 1000

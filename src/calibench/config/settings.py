@@ -166,6 +166,17 @@ def population_settings(config: Mapping, space: str) -> dict:
             "python_path": [str(p) for p in spec.get("python_path") or []], "chunk_size": chunk_size}
 
 
+def ood_settings(ood: Mapping) -> dict:
+    """The ``ood`` section as inference's params carry it: without ``svhn_subset`` and its seed
+    while the subset is off (null), so runs finished before the setting existed keep their
+    params and plan nothing."""
+    ood = dict(ood)
+    if ood.get("svhn_subset") is None:
+        ood.pop("svhn_subset", None)
+        ood.pop("svhn_subset_seed", None)
+    return ood
+
+
 def inference_settings(config: Mapping, space: str) -> dict:
     """What an inference job's logits depend on: the space's archive, seeds, datasets and
     evaluation data, and the inference code's version. A logits population: its directory
@@ -175,7 +186,7 @@ def inference_settings(config: Mapping, space: str) -> dict:
         # precision enters only where it is not float32, so runs from before the setting keep their params
         precision = config.get("precision", "float32")
         return {"archive": config["archives"][space], "seeds": config["seeds"], "datasets": list(config["datasets"]),
-                "datasets_root": config["datasets_root"], "ood": dict(config["ood"]),
+                "datasets_root": config["datasets_root"], "ood": ood_settings(config["ood"]),
                 "inference_version": INFERENCE_VERSION, **({"precision": precision} if precision != "float32" else {})}
     spec = populations(config)[space]
     if spec["source"] == "logits":
@@ -186,7 +197,7 @@ def inference_settings(config: Mapping, space: str) -> dict:
             "transform": _callable_fingerprint(spec["transform"], python_path) if spec.get("transform") else None,
             "python_path": [str(p) for p in python_path or []], "datasets": [str(d) for d in spec.get("datasets") or []],
             "data": {str(k): _own_data_fingerprint(v, python_path) for k, v in (spec.get("data") or {}).items()},
-            "datasets_root": config["datasets_root"], "ood": dict(config["ood"]), "version": spec.get("version"),
+            "datasets_root": config["datasets_root"], "ood": ood_settings(config["ood"]), "version": spec.get("version"),
             "inference_version": INFERENCE_VERSION}
 
 
