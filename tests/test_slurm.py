@@ -61,7 +61,8 @@ def _slurm_conf(state: Path) -> str:
         "GresTypes=gpu",
         f"NodeName=localhost NodeHostname={socket.gethostname()} CPUs={os.cpu_count()} RealMemory=8000 Gres=gpu:2 "
         "State=UNKNOWN",
-        "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP", ""])
+        "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP",
+        "PartitionName=gpu Nodes=localhost Default=NO MaxTime=INFINITE State=UP", ""])  # the GPU jobs' partition
 
 
 @pytest.fixture(scope="module")
@@ -126,6 +127,21 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 CONFIG = ["--configfile", "tiny.yaml"]  # nargs="+": targets must come before it
 SLURM_ARGS = ["--profile", "profiles/slurm", *LOCAL_PARTITION, "--set-resources", *SET_RESOURCES]
 TABLE = "results/tables/sss_90_cifar10.parquet"
+# The partitions a user sets once (profiles/slurm/config.yaml): GPU jobs to "gpu", the rest to "debug".
+PARTITIONS = {**os.environ, "CALIBENCH_SLURM_GPU_PARTITION": "gpu", "CALIBENCH_SLURM_CPU_PARTITION": "debug"}
+
+
+def _slurm_jobs(workdir: Path) -> list[dict]:
+    """The SLURM jobs a run in ``workdir`` submitted (the controller keeps finished ones for MinJobAge):
+    rule (the plugin's comment), partition and the GPUs asked for (TresPerJob, from --gpus)."""
+    jobs = []
+    for line in _run(["scontrol", "-o", "show", "job"]).stdout.splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        if fields.get("WorkDir") == str(workdir):
+            gpus = re.search(r"gpu:(\d+)", fields.get("TresPerJob", ""))
+            jobs.append({"id": fields["JobId"], "rule": re.sub(r"^rule_|_wildcards_.*$", "", fields.get("Comment", "")),
+                         "partition": fields["Partition"], "gpus": int(gpus.group(1)) if gpus else 0})
+    return jobs
 
 
 def _stored_times(workdir: Path) -> dict:
@@ -191,7 +207,7 @@ def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, local
     cluster = _cluster_project(tmp_path / "cluster", local_run)
     # First run: cancel the first inference job that SLURM starts.
     run = subprocess.Popen(SNAKEMAKE + [TABLE] + SLURM_ARGS + CONFIG, cwd=cluster, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True)
+                           stderr=subprocess.STDOUT, text=True, env=PARTITIONS)
     cancelled = None
     deadline = time.time() + 600
     while time.time() < deadline and cancelled is None and run.poll() is None:
@@ -211,8 +227,13 @@ def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, local
     assert len(list((cluster / "results" / "chunks" / "infer" / "sss_90").glob("*.json"))) == 1
     survivors = _stored_times(cluster)
 
-    proc = _run(SNAKEMAKE + [TABLE] + SLURM_ARGS + CONFIG, cwd=cluster, timeout=900)
+    proc = _run(SNAKEMAKE + [TABLE] + SLURM_ARGS + CONFIG, cwd=cluster, timeout=900, env=PARTITIONS)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    # device: cpu: the GPU rules' jobs ask for no GPU and go, like the CPU rules' (table), to the CPU partition.
+    jobs = _slurm_jobs(cluster)
+    assert {"infer", "measure", "table"} <= {job["rule"] for job in jobs}, jobs
+    assert all(job["partition"] == "debug" and job["gpus"] == 0 for job in jobs), jobs
 
     # Every inference job ran as a SLURM job (its log names the job id), the cancelled one included.
     ids = _job_ids(cluster)
@@ -232,20 +253,31 @@ def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, local
 
 
 def test_chunks_grouped_per_gpu_run_in_one_slurm_job(slurm, local_run, tmp_path):
-    """--groups packs chunks into one SLURM job with one GPU (gpu is scoped local), run in series."""
+    """--groups packs chunks into one SLURM job with one GPU (gpu is scoped local), run in series and
+    in dependency order: here two chunks' inference and measurement in one group (this config gives
+    lambda, mu; with the search the README keeps them in two groups, which Snakemake schedules the same way)."""
     cluster = _cluster_project(tmp_path / "grouped", local_run)
     # device: cpu asks for no GPU; the user's --set-resources asks for one anyway, to see it shared.
     group = ["--profile", "profiles/slurm", *LOCAL_PARTITION, "--set-resources", *SET_RESOURCES, "infer:gpu=1",
-             "--groups", "infer=gpu", "--group-components", "gpu=2", "--resources", "gpu=1"]
-    chunks = [f"results/chunks/infer/sss_90/chunk{i:05d}.json" for i in (0, 1)]  # inference only: what is grouped
+             "measure:gpu=1", "--groups", "infer=gpu", "measure=gpu", "--group-components", "gpu=2", "--resources", "gpu=1"]
+    chunks = [f"results/chunks/measure/sss_90_cifar10/chunk{i:05d}.json" for i in (0, 1)]
     proc = _run(SNAKEMAKE + chunks + group + CONFIG, cwd=cluster, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ids = _job_ids(cluster)
     assert len(ids) == 2
     (job, gpus), = set(ids.values())  # both chunks: the same SLURM job, the same single fake GPU
     assert gpus.isdigit(), gpus
+    # One SLURM job in all, one GPU: the four jobs one after another, each measurement after its inference.
+    jobs = _slurm_jobs(cluster)
+    assert len(jobs) == 1 and jobs[0]["gpus"] == 1 and jobs[0]["id"] == job, jobs
     group_logs = list((cluster / "results" / "logs" / "slurm").glob("group_*/**/*.log"))
     assert len(group_logs) == 1, group_logs
+    logs = cluster / "results" / "logs"
+    spans = {i: (_log_span(logs / f"infer/sss_90_chunk{i:05d}.log"), _log_span(logs / f"measure/sss_90_cifar10_chunk{i:05d}.log"))
+             for i in (0, 1)}
+    assert all(infer[1] <= measure[0] for infer, measure in spans.values()), spans
+    ordered = sorted(span for pair in spans.values() for span in pair)
+    assert all(a[1] <= b[0] for a, b in zip(ordered, ordered[1:])), ordered
     # In series on the one GPU: the second chunk starts after the first has finished.
     spans = sorted(_log_span(log) for log in (cluster / "results" / "logs" / "infer").glob("*.log"))
     assert spans[0][1] <= spans[1][0], spans
@@ -256,18 +288,34 @@ def test_inference_job_given_a_gpu_without_cuda_fails_clearly(slurm, local_run, 
     """device: auto asks SLURM for a GPU; a node whose torch cannot see it stops with a message."""
     cluster = _cluster_project(tmp_path / "nocuda", local_run)
     target = "results/chunks/infer/sss_90/chunk00000.json"
-    proc = _run(SNAKEMAKE + [target] + SLURM_ARGS + ["--config", "device=auto"] + CONFIG, cwd=cluster, timeout=600)
+    proc = _run(SNAKEMAKE + [target] + SLURM_ARGS + ["--config", "device=auto"] + CONFIG, cwd=cluster, timeout=600,
+                env=PARTITIONS)
     assert proc.returncode != 0
+    (job,) = _slurm_jobs(cluster)  # submitted to the GPU partition with one GPU
+    assert (job["rule"], job["partition"], job["gpus"]) == ("infer", "gpu", 1), job
     text = (cluster / "results" / "logs" / "infer" / "sss_90_chunk00000.log").read_text()
     assert re.search(r"GPUs allocated: \d", text), text
     assert "but torch sees no CUDA device" in text and "device: cpu" in text, text
     assert "Traceback" not in text, text  # a configuration error, said plainly
     assert not list((cluster / "results" / "logits").rglob("arch=*.parquet"))
 
+    # The other GPU rules ask the same (a dry run: their resources are what the plugin turns into -p and --gpus);
+    # the CPU rules ask for no GPU and go to the CPU partition.
+    (cluster / "search.yaml").write_text("recalibration: {odir: {ms: {lambda: null, mu: null}}}\n")
+    proc = _run(SNAKEMAKE + [TABLE, "-n"] + SLURM_ARGS + ["--config", "device=auto", "--configfile", "tiny.yaml",
+                                                          "search.yaml"], cwd=cluster, timeout=300, env=PARTITIONS)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    planned = {rule: dict(re.findall(r"(\w+)=([^,]*)", resources)) for rule, resources in
+               re.findall(r"^rule (\w+):\n(?:[ \t]+.*\n)*?[ \t]+resources: (.*)$", proc.stdout + proc.stderr, re.M)}
+    for rule, (gpus, partition) in {"infer": ("1", "gpu"), "measure": ("1", "gpu"), "odir_search": ("1", "gpu"),
+                                    "table": ("0", "debug")}.items():
+        assert (planned[rule]["gpu"], planned[rule]["slurm_partition"]) == (gpus, partition), (rule, planned[rule])
+
 
 def test_a_logits_population_runs_on_slurm_and_asks_for_no_gpu(slurm, tmp_path):
     """A population beyond NATS-Bench goes through the same rules and profile; importing files
-    needs no GPU, so its jobs ask for none even where the config's device is auto."""
+    needs no GPU, so its import jobs ask for none even where the config's device is auto (its
+    measurements would ask for one, which these fake GPUs cannot give: here they are told not to)."""
     import numpy as np
 
     config = {"spaces": [], "minibench": {**TINY["minibench"], "build": False}, "bins": [5, 15],
@@ -286,7 +334,7 @@ def test_a_logits_population_runs_on_slurm_and_asks_for_no_gpu(slurm, tmp_path):
     local = ["results/population/zoo.json", "results/logits/labels/space=zoo/dataset=cifar10.parquet"]
     proc = _run(SNAKEMAKE + local + ["--cores", "2"] + CONFIG, cwd=cluster, timeout=300)
     assert proc.returncode == 0 and (cluster / "results/population/zoo.json").is_file(), proc.stderr[-3000:]
-    proc = _run(SNAKEMAKE + target + SLURM_ARGS + CONFIG, cwd=cluster, timeout=900)
+    proc = _run(SNAKEMAKE + target + SLURM_ARGS + ["measure:gpu=0"] + CONFIG, cwd=cluster, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ids = _job_ids(cluster)
     assert sorted(ids) == ["zoo_chunk00000.log", "zoo_chunk00001.log"]
