@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from calibench.inference.precision import PRECISIONS, precision_fields, round_to_tf32, split_tf32, with_precision
-from calibench.sources.nats.networks import build_network, inference_network
+from calibench.sources.nats.networks import inference_network
 
 
 def _tf32_oracle(x: np.ndarray) -> np.ndarray:
@@ -37,19 +37,9 @@ def test_rounding_to_tf32_is_to_nearest_even_and_the_split_is_exact():
 
 
 def _randomised(space: str, arch: str) -> nn.Module:
-    g = torch.Generator().manual_seed(5)
-    net = build_network(space, arch, 100)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)):
-                m.weight.normal_(0, (2 / m.weight[0].numel()) ** 0.5, generator=g)
-            elif isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5, generator=g)
-                m.bias.normal_(0, 0.2, generator=g)
-                m.reset_running_stats()
-                m.momentum = None
-        net.train()(torch.randn(8, 3, 32, 32, generator=g))
-    return net.eval()
+    from test_stacked_inference import _randomised as randomised  # one random-weights helper for the tests
+
+    return randomised(space, arch, 100, seed=5)
 
 
 @pytest.mark.parametrize("space, arch", [("sss", "8:64:8:64:8"),
