@@ -41,24 +41,11 @@ from torch import nn
 from calibench.inference.engine import resolve_device
 from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, parse_sss
 from calibench.sources.nats.minibench import sample_sss_archs
-from calibench.sources.nats.networks import build_network, inference_network
+from calibench.sources.nats.networks import build_network, inference_network, randomise_
 from calibench.sources.nats.stacked import StackedNetwork, sss_buckets, sss_multiply_adds, stacked_logits
 
 
-def randomise(net: nn.Module, seed: int) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)):
-                m.weight.normal_(0, (2 / m.weight[0].numel()) ** 0.5, generator=g)
-                if m.bias is not None:
-                    m.bias.normal_(0, 0.1, generator=g)
-            elif isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5, generator=g)
-                m.bias.normal_(0, 0.2, generator=g)
-                m.running_mean.normal_(0, 0.2, generator=g)
-                m.running_var.uniform_(0.5, 2.0, generator=g)
-    return net.eval()
+randomise = randomise_
 
 
 def _sync(device: torch.device) -> None:

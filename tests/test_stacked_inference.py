@@ -17,7 +17,7 @@ from calibench.inference import engine as inference
 from calibench.sources.nats import stacked, stream
 from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, check_datasets
 from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES
-from calibench.sources.nats.networks import build_network, inference_network, multiply_adds
+from calibench.sources.nats.networks import build_network, inference_network, multiply_adds, randomise_
 from calibench.sources.nats.stacked import (
     StackedNetwork, bucket_entries, resolve_networks_per_pass, sss_buckets, sss_multiply_adds, stacked_logits,
 )
@@ -34,21 +34,7 @@ def _one_thread():
 
 
 def _randomised(space: str, arch: str, num_classes: int, seed: int) -> nn.Module:
-    """He-scaled weights, random batch-norm affine parameters and running statistics (folding matters)."""
-    g = torch.Generator().manual_seed(seed)
-    net = build_network(space, arch, num_classes)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)):
-                m.weight.normal_(0, (2 / m.weight[0].numel()) ** 0.5, generator=g)
-                if m.bias is not None:
-                    m.bias.normal_(0, 0.1, generator=g)
-            elif isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5, generator=g)
-                m.bias.normal_(0, 0.2, generator=g)
-                m.running_mean.normal_(0, 0.2, generator=g)
-                m.running_var.uniform_(0.5, 2.0, generator=g)
-    return net.eval()
+    return randomise_(build_network(space, arch, num_classes), seed)
 
 
 def _images(n: int = 12, seed: int = 0) -> torch.Tensor:

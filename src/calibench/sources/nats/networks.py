@@ -155,6 +155,25 @@ def build_network(space: str, arch_str: str, num_classes: int) -> TinyNetwork:
     raise ValueError(f"unknown search space {space!r} (expected 'tss' or 'sss')")
 
 
+def randomise_(net: nn.Module, seed: int) -> nn.Module:
+    """In place, for tests and benchmarks: He-scaled random weights (biases N(0, 0.1)) and random
+    batch-norm parameters and running statistics, so that folding matters; returns ``net`` in
+    eval mode."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                m.weight.normal_(0, (2 / m.weight[0].numel()) ** 0.5, generator=g)
+                if m.bias is not None:
+                    m.bias.normal_(0, 0.1, generator=g)
+            elif isinstance(m, nn.BatchNorm2d):
+                m.weight.uniform_(0.5, 1.5, generator=g)
+                m.bias.normal_(0, 0.2, generator=g)
+                m.running_mean.normal_(0, 0.2, generator=g)
+                m.running_var.uniform_(0.5, 2.0, generator=g)
+    return net.eval()
+
+
 def count_parameters(net: nn.Module) -> float:
     """Parameters in millions (1e6, not 2**20), as NATS-Bench records ``params``
     (xautodl ``count_parameters_in_MB``: all parameters, no buffers)."""
