@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from calibench.integrity import DamagedFile
 from calibench import layout
 from calibench.store import logits as store
 from calibench.sources.nats import jobs as nats_jobs
@@ -137,7 +138,7 @@ def test_truncated_or_foreign_files_are_not_valid(tmp_path, rng):
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     assert not store.is_valid(path, key)
-    with pytest.raises(store.StoreError, match=str(path.name)):
+    with pytest.raises(DamagedFile, match=f"{path.name}: damaged"):
         store.read_network_logits(path)
     foreign = tmp_path / "foreign.parquet"
     pq.write_table(pq.read_table(store.write_labels(tmp_path / "l.parquet", labels, dataset="cifar10", key="k",

@@ -118,7 +118,8 @@ def test_a_table_built_over_a_damaged_shard_reports_it_and_goes_on(finished, tmp
     assert sorted(wide["arch_index"]) == [0, 1]
     rows = pd.read_parquet(failed)
     assert list(rows["arch_index"]) == [2] and rows["stage"].iloc[0] == "table"
-    assert rows["reason"].iloc[0].startswith("shard unreadable (ArrowInvalid")
+    assert rows["reason"].iloc[0].startswith("shard damaged since it was measured (not a parquet file")
+    assert not (results / SHARDS.split("results/")[1] / "arch=000002.parquet").exists()  # set aside
     assert table_metadata(out)["coverage"] == {"selected": 3, "measured": 2, "missing": [2]}
 
 

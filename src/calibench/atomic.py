@@ -44,7 +44,11 @@ def atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], o
 
 
 def write_json_atomic(obj, path: str | os.PathLike) -> Path:
-    payload = json.dumps(obj, indent=1).encode()
+    """A JSON object written atomically with its content check
+    (:func:`calibench.integrity.sealed_json`; read back with :func:`calibench.integrity.read_json`)."""
+    from calibench.integrity import sealed_json
+
+    payload = json.dumps(sealed_json(obj), indent=1).encode()
     return atomic_write(path, lambda f: f.write(payload))
 
 

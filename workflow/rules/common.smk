@@ -4,7 +4,7 @@ import re
 import sys
 from pathlib import Path
 
-from calibench import layout
+from calibench import integrity, layout
 from calibench.results import provenance
 from calibench.config import settings as stage
 
@@ -182,8 +182,7 @@ def chunk_files(wildcards):
     if not Path(spec["path"], "models.csv").is_file():
         return labels
     population = checkpoints.population.get(space=space).output[0]
-    with open(population) as f:
-        doc = json.load(f)
+    doc = integrity.read_json(population)
     names = [doc["arch_strs"][i] for i in doc["chunks"][int(wildcards.chunk)]]
     return labels + [str(p) for d in DATASETS[space] for n in names if (p := Path(spec["path"], d, f"{n}.npz")).is_file()]
 
@@ -195,8 +194,7 @@ def stage_json(settings):
 def n_chunks(space):
     """Chunks of a space: known once its population is written (the checkpoint)."""
     population = checkpoints.population.get(space=space).output[0]
-    with open(population) as f:
-        return len(json.load(f)["chunks"])
+    return len(integrity.read_json(population)["chunks"])
 
 
 def measure_manifests(wildcards):
@@ -264,8 +262,7 @@ def gpu_resources(gpus_of):
 def odir_manifests(wildcards):
     """Inference manifests of the chunks that hold the search's seeded sample of networks."""
     population = checkpoints.population.get(space=space_of(wildcards)).output[0]
-    with open(population) as f:
-        doc = json.load(f)
+    doc = integrity.read_json(population)
     search = stage.odir_search_settings(config)
     sample = set(stage.search_sample(doc["selected"], search["networks"], search["seed"]))
     chunks = [i for i, chunk in enumerate(doc["chunks"]) if sample & set(chunk)]

@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibench import layout
+from calibench import integrity, layout
 from calibench.analysis.tau_b import kendall_tau
 from calibench.results import interop
 from calibench.results.tables import NATS_INDEX, PROVENANCE, table_metadata
@@ -411,7 +411,7 @@ def read_table(ref: TableRef, columns: Sequence[str] | None = None) -> tuple[pd.
     if ref.results is not None:
         record = layout.odir_path(ref.results, layout.target_name(ref.key[0], ref.key[1]), ref.key[2])
         if record.is_file():
-            odir = json.loads(record.read_text())
+            odir = integrity.read_json(record)
     return frame, table_settings(table_metadata(ref.path), odir)
 
 

@@ -31,6 +31,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from calibench import integrity
 from calibench.atomic import write_json_atomic
 from calibench.layout import NATS_SPACES, analysis_dir, part_manifest, part_plots_dir
 
@@ -60,6 +61,7 @@ def run_part(part: str, settings: Mapping, tables: Sequence[str | Path], results
     :func:`calibench.config.settings.analysis_part_settings` of the part; ``threads``: what a
     part that computes in threads (kendall) may use (the numbers do not depend on it)."""
     results = Path(results)
+    integrity.verify(tables)  # every byte of the tables checked before any is used
     runner = module(part).run
     runtime = {"threads": threads} if "threads" in inspect.signature(runner).parameters else {}
     analysis_dir(results).mkdir(parents=True, exist_ok=True)
@@ -73,6 +75,10 @@ def run_part(part: str, settings: Mapping, tables: Sequence[str | Path], results
                      for title, path in made["plots"]],
            "blocks": [{"section": section, "order": order, "html": text}
                       for section, order, text in made["blocks"] if text]}
+    # the content check of every file the part wrote (issue 33): the report and the repair
+    # check verify them against it before use
+    written = [p for p in outputs(results, part) if p.is_file()] + sorted(plots.glob("*.png"))
+    doc["files"] = {p.relative_to(results).as_posix(): integrity.sha256_file(p) for p in written}
     path = part_manifest(results, part)
     write_json_atomic(doc, path)
     log.info("analysis part %s: %d figures, %d report blocks", part, len(doc["plots"]), len(doc["blocks"]))
@@ -80,8 +86,22 @@ def run_part(part: str, settings: Mapping, tables: Sequence[str | Path], results
 
 
 def read_manifest(results: str | Path, part: str) -> dict:
-    with open(part_manifest(results, part)) as f:
-        return json.load(f)
+    """A part's manifest, once it and every file it lists pass their content checks
+    (:class:`calibench.integrity.DamagedFile` naming the first that does not)."""
+    doc = integrity.read_json(part_manifest(results, part))
+    problem = part_problem(results, doc)
+    if problem:
+        raise integrity.DamagedFile(*problem)
+    return doc
+
+
+def part_problem(results: str | Path, doc: dict) -> tuple[Path, str] | None:
+    """(file, cause) of the first file a part's manifest lists that fails its check, or None."""
+    for name, sha in (doc.get("files") or {}).items():
+        cause = integrity.check_listed(Path(results) / name, sha)
+        if cause:
+            return Path(results) / name, cause
+    return None
 
 
 def parts_of(settings: Mapping, table_keys: Sequence[tuple[str, str, str]]) -> list[str]:

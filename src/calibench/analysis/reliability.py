@@ -228,5 +228,8 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
     (the beta of the ranking); reads the HCS part's ``analysis/hcs.parquet``."""
     import pandas as pd
 
+    from calibench.analysis.parts import read_manifest
+
+    read_manifest(results, "hcs")  # hcs.parquet checked against the HCS part's record first
     hcs_df = pd.read_parquet(layout.analysis_dir(results) / "hcs.parquet")
     return {"plots": best_and_worst(hcs_df, results, settings["beta"], plots), "blocks": []}

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from calibench import layout
+from calibench import integrity, layout
 from calibench.config.check import schema_default
 from calibench.store import logits as store
 from calibench.results import provenance as prov
@@ -171,7 +171,7 @@ def resolve_odir(settings: Mapping, odir_file: str | Path | None) -> dict:
     if odir_file is None:
         raise ValueError(f"stages {open_stages}: lambda, mu are left to the search (config recalibration.odir), "
                          "but no search result was given (--odir)")
-    found = json.loads(Path(odir_file).read_text())
+    found = integrity.read_json(odir_file)
     for stage in open_stages:
         if stage not in found.get("chosen", {}):
             raise ValueError(f"{odir_file}: no lambda, mu chosen for stage {stage}")
@@ -196,11 +196,11 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
     from calibench.config.settings import search_sample
 
     results = Path(results)
-    doc = json.loads(layout.population_path(results, space).read_text())
+    doc = integrity.read_json(layout.population_path(results, space))
     sample = set(search_sample(doc["selected"], settings["networks"], settings["seed"]))
     keys: dict[int, str] = {}
     for m in infer_manifests:
-        keys.update({int(i): k for i, k in json.loads(Path(m).read_text())["datasets"].get(dataset, {}).items()})
+        keys.update({int(i): k for i, k in integrity.read_json(m)["datasets"].get(dataset, {}).items()})
     labels_read = store.read_labels(labels_file)
     networks, logits = [], []
     for index in sorted(sample):
@@ -284,13 +284,18 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     keep_freed_memory()
     settings = resolve_odir(settings, odir_file)
     results = Path(results)
-    inferred = json.loads(Path(infer_manifest).read_text())
+    inferred = integrity.read_json(infer_manifest)
     indices = inferred["indices"]
     logits_keys = {int(i): k for i, k in inferred["datasets"].get(dataset, {}).items()}
     failures = [dict(f) for f in inferred["failures"] if f["dataset"] == dataset]  # carried into the table
     keys = {i: shard_key(settings, k) for i, k in logits_keys.items()}
-    todo = [i for i in indices if i in keys and
-            not shards.is_valid_shard(layout.shard_path(results, space, hp, dataset, i), keys[i])]
+    todo = []
+    for i in indices:
+        problem = shards.shard_problem(layout.shard_path(results, space, hp, dataset, i), keys[i]) if i in keys else None
+        if problem is not None:
+            todo.append(i)
+            if problem.startswith(("damaged", "unreadable")):
+                log.warning("%s: %s: measured again", layout.shard_path(results, space, hp, dataset, i), problem)
     skipped = len(keys) - len(todo)
     log.info("%s hp=%s %s chunk %d: %d architectures, %d already measured (skipped), %d to measure, %d without "
              "logits (failed inference)", space, hp, dataset, chunk, len(indices), skipped, len(todo),
@@ -337,8 +342,11 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
             try:
                 networks = _read_stored(results, space, hp, dataset, index, logits_keys[index], labels_read)
             except (store.StoreError, OSError, KeyError, ValueError) as exc:
-                log.warning("architecture %d: %s", index, exc)
                 source = layout.logits_path(results, space, hp, dataset, index)
+                if isinstance(exc, integrity.DamagedFile):  # set aside: the repair check sees it gone
+                    aside = integrity.set_aside(source)
+                    exc = f"{exc}; set aside as {aside.name}: the next run computes it again"
+                log.warning("architecture %d: %s", index, exc)
                 failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index, "seed": None,
                                  "source": str(source), "reason": str(exc), "stage": "measurement",
                                  "source_state": file_state(source)})

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
+from calibench import integrity
 from calibench.analysis import parts as analysis_parts
 from calibench.analysis.kendall import question4_findings
 from calibench.analysis.nats import architecture, schedules
@@ -84,7 +85,7 @@ def odir_fallbacks(results: Path, tables: Sequence[str | Path]) -> str:
         path = Path(results) / "recalibration" / f"odir_{Path(table).stem}.json"
         if not path.is_file():
             continue
-        for stage, chosen in json.loads(path.read_text())["chosen"].items():
+        for stage, chosen in integrity.read_json(path)["chosen"].items():
             if chosen.get("fallback"):
                 lines.append(f"<li>{html.escape(Path(table).stem)}, {html.escape(stage)}: "
                              f"{html.escape(chosen['fallback'])}</li>")

@@ -272,6 +272,9 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     the page. Earlier data of the explorer is replaced, so nothing stale stays."""
     results = Path(results)
     paths = [Path(t) for t in tables] if tables else result_tables(results)
+    from calibench.integrity import verify
+
+    verify(paths)
     if not paths:
         raise FileNotFoundError(f"no result tables under {results} (run the workflow first)")
     root = explorer_dir(results)

@@ -51,6 +51,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from calibench import integrity
 from calibench import __version__, layout
 from calibench.atomic import atomic_write
 from calibench.results import archstr
@@ -514,4 +515,4 @@ def _write_parquet(frame: pd.DataFrame, f, meta: dict) -> None:
         table = table.set_column(i, name, table[name].cast(pa.large_string()))
     table = table.replace_schema_metadata({**(table.schema.metadata or {}),
                                            METADATA_KEY: json.dumps(meta).encode()})
-    pq.write_table(table, f, compression="snappy")
+    integrity.write_parquet_to(f, table, compression="snappy")

@@ -47,6 +47,9 @@ def connect(results: str | Path = "results", betas=None):
     shards = layout.shards_dir(results)
     if not tables:
         raise ValueError(f"no result tables under {layout.tables_dir(results)}: run the workflow first")
+    from calibench.integrity import verify
+
+    verify(tables)  # every byte checked before a query reads them (DuckDB checks nothing)
     con = duckdb.connect()
     register_hcs(con)
     files = ", ".join(f"'{t}'" for t in tables)

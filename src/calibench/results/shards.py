@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from calibench import __version__
-from calibench.atomic import atomic_write
+from calibench import integrity
 from calibench import layout
 from calibench.layout import ROW_COLUMNS
 
@@ -101,8 +101,9 @@ def shard_table(provenance: Mapping, stages: Mapping[str, Mapping[str, float]]) 
 
 
 def write_atomic_parquet(table: pa.Table, path: str | Path) -> Path:
-    """Write to a temporary file in the same directory, then rename: readers never see half a file."""
-    return atomic_write(path, lambda f: pq.write_table(table, f, compression="zstd"))
+    """Write sealed (:mod:`calibench.integrity`) to a temporary file in the same directory, then
+    rename: readers never see half a file, and a changed byte is found before use."""
+    return integrity.write_parquet(table, path, compression="zstd")
 
 
 STAGE_FAILURES_KEY = b"calibench_stage_failures"
@@ -118,7 +119,7 @@ def with_stage_failures(table: pa.Table, failures: list[dict]) -> pa.Table:
 
 def read_stage_failures(path: str | Path) -> list[dict]:
     """The stage failures a shard recorded (:func:`with_stage_failures`); [] if none."""
-    metadata = pq.read_schema(path).metadata or {}
+    metadata = integrity.read_parquet(path, schema_only=True).metadata or {}
     return json.loads(metadata.get(STAGE_FAILURES_KEY, b"[]"))
 
 
@@ -143,7 +144,7 @@ def with_reliability(table: pa.Table, reliability: Mapping[int, Mapping[str, Map
 def read_reliability(path: str | Path) -> dict[int, dict]:
     """``{seed: {stage: {"count", "confidence", "accuracy"}}}`` of a shard, float arrays
     with NaN where a bin is empty or the stage failed; {} for a shard written without them."""
-    metadata = pq.read_schema(path).metadata or {}
+    metadata = integrity.read_parquet(path, schema_only=True).metadata or {}
     blob = json.loads(metadata.get(RELIABILITY_KEY, b"{}"))
     return {int(seed): {stage: {k: np.array([np.nan if v is None else v for v in values], dtype=float)
                                 for k, values in rel.items()}
@@ -151,19 +152,29 @@ def read_reliability(path: str | Path) -> dict[int, dict]:
             for seed, stages in blob.items()}
 
 
-def is_valid_shard(path: str | Path, expected_hash: str) -> bool:
-    """True if the shard reads, has the schema, holds rows, and was made with this config."""
+def shard_problem(path: str | Path, expected_hash: str) -> str | None:
+    """Why a shard cannot be kept (None if it can): missing, damaged (its content check,
+    :mod:`calibench.integrity`), empty, another schema, or made with other settings."""
     path = Path(path)
     if not path.is_file():
-        return False
+        return "missing"
     try:
-        with pq.ParquetFile(path) as shard:  # one open for footer, schema and the hash column
-            if shard.metadata.num_rows == 0 or not REQUIRED_COLUMNS <= set(shard.schema_arrow.names):
-                return False
-            hashes = shard.read(columns=["config_hash"]).column(0).unique().to_pylist()
-        return hashes == [expected_hash]
-    except Exception:
-        return False
+        data = path.read_bytes()
+        meta = integrity.verify_bytes(path, data)
+        if meta.num_rows == 0 or not REQUIRED_COLUMNS <= set(pq.read_schema(pa.BufferReader(data)).names):
+            return "no rows or not the shard schema"
+        hashes = pq.read_table(pa.BufferReader(data), columns=["config_hash"]).column(0).unique().to_pylist()
+    except integrity.DamagedFile as exc:
+        return f"damaged ({exc.cause})"
+    except Exception as exc:
+        return f"unreadable ({type(exc).__name__}: {exc})"
+    return None if hashes == [expected_hash] else "made with other settings"
+
+
+def is_valid_shard(path: str | Path, expected_hash: str) -> bool:
+    """True if the shard passes its content check, has the schema, holds rows, and was made
+    with this config."""
+    return shard_problem(path, expected_hash) is None
 
 
 def read_shards(results: str | Path, space: str, hp: str, dataset: str, indices=None) -> pa.Table:
@@ -175,7 +186,7 @@ def read_shards(results: str | Path, space: str, hp: str, dataset: str, indices=
         files = [p for p in (layout.shard_path(results, space, hp, dataset, i) for i in indices) if p.is_file()]
     if not files:
         return SHARD_SCHEMA.empty_table()
-    return pa.concat_tables([_with_all_columns(pq.read_table(f)) for f in files])
+    return pa.concat_tables([_with_all_columns(integrity.read_parquet(f)) for f in files])
 
 
 def _with_all_columns(table: pa.Table) -> pa.Table:

@@ -29,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from calibench import layout
+from calibench import integrity, layout
 from calibench.results import shards
 from calibench.atomic import atomic_write
 from calibench.results.provenance import PROVENANCE_KEY, environment, of_shard, split
@@ -90,6 +90,7 @@ def _read_shard(path: Path, provenance: list | None = None) -> dict[str, pa.Arra
     # of ParquetFile(path).read(columns)'s per-file cost. ``provenance``: the shard's recorded
     # provenance (raw bytes, or None) is appended to it.
     data = Path(path).read_bytes()
+    integrity.verify_bytes(path, data)  # DamagedFile if a byte changed since it was written
     try:
         f = pq.ParquetFile(pa.BufferReader(data), read_dictionary=_STRINGS)
     except KeyError:  # a shard written before a column was added (shards.OPTIONAL_COLUMNS)
@@ -468,11 +469,11 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
     network's row comes from the shard with the key its manifest recorded, so a stale
     shard never enters; reports how many networks are missing."""
     results = Path(results)
-    doc = json.loads(layout.population_path(results, space).read_text())
+    doc = integrity.read_json(layout.population_path(results, space))
     expected: dict[int, str] = {}
     failed = []
     for m in manifests:
-        summary = json.loads(Path(m).read_text())
+        summary = integrity.read_json(m)
         expected.update({int(i): k for i, k in summary["shards"].items()})
         failed += summary["failures"]
     files = [p for p in (layout.shard_path(results, space, hp, dataset, i) for i in sorted(expected)) if p.is_file()]
@@ -485,8 +486,13 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
         try:
             return digester.digest(_read_shard(path, found)), found[0]
         except Exception as exc:  # a damaged shard: the network is reported missing, the table goes on
-            unreadable[int(path.stem.split("=")[1])] = f"{type(exc).__name__}: {exc}"
-            log.warning("%s: unreadable shard, left out (%s: %s)", path, type(exc).__name__, exc)
+            index = int(path.stem.split("=")[1])
+            if isinstance(exc, integrity.DamagedFile):  # set aside: the repair check sees it gone
+                unreadable[index] = (f"damaged since it was measured ({exc.cause}), set aside as "
+                                     f"{integrity.set_aside(path).name}")
+            else:
+                unreadable[index] = f"unreadable since it was measured ({type(exc).__name__}: {exc})"
+            log.warning("%s: shard left out (%s)", path, unreadable[index])
             return None, None
 
     by_provenance: Counter = Counter()  # raw provenance -> rows of the table from shards with it
@@ -525,11 +531,11 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
         if index in explained:
             continue
         path = layout.shard_path(results, space, hp, dataset, index)
-        why = ("deleted" if not path.exists() else f"unreadable ({unreadable[index]})" if index in unreadable
+        why = (unreadable[index] if index in unreadable else "deleted since it was measured" if not path.exists()
                else "not the shard its chunk recorded")
         failed.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": int(index), "seed": None,
                        "stage": "table", "source": str(path),
-                       "reason": f"shard {why} since it was measured; the next run measures it again"})
+                       "reason": f"shard {why}; the next run measures it again"})
     if missing:
         log.warning("%s hp=%s %s: %d of %d selected architectures have no shard (failed: %d)",
                     space, hp, dataset, len(missing), len(doc["selected"]), len({f['arch_index'] for f in failed}))
@@ -547,7 +553,7 @@ def _write_parquet(wide: pd.DataFrame, f, meta: Mapping) -> None:
     """As ``DataFrame.to_parquet(index=False)``, plus the table's metadata under ``METADATA_KEY``."""
     table = pa.Table.from_pandas(wide, preserve_index=False)
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), METADATA_KEY: json.dumps(meta).encode()})
-    pq.write_table(table, f, compression="snappy")
+    integrity.write_parquet_to(f, table, compression="snappy")
 
 
 def table_metadata(path: str | Path) -> dict:

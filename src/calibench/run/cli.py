@@ -151,8 +151,10 @@ def _analysis_part(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from calibench.integrity import verify
     from calibench.report.assemble import write
 
+    verify(args.tables)
     out = write(json.loads(args.settings), args.tables, args.results)
     print(f"report: {out['report']}")
     return 0

@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from calibench import layout
+from calibench import integrity, layout
 from calibench.atomic import file_state
 
 
@@ -44,8 +44,10 @@ def changes(manifest: str | os.PathLike, results: str | os.PathLike, logits: boo
     that are gone or differ from what it recorded, failed inputs that changed since."""
     manifest, results = Path(manifest), Path(results)
     try:
-        summary = json.loads(manifest.read_text())
-    except (OSError, ValueError) as exc:
+        summary = integrity.read_json(manifest)
+    except integrity.DamagedFile as exc:
+        return [f"{manifest}: {exc.cause}"]
+    except OSError as exc:
         return [f"{manifest}: unreadable manifest ({type(exc).__name__}: {exc})"]
     reasons = []
     for path, recorded in _written(summary, results, logits):

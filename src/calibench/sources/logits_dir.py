@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calibench import integrity
 from calibench.store import logits as store
 from calibench.layout import ROW_COLUMNS, STAGES, TABLE_EXTRA_COLUMNS, labels_path, population_path
 from calibench.config.settings import INFERENCE_VERSION
@@ -254,7 +255,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     from calibench.inference.jobs import store_chunk_logits
 
     results = Path(results)
-    doc = json.loads(population_path(results, space).read_text())
+    doc = integrity.read_json(population_path(results, space))
     indices = doc["chunks"][chunk]
     names = doc["arch_strs"]
     datasets = list(settings["datasets"])

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from calibench import integrity
 from calibench.config.check import schema_default
 from calibench.store import logits as store
 from calibench.sources import SourceError, keys
@@ -254,7 +255,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     from calibench.layout import population_path
 
     results = Path(results)
-    doc = json.loads(population_path(results, space).read_text())
+    doc = integrity.read_json(population_path(results, space))
     indices = doc["chunks"][chunk]
     names = doc["arch_strs"]
     datasets = [*settings.get("datasets", []), *settings.get("data", {})]

@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from calibench import layout
-from calibench.atomic import atomic_write
+from calibench import integrity
 
 
 FORMAT_VERSION = 1
@@ -80,10 +80,12 @@ def file_sha256(path: str | Path) -> str:
 
 # ---------------------------------------------------------------- metadata
 
-def _metadata(path: str | Path) -> dict:
+def _metadata(path: str | Path, verify: bool = False) -> dict:
+    """A store file's calibench metadata (from the footer; with ``verify``, after checking
+    every byte against the file's seal, :mod:`calibench.integrity`)."""
     try:
-        schema = pq.read_schema(path)
-    except FileNotFoundError:
+        schema = integrity.read_parquet(path, schema_only=True) if verify else pq.read_schema(path)
+    except (FileNotFoundError, integrity.DamagedFile):
         raise
     except Exception as exc:
         raise StoreError(path, f"unreadable parquet footer ({type(exc).__name__}: {exc})") from exc
@@ -93,24 +95,25 @@ def _metadata(path: str | Path) -> dict:
     return json.loads(raw)
 
 
-def stored_key(path: str | Path) -> str | None:
-    """The key a store file was written with; None if it is missing, truncated or foreign."""
+def stored_key(path: str | Path, verify: bool = False) -> str | None:
+    """The key a store file was written with; None if it is missing, truncated, foreign or
+    (with ``verify``) fails its content check."""
     try:
-        return _metadata(path).get("key")
+        return _metadata(path, verify).get("key")
     except (OSError, StoreError, ValueError):
         return None
 
 
 def is_valid(path: str | Path, expected_key: str) -> bool:
-    """True if the file exists, its footer reads, and it was made for ``expected_key``."""
-    return Path(path).is_file() and stored_key(path) == expected_key
+    """True if the file exists, passes its content check, and was made for ``expected_key``."""
+    return Path(path).is_file() and stored_key(path, verify=True) == expected_key
 
 
 def _write(path: str | Path, table: pa.Table, meta: Mapping) -> Path:
     table = table.replace_schema_metadata({META_KEY: json.dumps(meta, sort_keys=True).encode()})
     floats = [n for n in table.column_names if n.startswith("logit_")]
-    return atomic_write(path, lambda f: pq.write_table(table, f, compression="zstd", use_dictionary=["set", "arch_index", "seed"],
-                                                       use_byte_stream_split=floats or False))
+    return integrity.write_parquet(table, path, compression="zstd", use_dictionary=["set", "arch_index", "seed"],
+                                   use_byte_stream_split=floats or False)
 
 
 def labels_sha256(labels: np.ndarray) -> str:
@@ -139,11 +142,14 @@ def _read_store_file(path: Path, what: str, columns=None) -> tuple[dict, pa.Tabl
     """A store file's metadata and table; StoreError naming the file if missing or unreadable."""
     if not path.is_file():
         raise StoreError(path, f"{what} file missing")
-    meta = _metadata(path)
     try:
-        return meta, pq.read_table(path, columns=columns)
-    except Exception as exc:
-        raise StoreError(path, f"unreadable ({type(exc).__name__}: {exc})") from exc
+        table = integrity.read_parquet(path, columns=columns)  # DamagedFile if it fails its check
+    except FileNotFoundError as exc:
+        raise StoreError(path, f"{what} file missing") from exc
+    raw = (table.schema.metadata or {}).get(META_KEY)
+    if raw is None:
+        raise StoreError(path, "no calibench metadata (not a calibench store file)")
+    return json.loads(raw), table
 
 
 def read_labels(path: str | Path) -> Labels:

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from calibench import integrity
 from calibench.config.check import schema_default
 from calibench.config.settings import INFERENCE_VERSION
 from calibench.sources import keys
@@ -91,7 +92,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     batch_size, loader_workers, networks_per_pass (none of them enters a logits key).
     """
     results = Path(results)
-    doc = json.loads(population_path(results, space).read_text())
+    doc = integrity.read_json(population_path(results, space))
     indices = doc["chunks"][chunk]
     arch_strs = doc["arch_strs"]
     datasets = list(settings["datasets"])

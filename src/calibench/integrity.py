@@ -1,0 +1,283 @@
+"""Every result file carries a content check, verified before the file is used (issue 33;
+docs/reliability.md, "Content checks").
+
+* **Parquet files** (shards, logits and labels, tables, failures, analysis tables) are
+  *sealed*: the SHA-256 of every byte before the footer (all column data, page headers and
+  dictionaries) and a digest of what the footer says about them (the Arrow schema with its
+  metadata, e.g. a shard's reliability bins, and the row count) are written into the footer
+  under :data:`SEAL_KEY`. Parquet's own page checksums (CRC-32) are written too, for readers
+  without calibench; no column statistics are written, so nothing in the footer can change what
+  a query returns without failing the seal or the decoding. :func:`read_parquet` reads the
+  file once, checks the seal, and decodes the verified bytes.
+* **JSON files** (chunk manifests, populations, the lambda, mu search, analysis part
+  manifests) carry the SHA-256 of their canonical form under :data:`JSON_KEY`
+  (:func:`read_json`).
+* **Any other file** an analysis part writes is listed with its SHA-256 in the part's
+  manifest (:func:`calibench.analysis.parts.run_part`).
+
+A file written before seals existed (no seal) is accepted as before and counted as
+"unsealed"; one whose seal does not match is :class:`DamagedFile`, naming the file and the
+cause. Standard library and pyarrow only: the Snakefile's repair check imports this.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from calibench.atomic import atomic_write
+
+SEAL_KEY = b"calibench_seal"
+JSON_KEY = "_sha256"
+SEAL_VERSION = 1
+MAGIC = b"PAR1"
+
+
+class DamagedFile(ValueError):
+    """A result file whose content fails its check: names the file and the cause."""
+
+    def __init__(self, path: str | os.PathLike, cause: str):
+        super().__init__(f"{path}: damaged ({cause})")
+        self.path, self.cause = str(path), cause
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------- parquet
+
+def _schema_digest(schema, num_rows: int) -> str:
+    """What the footer says about the data: field names, types, nullability, the schema's
+    metadata (sorted), and the row count."""
+    meta = sorted((k.hex(), hashlib.sha256(v).hexdigest()) for k, v in (schema.metadata or {}).items())
+    text = json.dumps([schema.remove_metadata().to_string(), meta, int(num_rows)])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class _HashingSink:
+    """A binary file wrapper that hashes what is written through it."""
+
+    def __init__(self, f):
+        self.f, self.hash, self.bytes, self.closed = f, hashlib.sha256(), 0, False
+
+    def write(self, data) -> int:
+        self.hash.update(data)
+        self.bytes += len(data)
+        return self.f.write(data)
+
+    def tell(self) -> int:
+        return self.bytes
+
+    def flush(self) -> None:
+        self.f.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def write_parquet_to(f, table, **options) -> None:
+    """Write ``table`` sealed into the open binary file ``f`` (one row group)."""
+    import pyarrow.parquet as pq
+
+    sink = _HashingSink(f)
+    writer = pq.ParquetWriter(sink, table.schema, write_page_checksum=True, write_statistics=False, **options)
+    try:
+        writer.write_table(table, row_group_size=max(1, table.num_rows))
+        # the row group is on disk now; the footer, written at close, is all that follows
+        seal = {"v": SEAL_VERSION, "data_bytes": sink.bytes, "data_sha256": sink.hash.hexdigest(),
+                "schema_sha256": _schema_digest(table.schema, table.num_rows)}
+        writer.add_key_value_metadata({SEAL_KEY: json.dumps(seal, sort_keys=True).encode()})
+    finally:
+        writer.close()
+    if sink.bytes < seal["data_bytes"] + 8:  # the footer went through the sink too
+        raise RuntimeError("parquet writer wrote no footer")
+
+
+def write_parquet(table, path: str | os.PathLike, **options) -> Path:
+    """``table`` written sealed and atomically to ``path`` (``options``: ParquetWriter's, e.g.
+    ``compression``)."""
+    return atomic_write(path, lambda f: write_parquet_to(f, table, **options))
+
+
+def _footer(path, data: bytes):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not data:
+        raise DamagedFile(path, "empty file")
+    if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
+        raise DamagedFile(path, f"not a parquet file ({len(data)} bytes; its start or end marker is wrong)")
+    footer_len = int.from_bytes(data[-8:-4], "little")
+    data_end = len(data) - 8 - footer_len
+    if data_end < 4:
+        raise DamagedFile(path, "footer length out of range")
+    try:
+        meta = pq.read_metadata(pa.BufferReader(data))
+    except Exception as exc:
+        raise DamagedFile(path, f"unreadable footer ({type(exc).__name__}: {exc})") from exc
+    return meta, data_end
+
+
+def _check_seal(path, data: bytes):
+    """(footer metadata, seal or None); DamagedFile if the seal does not match."""
+    meta, data_end = _footer(path, data)
+    kv = meta.metadata or {}
+    raw = kv.get(SEAL_KEY)
+    if raw is None:
+        if any(b'"data_sha256"' in v for v in kv.values()):
+            raise DamagedFile(path, "its seal's key is damaged")
+        return meta, None
+    try:
+        seal = json.loads(raw)
+        expected_bytes, expected_sha = int(seal["data_bytes"]), seal["data_sha256"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DamagedFile(path, f"unreadable seal ({type(exc).__name__})") from exc
+    if expected_bytes != data_end:
+        raise DamagedFile(path, f"{data_end} bytes of data before the footer, sealed with {expected_bytes}")
+    if hashlib.sha256(memoryview(data)[:data_end]).hexdigest() != expected_sha:
+        raise DamagedFile(path, "its data does not match its SHA-256 (bytes changed since it was written)")
+    return meta, seal
+
+
+def verify_bytes(path: str | os.PathLike, data: bytes):
+    """Check the bytes of a parquet file read whole against its seal; returns its footer
+    metadata. :class:`DamagedFile` names ``path`` and the cause."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    meta, seal = _check_seal(path, data)
+    if seal is not None:
+        try:
+            schema = pq.read_schema(pa.BufferReader(data))
+        except Exception as exc:
+            raise DamagedFile(path, f"unreadable schema ({type(exc).__name__}: {exc})") from exc
+        if _schema_digest(schema, meta.num_rows) != seal.get("schema_sha256"):
+            raise DamagedFile(path, "its schema, metadata or row count differ from what was sealed")
+    return meta
+
+
+def read_parquet(path: str | os.PathLike, columns=None, schema_only: bool = False):
+    """The verified table (or its Arrow schema, if ``schema_only``) of a parquet file;
+    FileNotFoundError if there is none, :class:`DamagedFile` if it fails its check."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = Path(path).read_bytes()
+    verify_bytes(path, data)
+    try:
+        if schema_only:
+            return pq.read_schema(pa.BufferReader(data))
+        return pq.read_table(pa.BufferReader(data), columns=columns, page_checksum_verification=True)
+    except Exception as exc:
+        raise DamagedFile(path, f"undecodable ({type(exc).__name__}: {exc})") from exc
+
+
+def verify(paths) -> None:
+    """Check files before a job uses them (:func:`check`); DamagedFile for the first that fails."""
+    for path in paths:
+        cause = check(path)
+        if cause is not None and cause != "missing":
+            raise DamagedFile(path, cause)
+
+
+def is_sealed(path: str | os.PathLike) -> bool:
+    """Whether a readable parquet file carries a seal (files written before seals do not)."""
+    import pyarrow.parquet as pq
+
+    try:
+        return SEAL_KEY in (pq.read_metadata(path).metadata or {})
+    except Exception:
+        return False
+
+
+# ---------------------------------------------------------------- JSON
+
+def _json_digest(doc: Mapping) -> str:
+    body = {k: v for k, v in doc.items() if k != JSON_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def sealed_json(doc: Mapping) -> dict:
+    """``doc`` with the SHA-256 of its canonical form under :data:`JSON_KEY`."""
+    return {**{k: v for k, v in doc.items() if k != JSON_KEY}, JSON_KEY: _json_digest(doc)}
+
+
+def write_json(doc: Mapping, path: str | os.PathLike) -> Path:
+    """``doc`` sealed and written atomically."""
+    payload = json.dumps(sealed_json(doc), indent=1).encode()
+    return atomic_write(path, lambda f: f.write(payload))
+
+
+def read_json(path: str | os.PathLike) -> dict:
+    """A JSON object verified against its seal (without it); FileNotFoundError if there is
+    none, :class:`DamagedFile` if it is unreadable or fails its check."""
+    data = Path(path).read_bytes()
+    if not data:
+        raise DamagedFile(path, "empty file")
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise DamagedFile(path, f"unreadable JSON ({exc})") from exc
+    if not isinstance(doc, dict):
+        raise DamagedFile(path, "not a JSON object")
+    if JSON_KEY in doc and doc[JSON_KEY] != _json_digest(doc):
+        raise DamagedFile(path, "its content does not match its SHA-256 (changed since it was written)")
+    if JSON_KEY not in doc and any(len(k) == len(JSON_KEY) and isinstance(v, str) and len(v) == 64
+                                   for k, v in doc.items()):
+        raise DamagedFile(path, "its seal's key is damaged")
+    return {k: v for k, v in doc.items() if k != JSON_KEY}
+
+
+# ---------------------------------------------------------------- any file
+
+def check(path: str | os.PathLike) -> str | None:
+    """Why a result file cannot be used (missing, empty, damaged), None if it passes its check."""
+    path = Path(path)
+    try:
+        if path.suffix == ".parquet":
+            read_parquet(path, schema_only=True)  # every byte hashed; nothing decoded
+        elif path.suffix == ".json":
+            read_json(path)
+        elif path.stat().st_size == 0:
+            return "empty file"
+    except FileNotFoundError:
+        return "missing"
+    except DamagedFile as exc:
+        return exc.cause
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    return None
+
+
+def check_listed(path: str | os.PathLike, sha256: str) -> str | None:
+    """Why a file listed with its SHA-256 cannot be used, None if it matches."""
+    try:
+        return None if sha256_file(path) == sha256 else "its content does not match the SHA-256 recorded for it"
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+
+
+
+DAMAGED_SUFFIX = ".damaged"
+
+
+def set_aside(path: str | os.PathLike) -> Path:
+    """Rename a file that failed its check to ``{name}.damaged`` (kept for inspection, never
+    read again; a later one replaces it), so that what rebuilds it finds it gone."""
+    path = Path(path)
+    aside = path.with_name(path.name + DAMAGED_SUFFIX)
+    os.replace(path, aside)
+    return aside
