@@ -60,7 +60,16 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
     if _live is not None:  # before anything is touched; Snakemake would suggest --unlock
         raise WorkflowError(str(_live))
 
+    # Files that jobs read and that fail their content check (calibench.integrity) are set
+    # aside as *.damaged with what was built from them, so this run rebuilds them.
+    _damaged = repair.damaged_outputs(RESULTS)
     _changed = repair.changed_chunks(RESULTS, logits=KEEP_LOGITS)
+    for _path, _cause, _ in _damaged:
+        print(f"calibench: {_path}: damaged ({_cause}): "
+              + ("a run would set it aside and rebuild it" if PLANNING
+                 else f"set aside as {_path.name}{integrity.DAMAGED_SUFFIX}; this run rebuilds it"), file=sys.stderr)
+    if _damaged and not PLANNING:
+        repair.set_aside_damaged(RESULTS, _damaged)
     for _manifest, _reasons in _changed:
         print(f"calibench: {repair.describe(_manifest, _reasons, planning=PLANNING)}", file=sys.stderr)
     if _changed and not PLANNING:

@@ -83,8 +83,15 @@ def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, man
     a dataset's labels (loaded only if something is computed)."""
     results = Path(results)
     keys = {pair: store.digest(f) for pair, f in fields.items()}
-    todo = {i: [d for d in datasets if not store.is_valid(layout.logits_path(results, space, hp, d, i), keys[i, d])]
-            for i in indices}
+    todo: dict[int, list[str]] = {}
+    for i in indices:
+        for d in datasets:
+            path = layout.logits_path(results, space, hp, d, i)
+            problem = store.problem(path, keys[i, d])
+            if problem is not None:
+                todo.setdefault(i, []).append(d)
+                if problem.startswith(("damaged", "unreadable")):
+                    log.warning("%s: %s: computed again", path, problem)
     todo = {i: needed for i, needed in todo.items() if needed}
     log_slurm()
     n_pairs = len(indices) * len(datasets)

@@ -67,15 +67,126 @@ def changes(manifest: str | os.PathLike, results: str | os.PathLike, logits: boo
 
 
 def changed_chunks(results: str | os.PathLike, logits: bool = True) -> list[tuple[Path, list[str]]]:
-    """(manifest, reasons) of every chunk that must run again (:func:`changes`)."""
+    """(manifest, reasons) of every chunk that must run again: changed (:func:`changes`) or
+    lost (:func:`lost_manifests`)."""
     results = Path(results)
-    out = []
+    out = lost_manifests(results, logits)
     for manifest in sorted([*layout.matching(layout.infer_manifest(results, "*", "*")),
                             *layout.matching(layout.measure_manifest(results, "*", "*", "*"))]):
         reasons = changes(manifest, results, logits)
         if reasons:
             out.append((manifest, reasons))
     return out
+
+
+def lost_manifests(results: str | os.PathLike, logits: bool = True) -> list[tuple[Path, list[str]]]:
+    """Chunk manifests that are gone while what was built from them is not (issue 33): the
+    measurement manifests of a table that exists, and (``logits``: kept, so their manifests are
+    not temporary) the inference manifests of chunks measured since. Snakemake would not notice
+    (it reruns no job for a missing intermediate file whose consumers are up to date), and the
+    repair check would no longer see the chunk's files; so the chunk runs again, keeps every
+    file that passes its check and computes the rest."""
+    results = Path(results)
+    chunks: dict[str, int | None] = {}
+
+    def n_chunks(target: str) -> int | None:
+        if target not in chunks:
+            space = layout.split_target(target)[0]
+            try:
+                chunks[target] = len(integrity.read_json(layout.population_path(results, space))["chunks"])
+            except (OSError, ValueError, KeyError, TypeError):
+                chunks[target] = None  # no population (yet), or damaged: rebuilt first
+        return chunks[target]
+
+    lost = []
+    for table in layout.result_tables(results):
+        target, _, dataset = table.stem.rpartition("_")
+        n = n_chunks(target) if target else None
+        for chunk in range(n or 0):
+            manifest = layout.measure_manifest(results, target, dataset, chunk)
+            if not manifest.exists():
+                lost.append((manifest, ["manifest lost (its table exists): every file of the chunk is checked"]))
+    if logits:
+        seen = set()
+        for measured in layout.matching(layout.measure_manifest(results, "*", "*", "*")):
+            target, chunk = measured.parent.name.rpartition("_")[0], int(measured.stem.removeprefix("chunk"))
+            infer = layout.infer_manifest(results, target, chunk)
+            if not infer.exists() and infer not in seen and chunk < (n_chunks(target) or 0):
+                seen.add(infer)
+                lost.append((infer, ["manifest lost (its chunk was measured): every file of the chunk is checked"]))
+    return lost
+
+
+def damaged_outputs(results: str | os.PathLike) -> list[tuple[Path, str, list[Path]]]:
+    """(file, cause, what is set aside with it) for every file that jobs read and that fails its
+    content check (:mod:`calibench.integrity`): tables and their failures, labels, populations,
+    the lambda, mu searches, analysis parts (their manifests and every file those list). What
+    is set aside with a file makes Snakemake run through it again: the chunk manifests and
+    tables built from an upstream file, the report after a part. Shards and logits files, far
+    too many to read at every run, are checked by the jobs that read them."""
+    results = Path(results)
+    out: list[tuple[Path, str, list[Path]]] = []
+
+    def measure_of(target_glob: str, dataset: str) -> list[Path]:
+        return layout.matching(layout.measure_manifest(results, target_glob, dataset, "*"))
+
+    for table in layout.result_tables(results):
+        target, _, dataset = table.stem.rpartition("_")
+        fails = layout.failures_path(results, target, dataset)
+        for path in (table, fails):
+            cause = integrity.check(path) if path.exists() else None
+            if cause:
+                out.append((path, cause, [table, fails]))
+    for labels in [*layout.matching(layout.labels_path(results, "*")),
+                   *layout.matching(layout.labels_path(results, "*", space="*"))]:
+        cause = integrity.check(labels)
+        if cause:
+            dataset = labels.stem.removeprefix("dataset=")
+            space = labels.parent.name.removeprefix("space=") if labels.parent.name.startswith("space=") else None
+            manifests = measure_of(space, dataset) if space else [
+                *measure_of("tss_*", dataset), *measure_of("sss_*", dataset)]
+            out.append((labels, cause, manifests))
+    for population in layout.matching(layout.population_path(results, "*")):
+        cause = integrity.check(population)
+        if cause:
+            space = population.stem
+            targets = [space] if space not in layout.NATS_SPACES else [f"{space}_*"]
+            manifests = [m for t in targets for m in [*layout.matching(layout.infer_manifest(results, t, "*")),
+                                                      *measure_of(t, "*")]]
+            out.append((population, cause, manifests))
+    for odir in layout.matching(layout.odir_path(results, "*", "*")):
+        cause = integrity.check(odir)
+        if cause:
+            target, _, dataset = odir.stem.removeprefix("odir_").rpartition("_")
+            out.append((odir, cause, measure_of(target, dataset)))
+    for manifest in layout.matching(layout.part_manifest(results, "*")):
+        try:
+            listed = integrity.read_json(manifest).get("files") or {}
+            found = next(((results / name, cause) for name, sha in listed.items()
+                          if (cause := integrity.check_listed(results / name, sha))), None)
+        except (OSError, integrity.DamagedFile) as exc:
+            found = (manifest, exc.cause if isinstance(exc, integrity.DamagedFile) else str(exc))
+        if found:
+            out.append((found[0], found[1], [manifest, layout.report_path(results), layout.explorer_page(results)]))
+    return out
+
+
+def set_aside_damaged(results: str | os.PathLike, damaged: list[tuple[Path, str, list[Path]]]) -> list[Path]:
+    """Set aside each damaged file as ``*.damaged`` and what goes with it as ``*.changed``
+    (:func:`damaged_outputs`), with the tables those chunk manifests feed; returns what was moved."""
+    results = Path(results)
+    moved = []
+    manifests = []
+    for path, _, with_it in damaged:
+        if path.exists() and not path.name.endswith(integrity.DAMAGED_SUFFIX):
+            integrity.set_aside(path)
+            moved.append(path)
+        manifests += [(m, ["damaged input"]) for m in with_it if m.parent.parent.name in ("infer", "measure")]
+        for other in with_it:
+            if other.exists() and other not in moved and other.parent.parent.name not in ("infer", "measure"):
+                os.replace(other, other.with_name(other.name + SET_ASIDE))
+                moved.append(other)
+    return moved + set_aside(results, manifests)
 
 
 def describe(manifest: Path, reasons: list[str], planning: bool = False) -> str:

@@ -86,6 +86,10 @@ def _status(args: argparse.Namespace) -> int:
     results = Path(config["results"])
     changed = repair.changed_chunks(results, logits=bool(config["keep_logits"]))
     damaged = {str(table): why for table, why in repair.affected_tables(results, changed).items()}
+    broken = repair.damaged_outputs(results)
+    for path, cause, with_it in broken:  # a damaged table, or one built from a damaged file
+        for target in {str(t) for t in [path, *with_it, *repair.affected_tables(results, [(m, []) for m in with_it])]}:
+            damaged.setdefault(target, []).insert(0, f"{path}: {cause}")
     counts = {"complete": 0, "to run": 0}
     tables_to_run = False
     for target in targets:
@@ -101,8 +105,10 @@ def _status(args: argparse.Namespace) -> int:
         print(f"{word:9s} {target}" + (f"  ({why})" if word != "complete" and why else ""))
     for manifest, reasons in changed:
         print(f"repair: {repair.describe(manifest, reasons, planning=True)}")
+    for path, cause, _ in broken:
+        print(f"repair: {path}: damaged ({cause}): a run sets it aside and rebuilds it")
     print(f"{counts['complete']} complete, {counts['to run']} to run: "
-          + ("`calibench run` completes them" if counts["to run"] or changed else "nothing to do"))
+          + ("`calibench run` completes them" if counts["to run"] or changed or broken else "nothing to do"))
     return 0
 
 

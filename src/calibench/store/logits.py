@@ -104,9 +104,23 @@ def stored_key(path: str | Path, verify: bool = False) -> str | None:
         return None
 
 
+def problem(path: str | Path, expected_key: str) -> str | None:
+    """Why a store file cannot be kept (None if it can): missing, damaged (its content check,
+    :mod:`calibench.integrity`), unreadable, or made for another key."""
+    if not Path(path).is_file():
+        return "missing"
+    try:
+        key = _metadata(path, verify=True).get("key")
+    except integrity.DamagedFile as exc:
+        return f"damaged ({exc.cause})"
+    except (OSError, StoreError, ValueError) as exc:
+        return f"unreadable ({exc})"
+    return None if key == expected_key else "made with other settings"
+
+
 def is_valid(path: str | Path, expected_key: str) -> bool:
     """True if the file exists, passes its content check, and was made for ``expected_key``."""
-    return Path(path).is_file() and stored_key(path, verify=True) == expected_key
+    return problem(path, expected_key) is None
 
 
 def _write(path: str | Path, table: pa.Table, meta: Mapping) -> Path:
