@@ -31,6 +31,9 @@ from pathlib import Path
 from calibench.atomic import atomic_write
 
 SEAL_KEY = b"calibench_seal"
+# In the schema's own metadata (so also inside ARROW:schema): a sealed file whose seal is gone
+# (its footer damaged) is told from a file written before seals existed.
+SEALED_MARK = b"calibench_sealed"
 JSON_KEY = "_sha256"
 SEAL_VERSION = 1
 MAGIC = b"PAR1"
@@ -90,6 +93,7 @@ def write_parquet_to(f, table, **options) -> None:
     """Write ``table`` sealed into the open binary file ``f`` (one row group)."""
     import pyarrow.parquet as pq
 
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), SEALED_MARK: b"1"})
     sink = _HashingSink(f)
     writer = pq.ParquetWriter(sink, table.schema, write_page_checksum=True, write_statistics=False, **options)
     try:
@@ -129,14 +133,26 @@ def _footer(path, data: bytes):
     return meta, data_end
 
 
+def _marked(data: bytes) -> bool:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return SEALED_MARK in (pq.read_schema(pa.BufferReader(data)).metadata or {})
+    except Exception:
+        return True  # an unreadable schema is no legacy file either
+
+
 def _check_seal(path, data: bytes):
     """(footer metadata, seal or None); DamagedFile if the seal does not match."""
     meta, data_end = _footer(path, data)
     kv = meta.metadata or {}
     raw = kv.get(SEAL_KEY)
     if raw is None:
-        if any(b'"data_sha256"' in v for v in kv.values()):
-            raise DamagedFile(path, "its seal's key is damaged")
+        if not kv:  # pyarrow always writes the Arrow schema there
+            raise DamagedFile(path, "no metadata in its footer")
+        if SEALED_MARK in kv or any(b'"data_sha256"' in v for v in kv.values()) or _marked(data):
+            raise DamagedFile(path, "its seal is missing from its footer")
         return meta, None
     try:
         seal = json.loads(raw)
@@ -177,10 +193,17 @@ def read_parquet(path: str | os.PathLike, columns=None, schema_only: bool = Fals
     verify_bytes(path, data)
     try:
         if schema_only:
-            return pq.read_schema(pa.BufferReader(data))
-        return pq.read_table(pa.BufferReader(data), columns=columns, page_checksum_verification=True)
+            return _unmarked(pq.read_schema(pa.BufferReader(data)))
+        table = pq.read_table(pa.BufferReader(data), columns=columns, page_checksum_verification=True)
     except Exception as exc:
         raise DamagedFile(path, f"undecodable ({type(exc).__name__}: {exc})") from exc
+    return table.replace_schema_metadata(_unmarked(table.schema).metadata)
+
+
+def _unmarked(schema):
+    """The schema as it was written (without :data:`SEALED_MARK`)."""
+    meta = {k: v for k, v in (schema.metadata or {}).items() if k != SEALED_MARK}
+    return schema.with_metadata(meta) if meta else schema.remove_metadata()
 
 
 def verify(paths) -> None:

@@ -1,0 +1,187 @@
+"""Every byte verified (issue 33): result files carry a content check that is verified before
+use; damage is named, set aside and rebuilt by the same run; lost bookkeeping loses nothing."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from calibench import integrity, layout
+from calibench.atomic import write_json_atomic
+from calibench.results import shards
+from calibench.run import repair
+from fixtures import SMALL_SSS_TABLE, clone_run
+
+SHARD_DIR = "results/shards/space=sss/hp=90/dataset=cifar10"
+LOGITS_DIR = "results/logits/space=sss/hp=90/dataset=cifar10"
+MEASURE = "results/chunks/measure/sss_90_cifar10"
+
+
+def _overwrite(path: Path, where: float, data: bytes = b"\xde\xad\xbe\xef") -> int:
+    """A few bytes overwritten (a normal write: the mtime changes) at ``where`` of the column data."""
+    raw = bytearray(path.read_bytes())
+    data_end = len(raw) - 8 - int.from_bytes(raw[-8:-4], "little")
+    offset = 4 + int((data_end - 4 - len(data)) * where)
+    raw[offset:offset + len(data)] = data
+    path.write_bytes(bytes(raw))
+    return offset
+
+
+def _sample_table() -> pa.Table:
+    rng = np.random.default_rng(0)
+    return pa.table({"arch_index": np.arange(300, dtype=np.int32), "stage": ["pre", "post", "dir"] * 100,
+                     "value": rng.random(300)}).replace_schema_metadata({"calibench": json.dumps({"k": [1, 2]})})
+
+
+def test_a_sealed_parquet_file_reads_back_equal_and_any_changed_byte_is_caught_or_harmless(tmp_path):
+    table = _sample_table()
+    path = integrity.write_parquet(table, tmp_path / "t.parquet", compression="zstd")
+    back = integrity.read_parquet(path)
+    assert back.equals(table) and back.schema.metadata == table.schema.metadata
+    assert integrity.is_sealed(path) and integrity.check(path) is None
+    # Parquet's own page checksums are written too (readers without calibench can verify them)
+    assert pq.read_table(path, page_checksum_verification=True).equals(table)
+    raw = path.read_bytes()
+    caught = 0
+    for offset in range(0, len(raw), 3):  # every third byte: data, page headers, footer, markers
+        damaged = bytearray(raw)
+        damaged[offset] ^= 0x5A
+        (tmp_path / "d.parquet").write_bytes(bytes(damaged))
+        try:
+            read = integrity.read_parquet(tmp_path / "d.parquet")
+        except integrity.DamagedFile as exc:
+            assert exc.path == str(tmp_path / "d.parquet")
+            caught += 1
+            continue
+        # what is not caught changes nothing a reader gets (e.g. the writer's name in the footer)
+        assert read.equals(table) and read.schema.metadata == table.schema.metadata, offset
+    assert caught > 0.9 * len(range(0, len(raw), 3))
+
+
+def test_empty_truncated_and_foreign_files_are_named_with_their_cause(tmp_path):
+    path = integrity.write_parquet(_sample_table(), tmp_path / "t.parquet")
+    raw = path.read_bytes()
+    path.write_bytes(b"")
+    assert integrity.check(path) == "empty file"
+    path.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(integrity.DamagedFile, match="t.parquet: damaged .not a parquet file"):
+        integrity.read_parquet(path)
+    assert integrity.check(tmp_path / "none.parquet") == "missing"
+    # a file written before seals existed is read as before, and said to be unsealed
+    pq.write_table(_sample_table(), path)
+    assert integrity.read_parquet(path).equals(_sample_table()) and not integrity.is_sealed(path)
+
+
+def test_a_sealed_json_file_catches_a_changed_value_and_reads_back_without_its_seal(tmp_path):
+    doc = {"shards": {"0": "abc", "1": "def"}, "files": {"0": [10, 20]}, "seconds": 1.25}
+    path = write_json_atomic(doc, tmp_path / "m.json")
+    assert integrity.read_json(path) == doc and integrity.JSON_KEY in json.loads(path.read_text())
+    path.write_text(path.read_text().replace('"def"', '"deg"'))
+    with pytest.raises(integrity.DamagedFile, match="m.json: damaged .its content does not match"):
+        integrity.read_json(path)
+    path.write_text("{\"shards\": ")
+    assert integrity.check(path).startswith("unreadable JSON")
+
+
+def _snakemake(workdir: Path, *args) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "tiny.yaml", "--cores", "2", *args],
+                          cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def _frames_equal(a: Path, b: Path) -> None:
+    pd.testing.assert_frame_equal(pd.read_parquet(a), pd.read_parquet(b), check_exact=True)
+
+
+def test_bytes_changed_in_a_shard_a_logits_file_and_a_table_are_found_named_and_rebuilt_equal(small_sss_run,
+                                                                                               tmp_path):
+    workdir = clone_run(small_sss_run, tmp_path / "run")
+    shard, logits = workdir / SHARD_DIR / "arch=000000.parquet", workdir / LOGITS_DIR / "arch=000001.parquet"
+    table = workdir / SMALL_SSS_TABLE
+    for path, where in ((shard, 0.5), (logits, 0.3), (table, 0.6)):
+        _overwrite(path, where)
+        assert integrity.check(path).startswith("its data does not match")
+    # what a dry run and status say, changing nothing
+    dry = _snakemake(workdir, "-n", SMALL_SSS_TABLE)
+    assert f"{SMALL_SSS_TABLE}: damaged (its data does not match its SHA-256" in dry.stderr
+    assert "a run would set it aside and rebuild it" in dry.stderr and table.exists()
+    proc = _snakemake(workdir, SMALL_SSS_TABLE)
+    assert f"set aside as {table.name}.damaged; this run rebuilds it" in proc.stderr
+    assert f"{shard.relative_to(workdir)}: changed since it was written" in proc.stderr
+    measure_log = (workdir / "results/logs/measure/sss_90_cifar10_chunk00000.log").read_text()
+    assert f"{shard.name}: damaged (its data does not match its SHA-256" in measure_log and "measured again" in measure_log
+    infer_log = (workdir / "results/logs/infer/sss_90_chunk00001.log").read_text()
+    assert f"{logits.name}: damaged" in infer_log and "computed again" in infer_log
+    for path in (shard, logits, table):  # rebuilt, equal to the untouched run's
+        _frames_equal(small_sss_run / path.relative_to(workdir), path)
+        assert integrity.check(path) is None
+    assert (workdir / f"{SMALL_SSS_TABLE}.damaged").is_file()  # kept for inspection
+    compare = subprocess.run([sys.executable, "-m", "calibench.run.cli", "compare", str(small_sss_run / "results"),
+                              str(workdir / "results"), "--out", str(tmp_path / "cmp")], capture_output=True, text=True)
+    assert compare.returncode == 0, compare.stdout + compare.stderr
+    assert "Nothing to be done" in _snakemake(workdir, SMALL_SSS_TABLE).stderr
+
+
+def test_an_empty_table_and_a_lost_manifest_are_told_by_status_and_the_next_run_restores_everything(small_sss_run,
+                                                                                                     tmp_path):
+    workdir = clone_run(small_sss_run, tmp_path / "run")
+    table = workdir / SMALL_SSS_TABLE
+    table.write_bytes(b"")
+    (workdir / MEASURE / "chunk00001.json").unlink()
+    status = subprocess.run([sys.executable, "-m", "calibench.run.cli", "status", "--configfile", "tiny.yaml",
+                             "--space", "sss"], cwd=workdir, capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr
+    row = next(line for line in status.stdout.splitlines() if line.endswith(")") and SMALL_SSS_TABLE in line)
+    assert row.startswith("to run") and f"damaged: {SMALL_SSS_TABLE}: empty file" in row
+    assert f"{MEASURE}/chunk00001.json: manifest lost (its table exists)" in status.stdout
+    # with its manifest gone, a shard of that chunk is deleted too: the next run measures it again
+    shard = workdir / SHARD_DIR / "arch=000001.parquet"
+    shard.unlink()
+    proc = _snakemake(workdir, SMALL_SSS_TABLE)
+    assert f"{MEASURE}/chunk00001.json: manifest lost" in proc.stderr and "empty file" in proc.stderr
+    summary = integrity.read_json(workdir / MEASURE / "chunk00001.json")
+    assert summary["computed"] == 1 and summary["shards"].keys() == {"1"}
+    _frames_equal(small_sss_run / SHARD_DIR / "arch=000001.parquet", shard)
+    _frames_equal(small_sss_run / SMALL_SSS_TABLE, table)
+
+
+def test_a_lost_manifest_is_found_from_the_population_and_a_damaged_one_is_set_aside(small_sss_run, tmp_path):
+    results = clone_run(small_sss_run, tmp_path / "run") / "results"
+    assert repair.changed_chunks(results) == [] and repair.damaged_outputs(results) == []
+    infer = layout.infer_manifest(results, "sss_90", 0)
+    infer.unlink()
+    measure = layout.measure_manifest(results, "sss_90", "cifar10", 1)
+    measure.write_text(measure.read_text().replace('"computed": 1', '"computed": 2'))
+    changed = dict(repair.changed_chunks(results))
+    assert changed[infer] == ["manifest lost (its chunk was measured): every file of the chunk is checked"]
+    assert changed[measure] == [f"{measure}: its content does not match its SHA-256 (changed since it was written)"]
+    moved = repair.set_aside(results, list(changed.items()))
+    assert layout.table_path(results, "sss_90", "cifar10") in moved and not measure.exists()
+    # damaged labels take the measurement manifests that read them with them
+    labels = layout.labels_path(results, "cifar10")
+    _overwrite(labels, 0.5)
+    damaged = repair.damaged_outputs(results)
+    assert [(p, c.split(" (")[0]) for p, c, _ in damaged] == [(labels, "its data does not match its SHA-256")]
+    assert set(damaged[0][2]) == set(layout.matching(layout.measure_manifest(results, "sss_90", "cifar10", "*")))
+
+
+def test_a_shard_damaged_without_a_trace_is_measured_again_by_its_job(small_sss_run, tmp_path):
+    """Damage with the modification time kept (bit rot): the job's own check finds it."""
+    results = clone_run(small_sss_run, tmp_path / "run") / "results"
+    shard = results / SHARD_DIR.removeprefix("results/") / "arch=000000.parquet"
+    manifest = integrity.read_json(layout.measure_manifest(results, "sss_90", "cifar10", 0))
+    key = manifest["shards"]["0"]
+    assert shards.shard_problem(shard, key) is None
+    state = os.stat(shard)
+    _overwrite(shard, 0.2)
+    os.utime(shard, ns=(state.st_atime_ns, state.st_mtime_ns))
+    assert repair.changed_chunks(results) == []  # nothing on the outside says so
+    assert shards.shard_problem(shard, key).startswith("damaged (its data does not match")
