@@ -100,6 +100,7 @@ def write_parquet_to(f, table, **options) -> None:
         writer.write_table(table, row_group_size=max(1, table.num_rows))
         # the row group is on disk now; the footer, written at close, is all that follows
         seal = {"v": SEAL_VERSION, "data_bytes": sink.bytes, "data_sha256": sink.hash.hexdigest(),
+                "rows": table.num_rows,
                 "schema_sha256": _schema_digest(table.schema, table.num_rows)}
         writer.add_key_value_metadata({SEAL_KEY: json.dumps(seal, sort_keys=True).encode()})
     finally:
@@ -180,6 +181,9 @@ def verify_bytes(path: str | os.PathLike, data: bytes):
             raise DamagedFile(path, f"unreadable schema ({type(exc).__name__}: {exc})") from exc
         if _schema_digest(schema, meta.num_rows) != seal.get("schema_sha256"):
             raise DamagedFile(path, "its schema, metadata or row count differ from what was sealed")
+        rows = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        if "rows" in seal and (sum(rows) != seal["rows"] or meta.num_rows != seal["rows"]):
+            raise DamagedFile(path, f"its footer counts {sum(rows)} rows, sealed with {seal['rows']}")
     return meta
 
 
@@ -190,13 +194,15 @@ def read_parquet(path: str | os.PathLike, columns=None, schema_only: bool = Fals
     import pyarrow.parquet as pq
 
     data = Path(path).read_bytes()
-    verify_bytes(path, data)
+    meta = verify_bytes(path, data)
     try:
         if schema_only:
             return _unmarked(pq.read_schema(pa.BufferReader(data)))
         table = pq.read_table(pa.BufferReader(data), columns=columns, page_checksum_verification=True)
     except Exception as exc:
         raise DamagedFile(path, f"undecodable ({type(exc).__name__}: {exc})") from exc
+    if table.num_rows != meta.num_rows:
+        raise DamagedFile(path, f"{table.num_rows} rows decoded, its footer counts {meta.num_rows}")
     return table.replace_schema_metadata(_unmarked(table.schema).metadata)
 
 
