@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibench import layout
+from calibench import integrity, layout
 from calibench.store import logits as store
 from calibench.config import settings as stage
 from calibench.results import shards
@@ -130,7 +130,8 @@ def test_shards_and_tables_record_their_provenance_and_a_mixed_table_says_so(mea
     # One shard as an older calibench wrote it (no provenance): the table says how many rows of each.
     path = layout.shard_path(results, "zoo", "", "cifar10", 5)
     table = pq.read_table(path)
-    metadata = {k: v for k, v in table.schema.metadata.items() if k != provenance.PROVENANCE_KEY}
+    metadata = {k: v for k, v in table.schema.metadata.items()
+                if k not in (provenance.PROVENANCE_KEY, integrity.SEALED_MARK)}  # nor a seal
     pq.write_table(table.replace_schema_metadata(metadata), path)
     with caplog.at_level("WARNING"):
         build_table("zoo", "", "cifar10", results, out, [manifest])
@@ -198,8 +199,8 @@ def test_shards_and_tables_record_the_source_file_and_the_config(tmp_path, monke
     old = pq.read_table(path).drop_columns(["source_bytes", "source_mtime"])
     meta = provenance.of_shard(old.schema.metadata)
     del meta["config"]
-    pq.write_table(old.replace_schema_metadata({**old.schema.metadata, provenance.PROVENANCE_KEY: provenance.dumps(meta)}),
-                   path)
+    unsealed = {k: v for k, v in old.schema.metadata.items() if k != integrity.SEALED_MARK}  # nor a seal
+    pq.write_table(old.replace_schema_metadata({**unsealed, provenance.PROVENANCE_KEY: provenance.dumps(meta)}), path)
     assert shards.is_valid_shard(path, summary["shards"]["2"])
     (results / "population").mkdir()
     (results / "population" / "zoo.json").write_text(json.dumps({"space": "zoo", "selected": [0, 1, 2],

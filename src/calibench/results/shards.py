@@ -144,7 +144,14 @@ def with_reliability(table: pa.Table, reliability: Mapping[int, Mapping[str, Map
 def read_reliability(path: str | Path) -> dict[int, dict]:
     """``{seed: {stage: {"count", "confidence", "accuracy"}}}`` of a shard, float arrays
     with NaN where a bin is empty or the stage failed; {} for a shard written without them."""
-    metadata = integrity.read_parquet(path, schema_only=True).metadata or {}
+    try:
+        metadata = integrity.read_parquet(path, schema_only=True).metadata or {}
+    except integrity.DamagedFile as exc:  # set aside where possible: the next run measures it again
+        try:
+            cause = f"{exc.cause}; set aside as {integrity.set_aside(path).name}, the next run measures it again"
+        except OSError:
+            cause = exc.cause
+        raise integrity.DamagedFile(path, cause) from None
     blob = json.loads(metadata.get(RELIABILITY_KEY, b"{}"))
     return {int(seed): {stage: {k: np.array([np.nan if v is None else v for v in values], dtype=float)
                                 for k, values in rel.items()}
