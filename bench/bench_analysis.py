@@ -371,21 +371,11 @@ def build(space: str, hp: str, dataset: str, pop: dict, names: dict, config: dic
 
 
 def write_table(wide, meta: dict, path: Path) -> None:
-    """As ``tables._write_parquet``: pyarrow from pandas, no index, the metadata under
-    ``tables.METADATA_KEY``, snappy; atomically."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    """As the table build writes a table (``tables._write_parquet``: sealed), atomically."""
     from calibench.atomic import atomic_write
-    from calibench.results.tables import METADATA_KEY
+    from calibench.results.tables import _write_parquet
 
-    def write(f):
-        table = pa.Table.from_pandas(wide, preserve_index=False)
-        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                               METADATA_KEY: json.dumps(meta).encode()})
-        pq.write_table(table, f, compression="snappy")
-
-    atomic_write(path, write)
+    atomic_write(path, lambda f: _write_parquet(wide, f, meta))
 
 
 def write_reliability_shards(wide, results: Path, beta: float, stages: list[str], rng) -> int:

@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from calibench import integrity, layout
-from calibench.atomic import write_json_atomic
 from calibench.results import shards
 from calibench.run import repair
 from fixtures import SMALL_SSS_TABLE, clone_run
@@ -81,7 +80,7 @@ def test_empty_truncated_and_foreign_files_are_named_with_their_cause(tmp_path):
 
 def test_a_sealed_json_file_catches_a_changed_value_and_reads_back_without_its_seal(tmp_path):
     doc = {"shards": {"0": "abc", "1": "def"}, "files": {"0": [10, 20]}, "seconds": 1.25}
-    path = write_json_atomic(doc, tmp_path / "m.json")
+    path = integrity.write_json(doc, tmp_path / "m.json")
     assert integrity.read_json(path) == doc and integrity.JSON_KEY in json.loads(path.read_text())
     path.write_text(path.read_text().replace('"def"', '"deg"'))
     with pytest.raises(integrity.DamagedFile, match="m.json: damaged .its content does not match"):

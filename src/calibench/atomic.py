@@ -4,7 +4,6 @@ that chunk manifests record (size and mtime; :mod:`calibench.run.repair` compare
 from __future__ import annotations
 
 import io
-import json
 import os
 import tempfile
 from collections.abc import Callable
@@ -41,15 +40,6 @@ def atomic_write(path: str | os.PathLike, write: Callable[[io.BufferedWriter], o
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
-
-
-def write_json_atomic(obj, path: str | os.PathLike) -> Path:
-    """A JSON object written atomically with its content check
-    (:func:`calibench.integrity.sealed_json`; read back with :func:`calibench.integrity.read_json`)."""
-    from calibench.integrity import sealed_json
-
-    payload = json.dumps(sealed_json(obj), indent=1).encode()
-    return atomic_write(path, lambda f: f.write(payload))
 
 
 def file_state(path: str | os.PathLike) -> list[int] | None:

@@ -32,7 +32,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from calibench import integrity
-from calibench.atomic import write_json_atomic
 from calibench.layout import NATS_SPACES, analysis_dir, part_manifest, part_plots_dir
 
 log = logging.getLogger(__name__)
@@ -80,7 +79,7 @@ def run_part(part: str, settings: Mapping, tables: Sequence[str | Path], results
     written = [p for p in outputs(results, part) if p.is_file()] + sorted(plots.glob("*.png"))
     doc["files"] = {p.relative_to(results).as_posix(): integrity.sha256_file(p) for p in written}
     path = part_manifest(results, part)
-    write_json_atomic(doc, path)
+    integrity.write_json(doc, path)
     log.info("analysis part %s: %d figures, %d report blocks", part, len(doc["plots"]), len(doc["blocks"]))
     return path
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from calibench import layout
-from calibench.atomic import file_state, write_json_atomic
+from calibench.atomic import file_state
+from calibench.integrity import write_json
 from calibench.store import logits as store
 
 log = logging.getLogger(__name__)
@@ -132,7 +133,7 @@ def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, man
                     f["reason"])
     log.info("chunk %d done: %d logits files computed, %d skipped, %d failed in %.1f s", chunk, computed,
              summary["skipped"], len(failed), summary["seconds"])
-    write_json_atomic(summary, manifest)
+    write_json(summary, manifest)
     return summary
 
 

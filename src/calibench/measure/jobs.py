@@ -33,7 +33,7 @@ from calibench.config.check import schema_default
 from calibench.store import logits as store
 from calibench.results import provenance as prov
 from calibench.results import shards
-from calibench.atomic import atomic_write, file_state, write_json_atomic
+from calibench.atomic import file_state
 from calibench.inference.jobs import log_slurm, progress_bar
 from calibench.metrics.scores import auroc
 
@@ -240,7 +240,7 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
     summary = {"space": space, "hp": hp, "dataset": dataset, "settings": dict(settings), "networks": networks,
                "n_val": int(len(val_idx)), "chosen": chosen, "grid": grids, "device": device_name(dev),
                "seconds": round(time.perf_counter() - start, 3)}
-    write_json_atomic(summary, out)
+    integrity.write_json(summary, out)
     return summary
 
 
@@ -381,5 +381,5 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                "logits_removed": removed, "seconds": round(time.perf_counter() - start, 3)}
     log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s", chunk, computed, skipped, len(failed),
              summary["seconds"], f"; {removed} logits files removed (keep_logits: false)" if removed else "")
-    write_json_atomic(summary, manifest)
+    integrity.write_json(summary, manifest)
     return summary

@@ -85,10 +85,9 @@ _SHARD_INDICES = [shards.SHARD_SCHEMA.names.index(c) for c in _COLUMNS]
 
 
 def _read_shard(path: Path, provenance: list | None = None) -> dict[str, pa.Array]:
-    # The whole file in one read (shards are small), then ParquetFile.reader with column
-    # indices (those of the shard schema, checked after the read): together about a third
-    # of ParquetFile(path).read(columns)'s per-file cost. ``provenance``: the shard's recorded
-    # provenance (raw bytes, or None) is appended to it.
+    # The whole file in one read (shards are small), checked against its seal, then
+    # ParquetFile.reader with column indices (the shard schema's, checked after the read).
+    # ``provenance``: the shard's recorded provenance (raw bytes, or None) is appended to it.
     data = Path(path).read_bytes()
     integrity.verify_bytes(path, data)  # DamagedFile if a byte changed since it was written
     try:
@@ -485,13 +484,11 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
         found: list = []
         try:
             return digester.digest(_read_shard(path, found)), found[0]
-        except Exception as exc:  # a damaged shard: the network is reported missing, the table goes on
+        except Exception as exc:  # a damaged shard (set aside: the repair check sees it gone) is left out
             index = int(path.stem.split("=")[1])
-            if isinstance(exc, integrity.DamagedFile):  # set aside: the repair check sees it gone
-                unreadable[index] = (f"damaged since it was measured ({exc.cause}), set aside as "
-                                     f"{integrity.set_aside(path).name}")
-            else:
-                unreadable[index] = f"unreadable since it was measured ({type(exc).__name__}: {exc})"
+            unreadable[index] = (f"damaged since it was measured ({exc.cause}), set aside as "
+                                 f"{integrity.set_aside(path).name}" if isinstance(exc, integrity.DamagedFile)
+                                 else f"unreadable since it was measured ({type(exc).__name__}: {exc})")
             log.warning("%s: shard left out (%s)", path, unreadable[index])
             return None, None
 
@@ -527,9 +524,7 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
     measured = set(wide["arch_index"].tolist()) if not wide.empty else set()
     missing = sorted(set(doc["selected"]) - measured)
     explained = {f["arch_index"] for f in failed}
-    for index in missing:  # no shard and no failure: deleted or damaged since it was measured
-        if index in explained:
-            continue
+    for index in sorted(set(missing) - explained):  # no shard and no failure: deleted or damaged since
         path = layout.shard_path(results, space, hp, dataset, index)
         why = (unreadable[index] if index in unreadable else "deleted since it was measured" if not path.exists()
                else "not the shard its chunk recorded")

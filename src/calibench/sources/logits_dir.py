@@ -143,7 +143,7 @@ def _store_members(tree: Path, datasets) -> tuple[list[str], dict[str, list], li
 
 def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     """Every model of the directory (models.csv order) and its chunks."""
-    from calibench.atomic import write_json_atomic
+    from calibench.integrity import write_json
     from calibench.sources.nats.population import chunks
 
     kind, root = layout(settings["path"])
@@ -168,7 +168,7 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
            "selected": selected, "chunks": chunks(selected, int(settings["chunk_size"]))}
     if not names:
         raise SourceError(f"{root}: no models")
-    write_json_atomic(doc, out)
+    write_json(doc, out)
     log.info("%s: %d models from %s (%s layout), %d chunks, metadata columns: %s", space, len(names), root, kind,
              len(doc["chunks"]), ", ".join(metadata) or "none")
     return doc

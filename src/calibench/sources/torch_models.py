@@ -136,7 +136,7 @@ def _count_parameters(model) -> float:
 
 def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     """The models the callables give (instantiated once to learn their names and sizes)."""
-    from calibench.atomic import write_json_atomic
+    from calibench.integrity import write_json
     from calibench.sources.nats.population import chunks
 
     pairs, _, origin = load_models(settings)
@@ -147,7 +147,7 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
            "metadata": {"callable": [origin[n] for n in names]},
            "numbers": {"params": [_count_parameters(m) for _, m in pairs]},
            "selected": selected, "chunks": chunks(selected, int(settings["chunk_size"]))}
-    write_json_atomic(doc, out)
+    write_json(doc, out)
     log.info("%s: %d models from %s, %d chunks", space, len(names),
              ", ".join(m["callable"] for m in settings["models"]), len(doc["chunks"]))
     return doc

@@ -15,7 +15,7 @@ from calibench.config.check import schema_default
 from calibench.config.settings import INFERENCE_VERSION
 from calibench.sources import keys
 from calibench.store import logits as store
-from calibench.atomic import write_json_atomic
+from calibench.integrity import write_json
 from calibench.inference.jobs import store_chunk_logits
 from calibench.inference.precision import precision_fields
 from calibench.layout import population_path
@@ -63,7 +63,7 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
         "selected": selected,
         "chunks": pop.chunks(selected, int(settings["chunk_size"])),
     }
-    write_json_atomic(doc, out)
+    write_json(doc, out)
     log.info("%s: %d of %d architectures selected, %d chunks", space, len(selected), len(arch_strs), len(doc["chunks"]))
     return doc
 
