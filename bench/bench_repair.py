@@ -1,14 +1,19 @@
 """Cost of the check every run makes before Snakemake builds its DAG (calibench.run.repair): every
-chunk manifest compared with the files its job wrote, at full size.
+chunk manifest verified against its seal and compared with the files its job wrote, lost
+manifests looked for, and every result table read whole and checked against its seal
+(calibench.integrity), at full size.
 
 Writes synthetic results for the full population: 117,702 small shard files under
 ``shards/``, their measurement manifests (chunks of 200, as config/nats.yaml) recording each
 file's size and mtime, and inference manifests for the 48,393 unique networks and their
 117,702 logits files (empty files standing in), then times ``repair.changed_chunks`` (median
 of 3, warm file-system cache) and once more after deleting one shard and overwriting
-another (both must be found).
+another (both must be found); then writes the six result tables at full size (TSS 15,625
+rows, SSS 32,768; ``--columns`` float64 columns, sealed as the table build writes them) and
+times ``repair.damaged_outputs`` (every byte of every table hashed), then once more with
+bytes of one table overwritten (it must be found).
 
-    python bench/bench_repair.py [--dir /tmp/repair] [--chunk-size 200]
+    python bench/bench_repair.py [--dir /tmp/repair] [--chunk-size 200] [--columns 660]
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from calibench import layout
+import numpy as np
+import pyarrow as pa
+
+from calibench import integrity, layout
 from calibench.run import repair
 
 # (space, hp, networks per dataset): TSS's 6,466 unique cells and SSS's 32,768, on 3 datasets
@@ -51,17 +59,36 @@ def build(results: Path, chunk: int) -> int:
                            "shards": {str(i): "k" for i in indices}, "files": written, "failures": []}
                 path = results / "chunks" / "measure" / f"{space}_{hp}_{dataset}" / f"chunk{c:05d}.json"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(measure))
+                integrity.write_json(measure, path)
             path = results / "chunks" / "infer" / f"{space}_{hp}" / f"chunk{c:05d}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(infer))
+            integrity.write_json(infer, path)
+        chunks = [list(range(start, min(n, start + chunk))) for start in range(0, n, chunk)]
+        integrity.write_json({"space": space, "selected": list(range(n)), "chunks": chunks},
+                             layout.population_path(results, space))
     return files
+
+
+def build_tables(results: Path, columns: int) -> int:
+    """The six tables, sealed; returns their bytes."""
+    rng = np.random.default_rng(0)
+    total = 0
+    for space, hp, _ in POPULATION:
+        rows = 15625 if space == "tss" else 32768
+        for dataset in DATASETS:
+            data = {"arch_index": pa.array(np.arange(rows, dtype=np.int64))}
+            data.update({f"c{j}": pa.array(rng.random(rows)) for j in range(columns)})
+            path = integrity.write_parquet(pa.table(data), layout.table_path(results, f"{space}_{hp}", dataset),
+                                           compression="snappy")
+            total += path.stat().st_size
+    return total
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--chunk-size", type=int, default=200)
+    parser.add_argument("--columns", type=int, default=660)
     args = parser.parse_args()
     results = (args.dir or Path(tempfile.mkdtemp(prefix="calibench-repair-"))) / "results"
     start = time.perf_counter()
@@ -84,6 +111,26 @@ def main() -> None:
     assert len(changed) == 2, changed
     print(f"changed_chunks, one shard deleted and one overwritten: {seconds:.2f} s, found: "
           + "; ".join(repair.describe(m, r) for m, r in changed))
+    start = time.perf_counter()
+    size = build_tables(results, args.columns)
+    print(f"wrote 6 tables ({size / 1e6:,.0f} MB) in {time.perf_counter() - start:.0f} s")
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        damaged = repair.damaged_outputs(results)
+        times.append(time.perf_counter() - start)
+        assert damaged == [], damaged
+    print(f"damaged_outputs, nothing damaged: {statistics.median(times):.2f} s (median of 3; "
+          f"{size / 1e6 / statistics.median(times):,.0f} MB/s)")
+    table = layout.table_path(results, "sss_90", "cifar100")
+    raw = bytearray(table.read_bytes())
+    raw[len(raw) // 2:len(raw) // 2 + 4] = b"\xde\xad\xbe\xef"
+    table.write_bytes(bytes(raw))
+    start = time.perf_counter()
+    damaged = repair.damaged_outputs(results)
+    seconds = time.perf_counter() - start
+    assert [p for p, _, _ in damaged] == [table], damaged
+    print(f"damaged_outputs, bytes of one table overwritten: {seconds:.2f} s, found: {damaged[0][0]}: {damaged[0][1]}")
 
 
 if __name__ == "__main__":

@@ -184,3 +184,29 @@ def test_a_shard_damaged_without_a_trace_is_measured_again_by_its_job(small_sss_
     os.utime(shard, ns=(state.st_atime_ns, state.st_mtime_ns))
     assert repair.changed_chunks(results) == []  # nothing on the outside says so
     assert shards.shard_problem(shard, key).startswith("damaged (its data does not match")
+
+
+def test_damaged_analysis_outputs_and_pages_are_found_with_what_must_be_made_again(workflow_run, tmp_path):
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(workflow_run / "results", results)
+    assert repair.damaged_outputs(results) == []
+    # the pages' checksums are sha256sum's own format
+    check = subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=layout.explorer_dir(results),
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    hcs = layout.analysis_path(results, "hcs.parquet")
+    hcs.write_bytes(hcs.read_bytes()[:-100])
+    report = layout.report_path(results)
+    report.write_text(report.read_text().replace("<h2>", "<h2>x", 1))
+    script = layout.explorer_dir(results) / "explorer.js"
+    script.write_text(script.read_text() + "//")
+    found = {path: (cause, with_it) for path, cause, with_it in repair.damaged_outputs(results)}
+    assert found[hcs] == ("its content does not match the SHA-256 recorded for it",
+                          [layout.part_manifest(results, "hcs"), report, layout.explorer_page(results)])
+    assert found[report] == ("its content does not match the SHA-256 recorded for it", [])
+    assert found[script][1] == [layout.explorer_page(results)]
+    repair.set_aside_damaged(results, list(zip(found, *zip(*found.values()))))
+    assert not hcs.exists() and not report.exists() and not layout.part_manifest(results, "hcs").exists()
+    assert not layout.explorer_page(results).exists() and Path(f"{hcs}.damaged").is_file()

@@ -310,3 +310,34 @@ def set_aside(path: str | os.PathLike) -> Path:
     aside = path.with_name(path.name + DAMAGED_SUFFIX)
     os.replace(path, aside)
     return aside
+
+
+# ---------------------------------------------------------------- pages (sha256sum's format)
+
+def write_sums(files, sums: str | os.PathLike) -> Path:
+    """The SHA-256 of ``files`` in ``sha256sum``'s format (``sha256sum -c`` checks them too),
+    names relative to the folder of ``sums``; written atomically."""
+    sums = Path(sums)
+    lines = [f"{sha256_file(p)}  {Path(p).relative_to(sums.parent).as_posix()}\n" for p in files]
+    payload = "".join(lines).encode()
+    return atomic_write(sums, lambda f: f.write(payload))
+
+
+def check_sums(sums: str | os.PathLike) -> tuple[Path, str] | None:
+    """(file, cause) of the first file a sums file lists that fails its check; None if all pass
+    (or there is no sums file: a page written before they existed)."""
+    sums = Path(sums)
+    try:
+        text = sums.read_text()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return sums, f"unreadable ({exc})"
+    for line in text.splitlines():
+        digest, _, name = line.partition("  ")
+        if len(digest) != 64 or not name:
+            return sums, f"not a sha256sum line: {line[:80]!r}"
+        cause = check_listed(sums.parent / name, digest)
+        if cause:
+            return sums.parent / name, cause
+    return None

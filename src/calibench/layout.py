@@ -182,6 +182,16 @@ def report_path(results: str | Path) -> Path:
     return Path(results) / "report.html"
 
 
+def report_sums(results: str | Path) -> Path:
+    """The report's SHA-256 (``sha256sum -c`` format): ``report.html.sha256``."""
+    return Path(results) / "report.html.sha256"
+
+
+def explorer_sums(results: str | Path) -> Path:
+    """The SHA-256 of every file of the explorer: ``explorer/SHA256SUMS``."""
+    return explorer_dir(results) / "SHA256SUMS"
+
+
 def explorer_dir(results: str | Path) -> Path:
     """``calibench explore``'s page and its data: ``explorer/index.html``, ``explorer/data/``."""
     return Path(results) / "explorer"

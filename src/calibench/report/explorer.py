@@ -39,8 +39,10 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from calibench import integrity
 from calibench.atomic import atomic_write
-from calibench.layout import STAGES, analysis_path, explorer_dir, explorer_page, result_tables, shard_path, target_name
+from calibench.layout import (STAGES, analysis_path, explorer_dir, explorer_page, explorer_sums, result_tables,
+                              shard_path, target_name)
 
 log = logging.getLogger(__name__)
 
@@ -306,4 +308,7 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     _copy_asset(resources.files("calibench.report").joinpath("explorer.js"), root / "explorer.js")
     page = explorer_page(results)
     _copy_asset(resources.files("calibench.report").joinpath("explorer.html"), page)
+    # the content check of every file of the page (issue 33; `sha256sum -c SHA256SUMS` checks it too)
+    sums = explorer_sums(results)
+    integrity.write_sums(sorted(p for p in root.rglob("*") if p.is_file() and p != sums), sums)
     return page

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from calibench import integrity, layout
 from calibench.analysis.plots import REPORT_CONTENT_PX
+from calibench.atomic import atomic_write
 
 __all__ = ["EMPTY_REASONS", "SECTIONS", "STYLE", "plot_section", "scrollable_tables", "write_report"]
 
@@ -181,6 +183,8 @@ def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.Dat
         for sid, heading, body in sections) + "</ol></nav>")
     parts.extend(body for _, _, body in sections)
     parts.append("</body></html>")
-    out = Path(results) / "report.html"
-    out.write_text("\n".join(parts))
+    out = layout.report_path(results)
+    page = "\n".join(parts).encode()
+    atomic_write(out, lambda f: f.write(page))
+    integrity.write_sums([out], layout.report_sums(results))  # its content check (issue 33)
     return out

@@ -168,6 +168,11 @@ def damaged_outputs(results: str | os.PathLike) -> list[tuple[Path, str, list[Pa
             found = (manifest, exc.cause if isinstance(exc, integrity.DamagedFile) else str(exc))
         if found:
             out.append((found[0], found[1], [manifest, layout.report_path(results), layout.explorer_page(results)]))
+    for page, sums in ((layout.report_path(results), layout.report_sums(results)),
+                       (layout.explorer_page(results), layout.explorer_sums(results))):
+        found = integrity.check_sums(sums) if page.exists() else None
+        if found:  # the page goes: Snakemake makes it again
+            out.append((found[0], found[1], [page] if found[0] != page else []))
     return out
 
 
