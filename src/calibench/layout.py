@@ -19,8 +19,8 @@ takes the results directory first; passing Snakemake wildcards as strings (``"{t
   failures/{target}_{dataset}.parquet                       what failed, per table
   analysis/{part}/...  plots/{part}/...                     the analysis parts
   reliability/{target}_{dataset}_arch{index:06d}.png        `calibench reliability`'s diagrams
-  report.html                                               the report
-  explorer/index.html, explorer/data/                       `calibench explore`'s page and its data
+  report.html, report.html.sha256                           the report (and its SHA-256)
+  explorer/index.html, explorer/data/, explorer/SHA256SUMS  `calibench explore`'s page, its data, their SHA-256
   logs/, benchmarks/                                        one per job
 ```
 
