@@ -62,12 +62,10 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
 
     # Files that jobs read and that fail their content check (calibench.integrity) are set
     # aside as *.damaged with what was built from them, so this run rebuilds them.
-    _damaged = repair.damaged_outputs(RESULTS)
+    _damaged = repair.damaged_outputs(RESULTS, logits=KEEP_LOGITS)
     _changed = repair.changed_chunks(RESULTS, logits=KEEP_LOGITS)
     for _path, _cause, _ in _damaged:
-        print(f"calibench: {_path}: damaged ({_cause}): "
-              + ("a run would set it aside and rebuild it" if PLANNING
-                 else f"set aside as {_path.name}{integrity.DAMAGED_SUFFIX}; this run rebuilds it"), file=sys.stderr)
+        print(f"calibench: {repair.describe_damaged(_path, _cause, planning=PLANNING)}", file=sys.stderr)
     if _damaged and not PLANNING:
         repair.set_aside_damaged(RESULTS, _damaged)
     for _manifest, _reasons in _changed:

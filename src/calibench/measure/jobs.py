@@ -378,7 +378,8 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                "shards": {str(i): k for i, k in keys.items() if i not in failed},
                "files": {str(i): file_state(layout.shard_path(results, space, hp, dataset, i))
                          for i in keys if i not in failed},
-               "logits_removed": removed, "seconds": round(time.perf_counter() - start, 3)}
+               "logits_removed": removed, "odir": Path(odir_file).name if odir_file else None,
+               "seconds": round(time.perf_counter() - start, 3)}
     log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s", chunk, computed, skipped, len(failed),
              summary["seconds"], f"; {removed} logits files removed (keep_logits: false)" if removed else "")
     integrity.write_json(summary, manifest)

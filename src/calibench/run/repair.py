@@ -117,15 +117,60 @@ def lost_manifests(results: str | os.PathLike, logits: bool = True) -> list[tupl
     return lost
 
 
-def damaged_outputs(results: str | os.PathLike) -> list[tuple[Path, str, list[Path]]]:
+def lost_outputs(results: str | os.PathLike, logits: bool = True) -> list[tuple[Path, str, list[Path]]]:
+    """(file, "deleted", what is set aside with it) for every file that jobs read, gone while
+    what was built from it is not: Snakemake plans nothing for a missing output whose
+    consumers are up to date. A table's failures, the labels and population its chunks read
+    (``logits``: labels are kept, not temporary), the lambda, mu search its chunks used, an
+    analysis part of the report."""
+    results = Path(results)
+    out: list[tuple[Path, str, list[Path]]] = []
+    gone = "deleted since it was written"
+    for table in layout.result_tables(results):
+        target, _, dataset = table.stem.rpartition("_")
+        if not layout.failures_path(results, target, dataset).exists():
+            out.append((layout.failures_path(results, target, dataset), gone, [table]))
+    measured = [d for d in layout.matching(layout.measure_manifest_dir(results, "*", "*")) if d.is_dir()]
+    by_population: dict[Path, list[Path]] = {}
+    for folder in measured:
+        target, _, dataset = folder.name.rpartition("_")
+        space = layout.split_target(target)[0]
+        manifests = sorted(folder.glob("chunk*.json"))
+        if not manifests:
+            continue
+        by_population.setdefault(layout.population_path(results, space), []).extend(
+            [*manifests, *layout.matching(layout.infer_manifest(results, target, "*"))])
+        labels = layout.labels_path(results, dataset, space=None if space in layout.NATS_SPACES else space)
+        if logits and not labels.exists():
+            out.append((labels, gone, manifests))
+        try:
+            odir = integrity.read_json(manifests[0]).get("odir")
+        except (OSError, ValueError):
+            odir = None  # a damaged manifest: changed_chunks sets it aside
+        if odir and not (results / "recalibration" / odir).exists():
+            out.append((results / "recalibration" / odir, gone, manifests))
+    for population, manifests in by_population.items():
+        if not population.exists():
+            out.append((population, gone, sorted(set(manifests))))
+    report = layout.report_path(results)
+    if report.exists() and layout.plots_dir(results).is_dir():
+        for folder in sorted(p for p in layout.plots_dir(results).iterdir() if p.is_dir()):
+            manifest = layout.part_manifest(results, folder.name)  # every part has its plots folder
+            if not manifest.exists():
+                out.append((manifest, gone, [report, layout.explorer_page(results)]))
+    return out
+
+
+def damaged_outputs(results: str | os.PathLike, logits: bool = True) -> list[tuple[Path, str, list[Path]]]:
     """(file, cause, what is set aside with it) for every file that jobs read and that fails its
     content check (:mod:`calibench.integrity`): tables and their failures, labels, populations,
     the lambda, mu searches, analysis parts (their manifests and every file those list). What
     is set aside with a file makes Snakemake run through it again: the chunk manifests and
     tables built from an upstream file, the report after a part. Shards and logits files, far
-    too many to read at every run, are checked by the jobs that read them."""
+    too many to read at every run, are checked by the jobs that read them. Files of these kinds
+    that are gone while what was built from them is not come too (:func:`lost_outputs`)."""
     results = Path(results)
-    out: list[tuple[Path, str, list[Path]]] = []
+    out = lost_outputs(results, logits)
 
     def measure_of(target_glob: str, dataset: str) -> list[Path]:
         return layout.matching(layout.measure_manifest(results, target_glob, dataset, "*"))
@@ -192,6 +237,14 @@ def set_aside_damaged(results: str | os.PathLike, damaged: list[tuple[Path, str,
                 os.replace(other, other.with_name(other.name + SET_ASIDE))
                 moved.append(other)
     return moved + set_aside(results, manifests)
+
+
+def describe_damaged(path: Path, cause: str, planning: bool = False) -> str:
+    """One line on a file of :func:`damaged_outputs`."""
+    if not path.exists():
+        return f"{path}: {cause}: " + ("a run would make it again" if planning else "this run makes it again")
+    return f"{path}: damaged ({cause}): " + ("a run would set it aside and rebuild it" if planning else
+                                            f"set aside as {path.name}{integrity.DAMAGED_SUFFIX}; this run rebuilds it")
 
 
 def describe(manifest: Path, reasons: list[str], planning: bool = False) -> str:
