@@ -184,15 +184,69 @@ def newest_snakemake_log(workdir: str | Path = ".", since: float = 0.0) -> Path 
     return max(logs, key=lambda p: p.stat().st_mtime) if logs else None
 
 
+# How Snakemake 9 tells a failed shell job's end, in the RuleException just before the job's
+# "Error in rule" block (Python's CalledProcessError): the shell's exit status, 128 + the signal's
+# number when the job's program was killed (bash), or the signal that killed the shell itself.
+_EXIT_STATUS = re.compile(r"returned non-zero exit status (-?\d+)\.\s*$")
+_DIED_WITH = re.compile(r"died with (?:<Signals\.\w+: (\d+)>|unknown signal (\d+))\.\s*$")
+
+
+def signal_exit(status: int) -> str | None:
+    """``"killed by SIGKILL (exit status 137)"`` for an exit status that says a signal ended the
+    program (a shell's 128 + N, or a negative return code -N); None for an ordinary exit."""
+    import signal
+
+    if status < 0:
+        number, said = -status, f"signal {-status}"
+    elif 128 < status <= 128 + 64:
+        number, said = status - 128, f"exit status {status}"
+    else:
+        return None
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    hint = ": out of memory (the kernel's OOM killer), or kill -9" if name == "SIGKILL" else ""
+    return f"killed by {name} ({said}){hint}"
+
+
+def failed_job_ends(snakemake_log: str | Path) -> dict[Path, int]:
+    """The exit status Snakemake reports for each failed job with a log (by the job's log file;
+    a negative number -N: the job's shell was killed by signal N); jobs whose status is not said
+    (a Python ``run:`` rule, an error before the command ran) are left out."""
+    text = Path(snakemake_log).read_text(errors="replace")
+    out: dict[Path, int] = {}
+    status: int | None = None  # said before the job's "Error in rule" block
+    block: int | None = None
+    for line in text.splitlines():
+        if (match := _EXIT_STATUS.search(line)) is not None:
+            status = int(match.group(1))
+        elif (match := _DIED_WITH.search(line)) is not None:
+            status = -int(match.group(1) or match.group(2))
+        elif line.startswith("Error in rule "):
+            block, status = status, None
+        elif (match := _LOG_LINE.match(line)) and block is not None:
+            out.setdefault(Path(match.group(1)), block)
+            block = None
+    return out
+
+
 def failed_jobs_summary(workdir: str | Path = ".", since: float = 0.0) -> str:
-    """Each failed job of the last Snakemake run (started after ``since``) with the cause from its log."""
+    """Each failed job of the last Snakemake run (started after ``since``) with the cause: the
+    signal that killed it (e.g. ``killed by SIGKILL (exit status 137...)``), whatever its log
+    says last, else the error from its log."""
     log = newest_snakemake_log(workdir, since)
     if log is None:
         return ""
     jobs = failed_job_logs(log)
     if not jobs:
         return ""
+    ends = failed_job_ends(log)
     lines = [f"calibench: {len(jobs)} job(s) failed:"]
     for job in jobs:
-        lines.append(f"  {job}: {cause(Path(workdir) / job)}")
+        told = cause(Path(workdir) / job)
+        killed = signal_exit(ends[job]) if job in ends else None
+        if killed:
+            told = f"{killed}; its log ends: {told}" if told != "(no log written)" and told else killed
+        lines.append(f"  {job}: {told}")
     return "\n".join(lines)

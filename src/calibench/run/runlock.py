@@ -10,7 +10,9 @@ The guard does three things.
 1. It takes an exclusive, non-blocking ``flock`` on ``<results>/.calibench-run.lock``
    and writes who holds it (pid, host, start time, command) into that file.
    If another live process holds the flock, :class:`RunInUse` is raised naming
-   that holder, and nothing is touched.  The kernel drops a flock when its
+   that holder, and nothing is touched: the recorded run, or, when that process
+   has exited (``kill -9`` of the driver), the process that holds the flock now
+   (its Snakemake, found through ``/proc/<pid>/fdinfo``).  The kernel drops a flock when its
    holder dies, ``kill -9`` included, so a free flock means no guarded run is
    alive: the file's content from an earlier run is simply overwritten.
 
@@ -91,7 +93,9 @@ class RunInUse(RuntimeError):
 
     Attributes: ``results`` and ``workdir`` (Paths, either may be None),
     ``holder`` (the JSON record read from the lock file, or None) and
-    ``process`` (the live :class:`SnakemakeProcess`, or None).
+    ``process`` (the live process that holds the results or works in the workdir, as a
+    :class:`SnakemakeProcess`, or None: for a guarded run, set when the recorded process is
+    not the one holding the lock, e.g. the Snakemake of a ``calibench run`` killed with -9).
     """
 
     def __init__(self, message: str, *, results: Path | None = None, workdir: Path | None = None,
@@ -395,23 +399,79 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _lock_holders(lock_path: Path) -> list[SnakemakeProcess] | None:
+    """The processes on this host whose open file holds the flock on ``lock_path`` (Linux: the
+    kernel lists a lock held through a descriptor in ``/proc/<pid>/fdinfo/<fd>``), Snakemake
+    processes first; the current process and its ancestors are left out. ``None`` when this
+    cannot be read (no /proc, or the lock file is gone)."""
+    if not _proc_available():
+        return None
+    try:
+        ref = os.stat(lock_path)
+    except OSError:
+        return None
+    skip = _self_and_ancestors()
+    found = []
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:
+            continue  # gone, or not ours to read
+        for fd in fds:
+            try:
+                if not _same_dir(os.stat(fd), ref):
+                    continue
+                info = (entry / "fdinfo" / fd.name).read_text()
+            except OSError:
+                continue
+            if any(line.startswith("lock:") and " FLOCK " in line for line in info.splitlines()):
+                try:
+                    raw = (entry / "cmdline").read_bytes()
+                    uid = entry.stat().st_uid
+                except OSError:
+                    break
+                argv = tuple(a.decode(errors="replace") for a in raw.split(b"\0") if a)
+                found.append(SnakemakeProcess(int(entry.name), argv, uid))
+                break
+    return sorted(found, key=lambda p: (not is_snakemake_command(p.argv), p.pid))
+
+
 def _in_use_by_run(results: Path, lock_path: Path, rec: dict | None) -> RunInUse:
+    """The refusal when another run holds ``lock_path``. It names the process that holds the
+    lock now: the run's recorded ``calibench run`` while that lives, else what it started
+    (its Snakemake, which received the lock's descriptor) when the recorded process has exited."""
+    here_host = socket.gethostname()
+    holder = None
+    if rec is None or rec.get("host") == here_host:
+        holders = _lock_holders(lock_path) or []
+        if rec is None or not any(p.pid == rec.get("pid") for p in holders):
+            holder = holders[0] if holders else None
     if rec is None:
         who = f"another process (its record in {lock_path} could not be read)"
         stop = "stop it"
+        if holder is not None:
+            who = f"pid {holder.pid} on {here_host}: {holder.command}"
+            stop = f"stop it (kill {holder.pid})"
     else:
         pid, host = rec.get("pid"), rec.get("host")
         cmd = rec.get("command")
         cmd = shlex.join(cmd) if isinstance(cmd, list) else str(cmd)
         who = f"pid {pid} on {host}, started {rec.get('started')}: {cmd}"
-        here = host == socket.gethostname()
+        here = host == here_host
         stop = f"stop it (kill {pid}{'' if here else f' on {host}'})"
-        if here and isinstance(pid, int) and not _pid_alive(pid):
+        if holder is not None:
+            gone = "has exited" if isinstance(pid, int) and not _pid_alive(pid) else "no longer holds the lock"
+            who += f" (that process {gone}; the lock is held by pid {holder.pid}, which it started: {holder.command})"
+            stop = f"stop that process (kill {holder.pid}" + (
+                "; Snakemake then exits once its running jobs end)" if is_snakemake_command(holder.argv) else ")")
+        elif here and isinstance(pid, int) and not _pid_alive(pid):
             who += " (that process has exited; a process it started still holds the lock)"
     return RunInUse(
         f"{results} is in use by another calibench run: {who}. "
         f"Wait for it to finish, or {stop}, then run again.",
-        results=results, holder=rec)
+        results=results, holder=rec, process=holder)
 
 
 @contextmanager
@@ -513,7 +573,7 @@ def live_run(workdir: str | os.PathLike, results: str | os.PathLike,
                             and rec.get("pid") in _self_and_ancestors()):
                         exc = _in_use_by_run(results, lock_path, rec)
                         return RunInUse(f"{exc} Do not use --unlock: it would break the live run.",
-                                        results=results, holder=rec)
+                                        results=results, holder=rec, process=exc.process)
                 except OSError:
                     pass
             finally:

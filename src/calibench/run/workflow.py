@@ -117,7 +117,9 @@ def _run(args: argparse.Namespace) -> int:
 
     It holds the results directory for the run (:mod:`calibench.run.runlock`): a second run on
     the same results stops with a message and touches nothing, and a Snakemake lock left
-    by a killed run (kill -9, OOM, a lost login node) is released, with a log line.
+    by a killed run (kill -9, OOM, a lost login node) is released, with a log line. SIGINT,
+    SIGTERM or SIGHUP stop Snakemake and its jobs (:func:`_follow`), release the results and
+    exit with 128 + the signal's number; the next run resumes.
     """
     from calibench.run.runlock import RunInUse, run_guard
 
@@ -135,53 +137,234 @@ def _run(args: argparse.Namespace) -> int:
         with run_guard(Path.cwd(), Path(results), cmd) as guard:
             print("+", " ".join(cmd), flush=True)
             started = time.time()
-            code, progress, log_file = _follow(cmd, guard.pass_fds, Path(results), verbose=args.verbose)
+            code, progress, log_file, stop = _follow(cmd, guard.pass_fds, Path(results), verbose=args.verbose)
     except RunInUse as exc:
         logging.getLogger("calibench").error("%s", exc)
         return 3
     from calibench.results import failures
 
+    stopped = stop is not None and code != 0  # a signal stopped the run (not one that came as it finished)
     tables = [t for t in targets if t.endswith(".parquet")]
-    told = [failures.failed_jobs_summary(Path.cwd(), since=started - 1) if code != 0 else "",
+    told = [stop[1] if stopped else "",
+            failures.failed_jobs_summary(Path.cwd(), since=started - 1) if code != 0 and not stopped else "",
             failures.terminal_summary(results, tables),
             failures.underdetermined_summary(tables, bool((config.get("analysis") or {}).get("include_underdetermined")))]
-    for text in told:
-        if text:
-            print(text, file=sys.stderr, flush=True)
-    ran, failed = progress.jobs()
-    computed, skipped = _networks_measured(Path(results), since=started - 1)
-    print(f"calibench: {ran} job(s) run" + (f", {failed} failed" if failed else "")
-          + f" in {time.time() - started:.0f} s; networks measured: {computed}, already measured: {skipped}; "
-          f"Snakemake's log: {log_file}", flush=True)
-    if code == 0 and str(layout.report_path(results)) in targets:
-        print(f"report: {layout.report_path(results).resolve()}")
-    if code == 0 and str(layout.explorer_page(results)) in targets:
-        print(f"explorer: {layout.explorer_page(results).resolve()}")
-    return code
+    try:
+        for text in told:
+            if text:
+                print(text, file=sys.stderr, flush=True)
+        ran, failed = progress.jobs()
+        computed, skipped = _networks_measured(Path(results), since=started - 1)
+        print(f"calibench: {ran} job(s) run" + (f", {failed} failed" if failed and not stopped else "")
+              + f" in {time.time() - started:.0f} s; networks measured: {computed}, already measured: {skipped}; "
+              f"Snakemake's log: {log_file}", flush=True)
+        if code == 0 and str(layout.report_path(results)) in targets:
+            print(f"report: {layout.report_path(results).resolve()}")
+        if code == 0 and str(layout.explorer_page(results)) in targets:
+            print(f"explorer: {layout.explorer_page(results).resolve()}")
+    except OSError:  # e.g. the terminal that SIGHUP came from is gone
+        pass
+    return 128 + stop[0] if stopped else code
 
 
-def _follow(cmd: list[str], pass_fds, results: Path, verbose: bool):
+def _follow(cmd: list[str], pass_fds, results: Path, verbose: bool, grace_s: float = 30.0):
     """Run Snakemake with its output going whole to ``logs/snakemake/run-*.log`` (and the
-    terminal if ``verbose``), one progress line per rule on the terminal otherwise."""
+    terminal if ``verbose``), one progress line per rule on the terminal otherwise.
+
+    SIGINT, SIGTERM or SIGHUP to this process stop the run: Snakemake gets SIGTERM (its own stop:
+    it starts no new job, and exits once its running jobs have ended, removing their incomplete
+    outputs and its locks) and every process under it, its jobs, the signal received (SIGHUP:
+    SIGTERM), a job started meanwhile too. A terminal's Ctrl-C reaches Snakemake and the jobs
+    itself (one process group): the jobs get no second SIGINT, only SIGTERM if still running 2 s
+    later (a second SIGINT makes Snakemake leave with a traceback). A third of ``grace_s`` on,
+    Snakemake gets SIGINT (its cancel, which also cancels the cluster jobs it submitted); after
+    ``grace_s``, or on a second signal, it and every process under it are killed (SIGKILL).
+    On Linux this process is the reaper of its orphaned descendants meanwhile (``prctl``), so
+    nothing of the run outlives it: a job's program orphaned while Snakemake runs (its shell was
+    killed; Snakemake has counted the job failed, and it would go on writing outputs that
+    Snakemake removed) is killed at once, and whatever is left when Snakemake exits is killed then.
+
+    Returns (exit status, progress, log file, stop): ``stop`` is None, or (the signal's number,
+    the line that says how the run stopped) when a signal stopped it.
+    """
+    import os
+    import signal
+    import threading
+    from collections import deque
+
     from calibench.run.progress import RunProgress
 
     log_file = layout.log_path(results, f"snakemake/run-{time.strftime('%Y%m%dT%H%M%S')}")
     log_file.parent.mkdir(parents=True, exist_ok=True)
     progress = RunProgress(lambda text: print(text, flush=True), lambda text: print(text, file=sys.stderr, flush=True))
-    tail: list[str] = []
-    with open(log_file, "w") as log, subprocess.Popen(cmd, pass_fds=pass_fds, stdout=subprocess.PIPE,
-                                                      stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
-        for line in proc.stdout:
-            log.write(line)
-            if verbose:
-                print(line, end="", flush=True)
-            else:
-                progress.feed(line)
-                tail = (tail + [line.rstrip()])[-12:]
-        code = proc.wait()
-    if code != 0 and not verbose and not any(progress.jobs()):  # stopped before any job: say why
+    tail: deque[str] = deque(maxlen=12)
+    received: list[int] = []  # stop signals, in order
+    told: set[int] = set()  # processes given the stop signal (they are stopping)
+    orphans: set[int] = set()  # killed while Snakemake ran
+    proc_dir = Path("/proc")
+
+    def state(pid: int) -> tuple[int, str] | None:  # (parent pid, state letter), None once gone
+        try:
+            fields = (proc_dir / str(pid) / "stat").read_text().rsplit(")", 1)[-1].split()
+            return int(fields[1]), fields[0]
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def processes() -> dict[int, tuple[int, str]]:
+        return {int(e.name): st for e in proc_dir.glob("[0-9]*") if (st := state(int(e.name)))}
+
+    def under(pid: int) -> list[int]:  # live descendants, parents first
+        table = processes()
+        out, todo = [], [pid]
+        while todo:
+            parent = todo.pop(0)
+            kids = sorted(c for c, (p, _) in table.items() if p == parent)
+            out += [c for c in kids if table[c][1] != "Z"]
+            todo += kids
+        return out
+
+    def send(pid: int, signum: int) -> None:
+        try:
+            os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def subreaper(on: bool) -> bool | None:  # the previous setting; None where unsupported
+        if not sys.platform.startswith("linux"):
+            return None
+        try:
+            import ctypes
+
+            libc, before = ctypes.CDLL(None, use_errno=True), ctypes.c_int(0)
+            if libc.prctl(37, ctypes.byref(before), 0, 0, 0) or libc.prctl(36, int(on), 0, 0, 0):  # PR_[GS]ET_CHILD_SUBREAPER
+                return None
+            return bool(before.value)
+        except (OSError, AttributeError):
+            return None
+
+    def from_terminal() -> bool:  # in the terminal's foreground process group: Ctrl-C reached every process
+        for fd in (0, 1, 2):
+            try:
+                return os.tcgetpgrp(fd) == os.getpgrp()
+            except OSError:
+                continue
+        return False
+
+    def kill_orphans(snakemake: int) -> None:  # this process's children other than Snakemake
+        try:
+            kids = {int(c) for t in (proc_dir / str(os.getpid()) / "task").iterdir()
+                    for c in (t / "children").read_text().split()}
+        except (OSError, ValueError):  # no /proc/<pid>/task/<tid>/children
+            kids = {c for c, (parent, _) in processes().items() if parent == os.getpid()}
+        for pid in kids - {snakemake}:
+            if pid not in orphans and (state(pid) or (0, "Z"))[1] != "Z":
+                send(pid, signal.SIGKILL)
+                if pid not in told:  # one told to stop is stopping: not counted as left behind
+                    orphans.add(pid)
+            try:
+                os.waitpid(pid, os.WNOHANG)  # that pid only: never Snakemake, which Popen waits for
+            except ChildProcessError:
+                pass
+
+    def wait(proc: subprocess.Popen, reaper: bool) -> tuple[int, bool]:  # (exit status, killed with SIGKILL)
+        since, interrupted, to_jobs, jobs_from = None, False, signal.SIGTERM, 0.0
+        while True:
+            try:
+                return proc.wait(timeout=0.2), False
+            except subprocess.TimeoutExpired:
+                pass
+            if reaper:
+                kill_orphans(proc.pid)
+            if not received:
+                continue
+            now = time.monotonic()
+            if since is None:
+                since = now
+                send(proc.pid, signal.SIGTERM)
+                keyboard = received[0] == signal.SIGINT and from_terminal()
+                if received[0] in (signal.SIGINT, signal.SIGTERM) and not keyboard:
+                    to_jobs = received[0]
+                jobs_from = since + (2.0 if keyboard else 0.0)
+            if len(received) > 1 or now - since > grace_s:
+                for pid in [proc.pid, *under(proc.pid)]:
+                    send(pid, signal.SIGKILL)
+                return proc.wait(), True
+            if now - since > grace_s / 3 and not interrupted:
+                send(proc.pid, signal.SIGINT)
+                interrupted = True
+            if now >= jobs_from:
+                for pid in set(under(proc.pid)) - told:
+                    send(pid, to_jobs)
+                    told.add(pid)
+
+    def kill_leftovers() -> int:  # once Snakemake has exited: what is left under this process
+        killed: set[int] = set()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = under(os.getpid())
+            for pid in set(left) - killed:
+                send(pid, signal.SIGKILL)
+                killed.add(pid)
+            while True:  # reap them, and any orphan that ended earlier (Snakemake is reaped already)
+                try:
+                    if not os.waitpid(-1, os.WNOHANG)[0]:
+                        break
+                except ChildProcessError:
+                    break
+            if not left:
+                break
+            time.sleep(0.02)
+        return len((killed - told) | orphans)
+
+    def read(proc: subprocess.Popen, log) -> None:
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                try:
+                    if verbose:
+                        print(line, end="", flush=True)
+                    elif not received:  # once stopped, the jobs' ends are no failures to count
+                        tail.append(line.rstrip())
+                        progress.feed(line)
+                except OSError:  # the terminal went away (SIGHUP): Snakemake's output still goes to the log
+                    pass
+        except ValueError:  # the pipe was closed
+            pass
+
+    signals = [getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signals}
+    before = subreaper(True)
+    try:
+        with open(log_file, "w") as log, subprocess.Popen(cmd, pass_fds=pass_fds, stdout=subprocess.PIPE,
+                                                          stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+            reader = threading.Thread(target=read, args=(proc, log), name="snakemake-output", daemon=True)
+            reader.start()
+            code, killed = wait(proc, before is not None)
+            left = kill_leftovers() if before is not None else 0  # they would also hold the output pipe
+            reader.join(timeout=30)
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        if before is not None:
+            subreaper(before)
+    stop = None
+    if received:
+        name = signal.Signals(received[0]).name
+        if killed:
+            how = (f"Snakemake had not stopped its jobs {grace_s:g} s after it was told to (or a second signal "
+                   "came), so it and its jobs were killed (SIGKILL); `calibench run` resumes from here (it "
+                   "releases the lock they left)")
+        else:
+            how = "Snakemake stopped its jobs" + (f" ({left} process(es) they left were killed)" if left else "") \
+                + "; `calibench run` resumes from here"
+        stop = (received[0], f"calibench: stopped by {name}; {how}")
+    elif left:
+        print(f"calibench: {left} process(es) that outlived their Snakemake job were killed", file=sys.stderr, flush=True)
+    if code != 0 and stop is None and not verbose and not any(progress.jobs()):  # stopped before any job: say why
         print("\n".join(t for t in tail if t.strip()), file=sys.stderr, flush=True)
-    return code, progress, log_file
+    return code, progress, log_file, stop
 
 
 def _networks_measured(results: Path, since: float) -> tuple[int, int]:
