@@ -90,6 +90,12 @@ class RunProgress:
         self.say(f"[{_clock(self.clock() - self.start):>6}] {rule:22s} {done}/{total} done"
                  + (f", {failed} failed" if failed else "") + self._left())
 
+    def add(self, earlier: "RunProgress") -> None:
+        """Count an earlier pass's finished and failed jobs with this one's."""
+        for mine, theirs in ((self.done, earlier.done), (self.failed, earlier.failed)):
+            for rule, n in theirs.items():
+                mine[rule] = mine.get(rule, 0) + n
+
     def jobs(self) -> tuple[int, int]:
         """(jobs finished, jobs failed) so far."""
         return sum(self.done.values()), sum(self.failed.values())

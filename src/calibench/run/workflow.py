@@ -86,7 +86,7 @@ def _status(args: argparse.Namespace) -> int:
     results = Path(config["results"])
     changed = repair.changed_chunks(results, logits=bool(config["keep_logits"]))
     damaged = {str(table): why for table, why in repair.affected_tables(results, changed).items()}
-    broken = repair.damaged_outputs(results)
+    broken = repair.damaged_outputs(results, logits=bool(config["keep_logits"]))
     for path, cause, with_it in broken:  # a damaged table, or one built from a damaged file
         for target in {str(t) for t in [path, *with_it, *repair.affected_tables(results, [(m, []) for m in with_it])]}:
             damaged.setdefault(target, []).insert(0, f"{path}: {cause}")
@@ -110,6 +110,17 @@ def _status(args: argparse.Namespace) -> int:
     print(f"{counts['complete']} complete, {counts['to run']} to run: "
           + ("`calibench run` completes them" if counts["to run"] or changed or broken else "nothing to do"))
     return 0
+
+
+def _repairs_pending(config: dict) -> list[str]:
+    """What the repair check would redo now (:mod:`calibench.run.repair`): after a run, files its
+    jobs found damaged and set aside (a shard or logits file whose bytes changed with its
+    modification time kept), which a second pass rebuilds."""
+    from calibench.run import repair
+
+    results, logits = Path(config["results"]), bool(config["keep_logits"])
+    return ([f"{path}: {cause}" for path, cause, _ in repair.damaged_outputs(results, logits)]
+            + [f"{manifest}: {'; '.join(why)}" for manifest, why in repair.changed_chunks(results, logits)])
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -138,6 +149,14 @@ def _run(args: argparse.Namespace) -> int:
             print("+", " ".join(cmd), flush=True)
             started = time.time()
             code, progress, log_file, stop = _follow(cmd, guard.pass_fds, Path(results), verbose=args.verbose)
+            found = _repairs_pending(config) if stop is None else []
+            if found:  # jobs found files damaged and set them aside: rebuilt now, not by the next run
+                print("calibench: found during this run and set aside: " + "; ".join(found[:3])
+                      + (f"; and {len(found) - 3} more" if len(found) > 3 else "") + "; running once more to rebuild",
+                      file=sys.stderr, flush=True)
+                first = progress
+                code, progress, log_file, stop = _follow(cmd, guard.pass_fds, Path(results), verbose=args.verbose)
+                progress.add(first)
     except RunInUse as exc:
         logging.getLogger("calibench").error("%s", exc)
         return 3
