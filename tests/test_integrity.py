@@ -173,7 +173,8 @@ def test_a_lost_manifest_is_found_from_the_population_and_a_damaged_one_is_set_a
 
 
 def test_a_shard_damaged_without_a_trace_is_measured_again_by_its_job(small_sss_run, tmp_path):
-    """Damage with the modification time kept (bit rot): the job's own check finds it."""
+    """Damage with the modification time kept (bit rot): the jobs' own checks find it, and the
+    same `calibench run` rebuilds it."""
     results = clone_run(small_sss_run, tmp_path / "run") / "results"
     shard = results / SHARD_DIR.removeprefix("results/") / "arch=000000.parquet"
     manifest = integrity.read_json(layout.measure_manifest(results, "sss_90", "cifar10", 0))
@@ -184,6 +185,16 @@ def test_a_shard_damaged_without_a_trace_is_measured_again_by_its_job(small_sss_
     os.utime(shard, ns=(state.st_atime_ns, state.st_mtime_ns))
     assert repair.changed_chunks(results) == []  # nothing on the outside says so
     assert shards.shard_problem(shard, key).startswith("damaged (its data does not match")
+    # the table built from it (here: its table damaged too) finds it; the same `calibench run` rebuilds it
+    _overwrite(results / SMALL_SSS_TABLE.removeprefix("results/"), 0.5)
+    proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml", "--cores", "2",
+                           "--space", "sss"], cwd=results.parent, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert f"found during this run and set aside: results/chunks/measure/sss_90_cifar10/chunk00000.json: " \
+           f"results/{SHARD_DIR.removeprefix('results/')}/arch=000000.parquet: deleted; running once more" in proc.stderr
+    assert "networks measured: 1" in proc.stdout
+    _frames_equal(small_sss_run / SMALL_SSS_TABLE, results.parent / SMALL_SSS_TABLE)
+    assert pd.read_parquet(results / "failures/sss_90_cifar10.parquet").empty
 
 
 def test_damaged_analysis_outputs_and_pages_are_found_with_what_must_be_made_again(workflow_run, tmp_path):
