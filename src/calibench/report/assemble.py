@@ -25,7 +25,7 @@ from calibench.analysis.kendall import question4_findings
 from calibench.analysis.nats import architecture, schedules
 from calibench.analysis.tables import KEYS, first_seed, load_tables, measured, nearest_bins, table_stages
 from calibench.config.settings import part_settings
-from calibench.layout import STAGES, analysis_dir, report_path
+from calibench.layout import STAGES, analysis_dir, report_path, report_sums
 from calibench.report.claims import claims, claims_html
 from calibench.report.findings import findings
 from calibench.report.page import SECTIONS, write_report
@@ -142,6 +142,8 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
                         underdetermined=underdetermined_where(tables), n_tables=len(tables),
                         explorer=bool(settings.get("explorer")))
     log.info("report written: %s, %d parts, %d figures, %d findings", page, len(parts), len(plots), len(found))
+    # the content check of the report job's outputs (issue 33; `sha256sum -c report.html.sha256`)
+    integrity.write_sums([page, out / "findings.csv", out / "claims.csv"], report_sums(results))
     return {"report": page, "findings": out / "findings.csv", "claims": out / "claims.csv"}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from calibench import integrity, layout
+from calibench import layout
 from calibench.analysis.plots import REPORT_CONTENT_PX
 from calibench.atomic import atomic_write
 
@@ -186,5 +186,4 @@ def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.Dat
     out = layout.report_path(results)
     page = "\n".join(parts).encode()
     atomic_write(out, lambda f: f.write(page))
-    integrity.write_sums([out], layout.report_sums(results))  # its content check (issue 33)
     return out

@@ -216,7 +216,7 @@ def damaged_outputs(results: str | os.PathLike, logits: bool = True) -> list[tup
     for page, sums in ((layout.report_path(results), layout.report_sums(results)),
                        (layout.explorer_page(results), layout.explorer_sums(results))):
         found = integrity.check_sums(sums) if page.exists() else None
-        if found:  # the page goes: Snakemake makes it again
+        if found:  # the page goes: Snakemake makes it again (it would not for another missing output)
             out.append((found[0], found[1], [page] if found[0] != page else []))
     return out
 
