@@ -1,5 +1,5 @@
 """A small seeded random fault campaign (issue 33, item 5; ``bench/bench_faults.py --random``):
-faults of eight kinds done to a copy of the session's SMALL_SSS run (one table, two networks in
+faults of six kinds done to a copy of the session's SMALL_SSS run (one table, two networks in
 chunks of one), each recovered with the README's command (`calibench run`, here for the
 table) and checked against the untouched run: `calibench compare` equal, no file of the
 reference lost, none differing."""
@@ -19,11 +19,11 @@ import bench_faults  # noqa: E402
 import pytest  # noqa: E402
 from fixtures import clone_run  # noqa: E402
 
-# One fault of each kind that needs no root (a full disk needs a tmpfs mount), two runs at once
-# left to the benchmark (its first run costs a whole rerun); a kill comes within 6 s of the
+# Six kinds, one fault each (8 took 115 s on 2 busy cores: kill -9 of Snakemake, truncation, a
+# full disk (root only) and two runs at once are left to the benchmark); a kill comes within 6 s of the
 # start of a rerun given work by deleting a logits file (inference, measurement, the table).
-KINDS = ["kill -9 of the whole run", "kill -9 of one job", "kill -9 of snakemake", "SIGTERM of the driver",
-         "bytes overwritten", "truncated", "deleted", "manifest and a shard of its chunk deleted"]
+KINDS = ["kill -9 of the whole run", "kill -9 of one job", "SIGTERM of the driver",
+         "bytes overwritten", "deleted", "manifest and a shard of its chunk deleted"]
 
 # Known gap (issue 33, found by this campaign; the repair check's, not this test's): a file that
 # jobs read but that no run looks for once what was built from it exists is not made again when
@@ -38,7 +38,7 @@ def _known_gap(record: dict) -> bool:
             and record["target"].startswith(KNOWN_LOST))
 
 
-def test_a_seeded_campaign_of_eight_faults_loses_and_changes_nothing(small_sss_run, tmp_path):
+def test_a_seeded_campaign_of_six_faults_loses_and_changes_nothing(small_sss_run, tmp_path):
     faulty = clone_run(small_sss_run, tmp_path / "faulty")
     campaign = bench_faults.Campaign(
         small_sss_run, faulty, random.Random(33), ["--configfile", "tiny.yaml", "--space", "sss", "--dataset", "cifar10"],
