@@ -323,9 +323,10 @@ def write_sums(files, sums: str | os.PathLike) -> Path:
     return atomic_write(sums, lambda f: f.write(payload))
 
 
-def check_sums(sums: str | os.PathLike) -> tuple[Path, str] | None:
+def check_sums(sums: str | os.PathLike, present_only: str = "\0") -> tuple[Path, str] | None:
     """(file, cause) of the first file a sums file lists that fails its check; None if all pass
-    (or there is no sums file: a page written before they existed)."""
+    (or there is no sums file: a page written before they existed). Files whose name starts
+    with ``present_only`` need only be there (inputs that may change after the page was made)."""
     sums = Path(sums)
     try:
         text = sums.read_text()
@@ -337,7 +338,10 @@ def check_sums(sums: str | os.PathLike) -> tuple[Path, str] | None:
         digest, _, name = line.partition("  ")
         if len(digest) != 64 or not name:
             return sums, f"not a sha256sum line: {line[:80]!r}"
-        cause = check_listed(sums.parent / name, digest)
+        if name.startswith(present_only):
+            cause = None if (sums.parent / name).exists() else "missing"
+        else:
+            cause = check_listed(sums.parent / name, digest)
         if cause:
             return sums.parent / name, cause
     return None

@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from calibench import integrity
-from calibench.layout import NATS_SPACES, analysis_dir, part_manifest, part_plots_dir
+from calibench.layout import NATS_SPACES, analysis_dir, part_manifest, part_plots_dir  # noqa: F401 (part_manifest: used by the report)
 
 log = logging.getLogger(__name__)
 

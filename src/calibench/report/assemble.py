@@ -143,7 +143,10 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
                         explorer=bool(settings.get("explorer")))
     log.info("report written: %s, %d parts, %d figures, %d findings", page, len(parts), len(plots), len(found))
     # the content check of the report job's outputs (issue 33; `sha256sum -c report.html.sha256`)
-    integrity.write_sums([page, out / "findings.csv", out / "claims.csv"], report_sums(results))
+    # and the part manifests it was made from: one gone (a part stopped mid-run, its outputs
+    # removed) takes the report with it, as Snakemake would not see it
+    integrity.write_sums([page, out / "findings.csv", out / "claims.csv",
+                          *(analysis_parts.part_manifest(results, p) for p in parts)], report_sums(results))
     return {"report": page, "findings": out / "findings.csv", "claims": out / "claims.csv"}
 
 

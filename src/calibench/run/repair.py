@@ -215,10 +215,11 @@ def damaged_outputs(results: str | os.PathLike, logits: bool = True) -> list[tup
             out.append((found[0], found[1], [manifest, layout.report_path(results), layout.explorer_page(results)]))
     for page, sums in ((layout.report_path(results), layout.report_sums(results)),
                        (layout.explorer_page(results), layout.explorer_sums(results))):
-        found = integrity.check_sums(sums) if page.exists() else None
+        found = integrity.check_sums(sums, present_only="analysis/parts/") if page.exists() else None
         if found:  # the page goes: Snakemake makes it again (it would not for another missing output)
             out.append((found[0], found[1], [page] if found[0] != page else []))
-    return out
+    seen: set[Path] = set()  # one line per file (a lost part manifest is found two ways)
+    return [entry for entry in out if not (entry[0] in seen or seen.add(entry[0]))]
 
 
 def set_aside_damaged(results: str | os.PathLike, damaged: list[tuple[Path, str, list[Path]]]) -> list[Path]:
