@@ -724,8 +724,8 @@ def random_main(args) -> None:
     faulty = clone(reference, work / "faulty")
     campaign = Campaign(reference, faulty, random.Random(args.seed), run_args, logs=work / "logs",
                         kill_window=args.kill_window)
-    kinds = list(KINDS)
-    if not disk_full_possible():
+    kinds = [k for k in KINDS if not args.kinds or k in args.kinds.split(",")]
+    if "disk full" in kinds and not disk_full_possible():
         kinds.remove("disk full")
         print("disk full: skipped (no tmpfs can be mounted here: needs root with CAP_SYS_ADMIN)", flush=True)
     try:
@@ -756,6 +756,7 @@ def main() -> None:
     parser.add_argument("--kill-window", type=float, default=None,
                         help="--random: seconds of a rerun within which a kill comes (default 20 small, 60 default)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--kinds", default=None, help="--random: only these kinds (comma-separated, e.g. deleted)")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
