@@ -105,7 +105,7 @@ def test_a_nas_setting_reruns_only_the_nas_part_and_the_report(tmp_path, parts_r
     changed = {p for p in after if before.get(p, (None,))[0] != after[p][0]}
     assert changed == {Path("analysis/nas.csv"), Path("analysis/parts/nas.json"), Path("benchmarks/analysis/nas.tsv"),
                        Path("report.html"), Path("analysis/findings.csv"), Path("analysis/claims.csv"),
-                       Path("benchmarks/report.tsv")}
+                       Path("benchmarks/report.tsv"), Path("report.html.sha256")}
     assert set(after) == set(before)
     nas = pd.read_csv(results / "analysis" / "nas.csv")
     assert (nas["repeats"] == 3).all() and (nas["budget"] == 2).all()

@@ -193,7 +193,8 @@ def test_analysis_settings_rerun_only_the_analysis_and_no_change_reruns_nothing(
     assert _planned_jobs(workdir) == {**rerun, "all": 1}
     _snakemake(workdir)
     changed = {p.relative_to(results) for p, t in _mtimes(results).items() if before.get(p) != t}
-    assert {p.parts[0] for p in changed} == {"analysis", "plots", "report.html", "explorer", "benchmarks"}
+    assert {p.parts[0] for p in changed} == {"analysis", "plots", "report.html", "report.html.sha256", "explorer",
+                                             "benchmarks"}
     assert {p for p in changed if p.parts[0] == "benchmarks"} == {
         Path("benchmarks/analysis/hcs.tsv"), Path("benchmarks/analysis/architecture.tsv"),
         Path("benchmarks/analysis/reliability.tsv"), Path("benchmarks/report.tsv"), Path("benchmarks/explorer.tsv")}
