@@ -127,6 +127,7 @@ def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
                            "--cores", "2"], cwd=workdir, capture_output=True, text=True, timeout=900)
     told = proc.stdout + proc.stderr
     assert proc.returncode != 0, told[-3000:]
+    assert "running once more" not in told, told[-3000:]  # a failed part is not a repair: not run twice
     log = (results / "logs" / "analysis" / "robustness.log").read_text()
     for text in (log, told):  # the job's log, and what `calibench run` says on the terminal
         assert "robustness.csv" in text and "key arch_index" in text and "99999" in text, text[-3000:]
@@ -141,3 +142,20 @@ def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
     # Repaired, the part and the report run again; the other parts stay as they are.
     _robustness_table(workdir).to_csv(workdir / ROBUSTNESS["path"], index=False)
     assert _planned_jobs(workdir) == {"analysis_robustness": 1, "assemble_report": 1, "all": 1}
+
+
+def test_a_deleted_part_manifest_is_made_again_with_the_report(parts_run, tmp_path):
+    """Snakemake plans nothing for a missing output whose consumers are up to date; the repair
+    check asks for the part, and the report follows (issue 33). Nothing else runs."""
+    workdir = _clone(parts_run, tmp_path / "lost")
+    results = workdir / "results"
+    (results / "analysis" / "parts" / "nas.json").unlink()
+    assert _planned_jobs(workdir) == {"analysis_nas": 1, "assemble_report": 1, "all": 1}
+    assert not (results / "analysis" / "parts" / "nas.json").exists()  # planning moved nothing
+    _snakemake(workdir)
+    assert json.loads((results / "analysis" / "parts" / "nas.json").read_text())["part"] == "nas"
+    assert (results / "report.html").is_file() and not (results / "report.html.changed").exists()
+    check = subprocess.run(["sha256sum", "-c", "--quiet", "report.html.sha256"], cwd=results,
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert _planned_jobs(workdir) == {}

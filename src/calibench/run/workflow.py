@@ -119,7 +119,9 @@ def _repairs_pending(config: dict) -> list[str]:
     from calibench.run import repair
 
     results, logits = Path(config["results"]), bool(config["keep_logits"])
-    return ([f"{path}: {cause}" for path, cause, _ in repair.damaged_outputs(results, logits)]
+    damaged = repair.damaged_outputs(results, logits)
+    asked = set(repair.lost_parts(damaged))  # a part that failed in this run: not run twice
+    return ([f"{path}: {cause}" for path, cause, _ in damaged if path not in asked]
             + [f"{manifest}: {'; '.join(why)}" for manifest, why in repair.changed_chunks(results, logits)])
 
 
