@@ -614,3 +614,22 @@ def test_the_closing_summary_counts_flagged_fits_per_table(tmp_path):
         t["iso_fit_underdetermined"] = 0.0
     assert failures.underdetermined_summary(_write(clean, tmp_path / "clean")) == ""
     assert failures.underdetermined_summary([tmp_path / "missing.parquet"]) == ""
+
+
+def test_the_closing_summary_names_searches_worse_than_identity(tmp_path):
+    """recalibration-spec.md, "Choosing lambda and mu": a table whose search chose a pair worse
+    than identity carries {stage}_search_worse_than_identity = 1; the run's summary names it."""
+    from calibench.results import failures
+
+    tables = _flagged_population()
+    first, second = sorted(tables)
+    tables[first]["ms_search_worse_than_identity"] = 0.0
+    tables[first]["dir_search_worse_than_identity"] = 1.0
+    tables[second]["ms_search_worse_than_identity"] = 0.0
+    paths = _write(tables, tmp_path)
+    text = failures.search_summary(paths)
+    assert text.startswith("calibench: 1 lambda, mu search(es) chose a pair whose cross-validated NLL is worse")
+    assert text.endswith(f": {first[0]}_{HP[first[0]]}_{first[1]} dir"), text
+    tables[first]["dir_search_worse_than_identity"] = 0.0
+    assert failures.search_summary(_write(tables, tmp_path / "clean")) == ""
+    assert failures.search_summary([tmp_path / "missing.parquet"]) == ""

@@ -334,18 +334,19 @@ def test_the_papers_claims_are_tested_from_the_tables(run):
     assert "Tao et al.: “The calibration property" in sections["q1"] and "Wider model" in sections["q7"]
 
 
-def test_odir_search_fallbacks_are_told_in_the_methods_section(tmp_path):
+def test_odir_searches_worse_than_identity_are_told_in_the_methods_section(tmp_path):
     import json
 
-    from calibench.report.assemble import odir_fallbacks
+    from calibench.report.assemble import odir_flags
 
     (tmp_path / "recalibration").mkdir()
-    reason = "the grid's best pair (lambda=1000, mu=10; CV NLL 2.4) is worse than no recalibration (CV NLL 1.0): ..."
-    doc = {"chosen": {"ms": {"lambda": 1e3, "mu": 1e3, "fallback": reason},
-                      "dir": {"lambda": 1e1, "mu": 1e3, "fallback": None}}}
+    reason = "the grid's best pair (lambda=1000, mu=10; CV NLL 2.4) is worse than no recalibration (CV NLL 1.0) ..."
+    doc = {"chosen": {"ms": {"lambda": 1e3, "mu": 1e1, "reason": reason, "ms_search_worse_than_identity": 1},
+                      "dir": {"lambda": 1e1, "mu": 1e3, "reason": None, "dir_search_worse_than_identity": 0}}}
     (tmp_path / "recalibration" / "odir_tss_200_cifar10.json").write_text(json.dumps(doc))
     tables = [tmp_path / "tables" / "tss_200_cifar10.parquet", tmp_path / "tables" / "sss_90_cifar10.parquet"]
-    text = odir_fallbacks(tmp_path, tables)
+    text = odir_flags(tmp_path, tables)
     assert text.count("<li>") == 1 and "<li>tss_200_cifar10, ms: the grid&#x27;s best pair (lambda=1000" in text
-    assert "worse than no recalibration" in text and "dir" not in text.split("<ul>")[1]
-    assert odir_fallbacks(tmp_path, tables[1:]) == ""
+    assert "1 λ, μ search(es)" in text and "dir" not in text.split("<ul>")[1]
+    assert "{stage}_search_worse_than_identity</code> = 1" in text
+    assert odir_flags(tmp_path, tables[1:]) == ""

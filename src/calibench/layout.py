@@ -41,6 +41,10 @@ from pathlib import Path
 STAGES = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")
 # The stages whose off-diagonal and intercept regularisation (lambda, mu) is searched.
 ODIR_STAGES = ("ms", "dir")
+# 1 where a stage's lambda, mu search chose a pair whose CV NLL is worse than identity's
+# (recalibration-spec.md, "Choosing lambda and mu"): a shard's metric, a table's
+# {stage}_search_worse_than_identity, the search JSON's chosen.{stage}.{stage}_search_...
+SEARCH_FLAG = "search_worse_than_identity"
 # The columns of every shard row (calibench.results.shards gives their types); a table adds
 # ``measured_by`` and widens (stage, metric, bins) into ``{stage}_{metric}[_{bins}]`` columns.
 ROW_COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "stage", "metric", "bins", "value",

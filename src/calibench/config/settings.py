@@ -236,7 +236,8 @@ def recalibration_settings(config: Mapping) -> dict:
 # gradient or by a flat objective, the underdetermined flags); in the keys of shards and of
 # the lambda, mu search, so that those made under earlier rules are made again. 3: the
 # spline's factor N/(N-1) and the search's fallback when its best pair is worse than identity.
-FIT_RULES = 3
+# 4: the search always takes its best pair and flags one worse than identity (no fallback).
+FIT_RULES = 4
 
 
 def measurement_settings(config: Mapping) -> dict:

@@ -179,6 +179,8 @@ def resolve_odir(settings: Mapping, odir_file: str | Path | None) -> dict:
         for name in ("lambda", "mu"):
             if rec[stage][name] is None:
                 rec[stage][name] = float(chosen[name])
+        # measured as the stage's {stage}_search_worse_than_identity (recalibration-spec.md)
+        rec[stage][layout.SEARCH_FLAG] = int(chosen.get(f"{stage}_{layout.SEARCH_FLAG}", 0))
     return settings
 
 
@@ -229,9 +231,10 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
                             seed=settings["seed"], max_iterations=settings["max_iterations"],
                             tolerance=settings["tolerance"])
         chosen[stage] = {"lambda": float(found["lambda"]), "mu": float(found["mu"]), "cv_nll": found["nll"],
-                         "identity_cv_nll": found["identity_nll"], "fallback": found["fallback"]}
-        if found["fallback"]:
-            log.warning("%s hp=%s %s %s: %s", space, hp, dataset, stage, found["fallback"])
+                         "identity_cv_nll": found["identity_nll"], "reason": found["reason"],
+                         f"{stage}_{layout.SEARCH_FLAG}": int(found["worse_than_identity"])}
+        if found["worse_than_identity"]:
+            log.warning("%s hp=%s %s %s: %s", space, hp, dataset, stage, found["reason"])
         grids[stage] = {"values": list(found["grid"]), "mean_nll": np.asarray(found["mean_nll"]).tolist(),
                         "not_converged": np.asarray(found["not_converged"]).tolist(),
                         "iterations": np.asarray(found["iterations"]).tolist()}

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from calibench.layout import STAGES
+from calibench.layout import SEARCH_FLAG, STAGES
 from calibench.metrics._arrays import check_bins, check_logits
 from calibench.metrics.reliability import RELIABILITY_BINS, reliability_from_logits
 from calibench.metrics.scores import auroc
@@ -120,6 +120,9 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
     if flag is not None:  # a property of the validation part: recorded even where the fit failed
         info["underdetermined"] = np.full(m, float(flag))
     metrics.update({f"fit_{key}": v for key, v in info.items()})
+    searched = ((options or {}).get(stage) or {}).get(SEARCH_FLAG)
+    if searched is not None:  # the population's lambda, mu search: recorded even where the fit failed
+        metrics[SEARCH_FLAG] = np.full(m, float(searched))
     return metrics, failures, rel
 
 

@@ -6,11 +6,12 @@ networks, over the grid lambda, mu in {1e-7, 1e-5, 1e-3, 1e-1, 1e1, 1e3}; the pa
 lowest mean held-out NLL (over folds and networks) wins; ties go to the first pair in grid
 order (lambda outer, mu inner).
 
-The winner must not be worse than no recalibration (W = I, b = 0: the network's own
-softmax) on the same held-out folds. Where the grid's best pair is, its grid does not
-reach regularisation strong enough for the population, and the search falls back to the
-strongest pair (largest lambda and mu: off-diagonal and intercept closest to identity),
-recording ``fallback`` and the reason (issue 25, item 5).
+The winner is always the grid's best pair by cross-validated NLL, as in Kull et al. 2019.
+Where even it is worse than no recalibration (W = I, b = 0: the network's own softmax) on
+the same held-out folds, it is still the winner, flagged ``worse_than_identity`` with the
+reason (typically too few validation samples for K^2 parameters); the search never
+switches to a pair whose CV NLL is worse than the best's (the spec withdrew issue 25's
+"strongest pair" fallback).
 
 One seeded fold assignment of the N_val validation samples is shared by all networks. All
 networks x folds are fitted together, one batched fit per (lambda, mu), each started from
@@ -98,8 +99,9 @@ def search_odir(logits_val, labels_val, method: str, grid=DEFAULT_GRID, folds: i
     infinite held-out NLL, so its grid point cannot win.
 
     Returns a dict: ``lambda``, ``mu`` (the winners), ``nll`` (the winners' mean held-out
-    NLL), ``identity_nll`` (the same for W = I, b = 0), ``fallback`` (None, or why the
-    strongest pair replaced a best pair worse than identity), ``best_index`` (their (row, column) in the grid), ``grid`` (the list of values),
+    NLL), ``identity_nll`` (the same for W = I, b = 0), ``worse_than_identity`` (bool: the
+    winners' CV NLL is above identity's), ``reason`` (None, or that comparison in words),
+    ``best_index`` (their (row, column) in the grid), ``grid`` (the list of values),
     ``mean_nll`` (len(grid) x len(grid) array, rows lambda, columns mu; an infinite entry:
     some fit failed), ``not_converged`` (same shape: count of (network, fold) fits not
     converged; their last iterates are still scored), ``iterations`` (same shape: total
@@ -162,19 +164,17 @@ def search_odir(logits_val, labels_val, method: str, grid=DEFAULT_GRID, folds: i
     mean_nll = sums / (m * folds)
     identity_nll = identity_sum / (m * folds)
     bi, bj = best_pair(mean_nll)
-    fallback = None
-    if not mean_nll[bi, bj] <= identity_nll:
-        best = (bi, bj)
-        bi = bj = int(np.argmax(grid))
-        fallback = (f"the grid's best pair (lambda={grid[best[0]]:g}, mu={grid[best[1]]:g}; CV NLL "
-                    f"{mean_nll[best]:.6g}) is worse than no recalibration (CV NLL {identity_nll:.6g}): "
-                    f"fell back to the strongest pair (lambda=mu={grid[bi]:g}; CV NLL {mean_nll[bi, bj]:.6g})")
+    worse = not mean_nll[bi, bj] <= identity_nll
+    reason = (f"the grid's best pair (lambda={grid[bi]:g}, mu={grid[bj]:g}; CV NLL {mean_nll[bi, bj]:.6g}) is "
+              f"worse than no recalibration (CV NLL {identity_nll:.6g}) on the same folds: fitted with it "
+              "and flagged" if worse else None)
     return {
         "lambda": grid[bi],
         "mu": grid[bj],
         "nll": float(mean_nll[bi, bj]),
         "identity_nll": float(identity_nll),
-        "fallback": fallback,
+        "worse_than_identity": worse,
+        "reason": reason,
         "best_index": (bi, bj),
         "grid": list(grid),
         "mean_nll": mean_nll,

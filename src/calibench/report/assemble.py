@@ -25,7 +25,7 @@ from calibench.analysis.kendall import question4_findings
 from calibench.analysis.nats import architecture, schedules
 from calibench.analysis.tables import KEYS, first_seed, load_tables, measured, nearest_bins, table_stages
 from calibench.config.settings import part_settings
-from calibench.layout import STAGES, analysis_dir, report_path, report_sums
+from calibench.layout import SEARCH_FLAG, STAGES, analysis_dir, report_path, report_sums
 from calibench.report.claims import claims, claims_html
 from calibench.report.findings import findings
 from calibench.report.page import SECTIONS, write_report
@@ -73,12 +73,11 @@ def underdetermined_where(tables: Sequence[str | Path]) -> dict[str, list[str]]:
     return {s: where[s] for s in [*[s for s in STAGES if s in where], *sorted(set(where) - set(STAGES))]}
 
 
-def odir_fallbacks(results: Path, tables: Sequence[str | Path]) -> str:
-    """HTML: each lambda, mu search of the run's tables whose best grid pair was worse than no
-    recalibration on its cross-validated NLL, so that it fell back to the strongest pair
-    (recalibration/odir_{table}.json, ``chosen.{stage}.fallback``); "" when none did."""
+def odir_flags(results: Path, tables: Sequence[str | Path]) -> str:
+    """HTML: each lambda, mu search of the run's tables whose chosen pair (the grid's best by
+    cross-validated NLL) is still worse than no recalibration, so that the stage is fitted
+    with it and flagged (recalibration/odir_{table}.json, ``chosen.{stage}``); "" when none."""
     import html
-    import json
 
     lines = []
     for table in tables:
@@ -86,13 +85,15 @@ def odir_fallbacks(results: Path, tables: Sequence[str | Path]) -> str:
         if not path.is_file():
             continue
         for stage, chosen in integrity.read_json(path)["chosen"].items():
-            if chosen.get("fallback"):
+            if chosen.get(f"{stage}_{SEARCH_FLAG}"):
                 lines.append(f"<li>{html.escape(Path(table).stem)}, {html.escape(stage)}: "
-                             f"{html.escape(chosen['fallback'])}</li>")
+                             f"{html.escape(str(chosen.get('reason')))}</li>")
     if not lines:
         return ""
-    return ("<p class='warn'>The λ, μ search's grid does not reach regularisation strong enough for these "
-            "populations (recalibration-spec.md, \"Choosing λ and μ\"):</p><ul>" + "".join(lines) + "</ul>")
+    return (f"<p class='warn'>{len(lines)} λ, μ search(es) chose a pair whose cross-validated NLL is worse than "
+            "no recalibration: the stage is fitted with the grid's best pair all the same and its rows carry "
+            f"<code>{{stage}}_{SEARCH_FLAG}</code> = 1 (the grid does not reach what these populations need; "
+            "typically too few validation samples for K² parameters):</p><ul>" + "".join(lines) + "</ul>")
 
 
 def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
@@ -129,7 +130,7 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     for sid in CLAIMED:
         pieces[sid].append((0, claims_html(claimed, sid, level)))
     pieces["failures"].append((0, failures_html(results, tables)))
-    pieces["methods"].append((-1, odir_fallbacks(results, tables)))
+    pieces["methods"].append((-1, odir_flags(results, tables)))
     plots = []
     for part in parts:
         plots += [(p["title"], results / p["path"]) for p in manifests[part]["plots"]]

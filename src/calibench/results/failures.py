@@ -151,6 +151,29 @@ def underdetermined_summary(tables: Sequence[str | Path], ranked: bool = False) 
                       f"describe a fit on too little data, not the method; {rankings}:"] + lines)
 
 
+def search_summary(tables: Sequence[str | Path]) -> str:
+    """The run's closing lines on lambda, mu searches whose chosen pair is worse than identity
+    (a table's ``{stage}_search_worse_than_identity`` = 1; recalibration-spec.md, "Choosing
+    lambda and mu"); "" when there are none."""
+    import pyarrow.parquet as pq
+
+    from calibench.layout import SEARCH_FLAG
+
+    found = []
+    for table in tables:
+        try:
+            flags = [c for c in pq.read_schema(table).names if c.endswith(f"_{SEARCH_FLAG}")]
+            frame = pd.read_parquet(table, columns=flags) if flags else pd.DataFrame()
+        except Exception:  # noqa: BLE001 - a missing or damaged table is told by the failures summary
+            continue
+        found += [f"{Path(table).stem} {c.removesuffix(f'_{SEARCH_FLAG}')}" for c in flags if (frame[c] == 1).any()]
+    if not found:
+        return ""
+    return (f"calibench: {len(found)} lambda, mu search(es) chose a pair whose cross-validated NLL is worse than no "
+            f"recalibration (fitted with it and flagged {{stage}}_{SEARCH_FLAG} = 1; the report's methods section "
+            f"explains): {', '.join(found)}")
+
+
 _LOG_LINE = re.compile(r"^\s*log: (\S+) \(check log file")
 
 

@@ -169,7 +169,8 @@ def _run(args: argparse.Namespace) -> int:
     told = [stop[1] if stopped else "",
             failures.failed_jobs_summary(Path.cwd(), since=started - 1) if code != 0 and not stopped else "",
             failures.terminal_summary(results, tables),
-            failures.underdetermined_summary(tables, bool((config.get("analysis") or {}).get("include_underdetermined")))]
+            failures.underdetermined_summary(tables, bool((config.get("analysis") or {}).get("include_underdetermined"))),
+            failures.search_summary(tables)]
     try:
         for text in told:
             if text:
