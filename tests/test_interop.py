@@ -69,9 +69,10 @@ def stage_values(rng, index: int, stages, ood: bool) -> dict[str, dict[str, floa
 
 
 def build(results: Path, space: str, hp: str, dataset: str, n: int, seed: int = 777,
-          stages=("pre", "post", "vs")) -> Path:
+          stages=("pre", "post", "vs"), pre_kdece: dict[int, float] | None = None) -> Path:
     """A result table made as the workflow makes it (shards -> calibench.results.tables.build_table):
-    TSS measures the class representatives among the first ``n`` cells and expands them."""
+    TSS measures the class representatives among the first ``n`` cells and expands them.
+    ``pre_kdece``: that value for those networks."""
     arch_strs = tss_strings(n) if space == "tss" else sss_strings(n)
     reps = representatives(space, arch_strs)
     selected = sorted(set(reps))
@@ -87,6 +88,8 @@ def build(results: Path, space: str, hp: str, dataset: str, n: int, seed: int = 
                 "recorded_accuracy": 0.5, "n_eval": 100, "config_hash": f"k{i}", "logits_key": f"l{i}",
                 "logits_file": "x"}
         values = stage_values(rng, i, stages, ood=dataset == "cifar10")
+        if i in (pre_kdece or {}):
+            values["pre"]["kdece"] = pre_kdece[i]
         shards.write_atomic_parquet(shards.shard_table(prov, values), layout.shard_path(results, space, hp, dataset, i))
     manifest = results / "manifests" / f"{space}_{hp}_{dataset}.json"
     manifest.parent.mkdir(parents=True, exist_ok=True)
@@ -371,3 +374,44 @@ def test_the_results_side_architecture_strings_agree_with_the_source():
             parse_sss(bad)
         with pytest.raises(ValueError, match=re.escape(repr(bad))):
             archstr.check("sss", bad)
+
+
+def test_a_kde_ece_above_one_is_kept_flagged_and_round_trips_exactly(tmp_path):
+    """Issue 34: a network with 3 correct predictions of 240 (K = 100), all three at nearly the
+    same confidence, has a KDE-ECE above 1, as Mix-n-Match's own estimator gives it (the
+    bandwidth, from the correct predictions' spread, is a few grid steps: the integrand carried
+    across the gaps between samples). The registry gives KDE-ECE no upper bound: the table keeps
+    the value, counts it in its provenance, and export -> import -> compare is exact."""
+    import reference
+    from calibench import metrics
+    from calibench.analysis.compare import compare_runs
+
+    rng = np.random.default_rng(3)
+    n, k = 240, 100
+    logits = rng.normal(size=(n, k)) * 2.0
+    logits[:3] = logits[0] + rng.normal(size=(3, k)) * 0.01
+    pred = logits.argmax(1)
+    labels = np.where(np.arange(n) < 3, pred, (pred + 1 + rng.integers(0, k - 1, n)) % k)
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    assert (probs.argmax(1) == labels).sum() == 3
+    value = float(metrics.kdece(probs, labels))
+    assert value > 1.2 and value == pytest.approx(reference.kdece_mix_n_match(probs, labels), abs=1e-9)
+
+    results = tmp_path / "results"
+    table = build(results, "sss", "90", "cifar100", 6, stages=("pre", "post"), pre_kdece={4: value})
+    assert tables.table_metadata(table)["unstable"] == {"pre_kdece": 1}
+    assert pd.read_parquet(table).set_index("arch_index").loc[4, "pre_kdece"] == value  # kept, not clipped
+    from calibench.report.assemble import unstable_html
+
+    said = unstable_html([table])
+    assert "<li>sss_90_cifar100: <code>pre_kdece</code> above 1 for 1 measured network(s)</li>" in said, said
+    files = interop.export_tao2024(results / "tables", tmp_path / "tao")
+    back = interop.import_tao2024(tmp_path / "tao", tmp_path / "imported")
+    imported = tables.table_metadata(back[0])
+    assert imported["unstable"] == {"pre_kdece": 1}
+    assert pd.read_parquet(back[0]).set_index("arch_index").loc[4, "pre_kdece"] == value
+    cmp = compare_runs(results, tmp_path / "tao", ["pre_kdece", "pre_ece_15", "post_ece_15", "accuracy"], atol=0.0)
+    csv = cmp.csv_frame()
+    assert set(csv["status"]) == {"equal"} and (csv["max_abs_diff"].fillna(0) == 0).all(), csv
+    assert len(files) == 1

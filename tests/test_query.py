@@ -57,11 +57,56 @@ def test_top_by_hcs_ranks_by_the_view(tmp_path, capsys):
     table = write_table(tmp_path, "tss_200", "cifar10", rng)
     assert cli.main(["top", "--space", "tss", "--dataset", "cifar10", "--by", "hcs_1", "-n", "5",
                      "--results", str(tmp_path)]) == 0
-    shown = capsys.readouterr().out.splitlines()
+    said, *shown = capsys.readouterr().out.splitlines()
+    assert said == "tss cifar10: the top 5 measured networks by hcs_1, highest first (higher is better)"
     assert shown[0].split()[:2] == ["arch_index", "measured_by"] and "hcs_1" in shown[0]
     scores = pd.Series(hcs(table["accuracy"], table["pre_ece_15"], 1), index=table["arch_index"])
     best = scores.dropna().sort_values(ascending=False, kind="stable").index[:5].tolist()
     assert [int(line.split()[0]) for line in shown[1:]] == best
+
+
+@pytest.mark.parametrize("by, lowest_first", [("post_ece_15", True), ("pre_ece_15", True), ("accuracy", False),
+                                              ("temperature", False)])
+def test_top_puts_the_best_first_and_says_in_which_order(tmp_path, capsys, by, lowest_first):
+    """Errors lowest first, accuracy highest first (the registry's direction, as ``nas``
+    optimises); a column that is not a score largest first; --ascending/--descending override."""
+    from calibench.analysis.nats import nas
+
+    table = write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(2))
+    args = ["top", "--space", "tss", "--dataset", "cifar10", "--by", by, "-n", "6", "--results", str(tmp_path)]
+    for extra, low in (([], lowest_first), (["--ascending"], True), (["--descending"], False)):
+        assert cli.main(args + extra) == 0
+        said, _, *rows = capsys.readouterr().out.splitlines()
+        assert ("lowest first" if low else "highest first") in said, said
+        if not extra:
+            assert said.endswith("is better)" if by != "temperature" else "is not a score)"), said
+        got = [int(line.split()[0]) for line in rows]
+        values = table.set_index("arch_index")[by].dropna()
+        # ties (the constant temperature) keep any order: compare the values shown
+        want = values.sort_values(ascending=low, kind="stable")
+        assert table.set_index("arch_index").loc[got, by].tolist() == want.iloc[:6].tolist()
+    if by != "temperature":
+        assert nas._maximised(by) is not lowest_first  # nas optimises the same direction
+
+
+def test_nas_and_top_agree_on_every_registry_column():
+    from calibench.analysis.nats import nas
+    from calibench.layout import STAGES
+    from calibench.metrics import registry
+
+    checked = 0
+    for metric, meaning in registry.METRICS.items():
+        if meaning.better is None:
+            continue
+        names = {"hcs": ["hcs_1", "hcs_2.5"], "ood_auroc": [f"{s}_ood_auroc_svhn" for s in STAGES],
+                 "recorded_accuracy": ["recorded_accuracy"]}.get(metric)
+        names = names or [f"{s}_{metric}" + ("_15" if registry.column(f"{s}_{metric}_15") and
+                                              registry.column(f"{s}_{metric}_15").bins else "") for s in STAGES]
+        for name in names:
+            assert registry.column(name) is not None, name
+            assert nas._maximised(name) == registry.best_first_descending(name) == (meaning.better == "higher"), name
+            checked += 1
+    assert checked > 100
 
 
 def test_no_tables_says_where_it_looked(tmp_path):

@@ -27,9 +27,10 @@ import numpy as np
 import pandas as pd
 
 from calibench.analysis.plots import DPI, fit_annotations, pyplot, save, stage_color
-from calibench.analysis.tables import (HIGHER_IS_BETTER, KEYS, STAGE_NAMES, STAGES, demo_suffix, group_stages, label,
+from calibench.analysis.tables import (KEYS, STAGE_NAMES, STAGES, demo_suffix, group_stages, label,
                                        listed_stages, load_tables, measured, nearest_bins, stage_order,
                                        stages_present, summary_metrics, table_stages)
+from calibench.metrics import registry
 from calibench.layout import analysis_dir, target_name
 
 OUTPUTS = ("methods_summary.parquet", "methods_summary.csv", "method_wins.parquet")
@@ -58,7 +59,7 @@ def worse_than_pre(part: pd.DataFrame, stage: str, metric: str) -> int:
         return 0
     a, b = part[mine].to_numpy(dtype=float), part[pre].to_numpy(dtype=float)
     with np.errstate(invalid="ignore"):
-        worse = a < b if metric in HIGHER_IS_BETTER else a > b
+        worse = a < b if registry.higher_is_better(metric) else a > b
     return int(worse.sum())
 
 
@@ -171,7 +172,7 @@ def method_wins(df: pd.DataFrame, bins: Sequence[int],
                 values = np.where(flagged, np.nan, values)
             else:
                 flagged = np.zeros_like(flagged)
-            score = -values if metric in HIGHER_IS_BETTER else values  # lower is better from here on
+            score = -values if registry.higher_is_better(metric) else values  # lower is better from here on
             finite = np.isfinite(score)
             score = np.where(finite, score, np.inf)
             contest = finite.any(axis=1)
@@ -334,7 +335,7 @@ def summary_grid(summary: pd.DataFrame, include_underdetermined: bool = False) -
     acc_nan = s["n_nan"].where(s["metric"] == "accuracy")
     failed = acc_nan.groupby([s[k] for k in keys]).transform("max").fillna(
         s.groupby(keys)["n_nan"].transform("min")).astype(int)
-    lower = ~s["metric"].isin(HIGHER_IS_BETTER)
+    lower = ~s["metric"].map(lambda m: bool(registry.higher_is_better(m)))
     key = s["median"].where(lower, -s["median"])
     if not include_underdetermined:  # a ranking leaves fits on too little data out
         key = key.where(s["n_underdetermined"] == 0)

@@ -26,7 +26,7 @@ from calibench.layout import STAGES
 
 log = logging.getLogger(__name__)
 
-__all__ = ["STAGES", "STAGE_NAMES", "HCS_ECE", "KEYS", "BINNED_SUMMARY", "UNBINNED_SUMMARY", "HIGHER_IS_BETTER",
+__all__ = ["STAGES", "STAGE_NAMES", "HCS_ECE", "KEYS", "BINNED_SUMMARY", "UNBINNED_SUMMARY",
            "label", "demo_suffix", "table_columns", "load_tables", "measured", "first_seed", "stages_present",
            "method_stages", "nearest_bins", "summary_metrics", "table_key", "table_stages", "listed_stages", "group_stages",
            "binned", "metric_columns", "figure_bins", "metric_candidates", "top_populations", "stage_order"]
@@ -41,7 +41,6 @@ KEYS = ("space", "hp", "dataset", "arch_index", "measured_by", "seed", "arch_str
 # The method-comparison metrics; the binned ones at the bin count nearest 15 (see summary_metrics).
 BINNED_SUMMARY = ("ece", "cwce", "ace", "tace")
 UNBINNED_SUMMARY = ("ksce", "nll", "brier", "accuracy")
-HIGHER_IS_BETTER = frozenset({"accuracy"})
 # Fig. 4a's metric set of one stage (metric_columns): binned at one bin count, then unbinned.
 FIGURE_BINNED = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace")
 FIGURE_UNBINNED = ("ksce", "ks_top2", "ks_within_top2", "kdece", "mmce", "nll", "brier")

@@ -96,6 +96,28 @@ def odir_flags(results: Path, tables: Sequence[str | Path]) -> str:
             "typically too few validation samples for K² parameters):</p><ul>" + "".join(lines) + "</ul>")
 
 
+def unstable_html(tables: Sequence[str | Path]) -> str:
+    """HTML: per table, the measured networks whose value of a column signals an unstable
+    estimator (the table's provenance ``unstable``; :mod:`calibench.metrics.registry`: e.g.
+    KDE-ECE above 1), kept as computed; "" when there are none."""
+    import html
+
+    from calibench.metrics import registry
+    from calibench.results.tables import table_metadata
+
+    lines = []
+    for table in tables:
+        for name, count in (table_metadata(table).get("unstable") or {}).items():
+            meaning = registry.column(name).meaning
+            lines.append(f"<li>{html.escape(Path(table).stem)}: <code>{html.escape(name)}</code> above "
+                         f"{meaning.unstable_above:g} for {int(count)} measured network(s)</li>")
+    if not lines:
+        return ""
+    return ("<p class='warn'>Values that signal an unstable estimator, kept as computed (never clipped): the "
+            "estimator, not the network, is at its limit there (KDE-ECE: a bandwidth from very few or nearly "
+            "equal correct confidences); read such rows with care:</p><ul>" + "".join(lines) + "</ul>")
+
+
 def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
     """The report of the parts ``settings["parts"]`` (``settings``:
     :func:`calibench.config.settings.analysis_part_settings` of ``report``)."""
@@ -130,6 +152,7 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     for sid in CLAIMED:
         pieces[sid].append((0, claims_html(claimed, sid, level)))
     pieces["failures"].append((0, failures_html(results, tables)))
+    pieces["failures"].append((1, unstable_html(tables)))
     pieces["methods"].append((-1, odir_flags(results, tables)))
     plots = []
     for part in parts:

@@ -54,10 +54,11 @@ import pyarrow.parquet as pq
 from calibench import integrity
 from calibench import __version__, layout
 from calibench.atomic import atomic_write
+from calibench.metrics import registry
 from calibench.results import archstr
 from calibench.results.interop_columns import (  # noqa: F401 (the column table, importable from here too)
     ASSUMED, CODE, COLUMNS, EXTENSION, ISSUE, README, Column, definition_of, definitions_markdown)
-from calibench.results.interop_columns import (ALIASES, BINNED, OUR_BINNED, PER_ROW, RANGES, REQUIRED, SCALARS,
+from calibench.results.interop_columns import (ALIASES, BINNED, OUR_BINNED, PER_ROW, REQUIRED, SCALARS,
                                                UNBINNED, our_name)
 from calibench.results.tables import FIRST, METADATA_KEY, NATS_INDEX, PROVENANCE, table_metadata
 
@@ -382,6 +383,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
                              f"{_shown(raw[lower[name]].iloc[wrong[0]])} is not a fraction in [0, 1] (or percent)")
         out[SCALARS[name].ours] = values
     metrics: dict[str, np.ndarray] = {}
+    unstable: dict[str, int] = {}  # values that signal an unstable estimator (KDE-ECE above 1), kept as they are
     dropped_unknown = []
     for key, column in lower.items():
         if key in PER_ROW or key == "seed":
@@ -391,13 +393,17 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
             dropped_unknown.append(column)
             continue
         values = numeric(key)
-        low, high = RANGES[family]
-        wrong = np.flatnonzero((values < low) | (values > high))
-        if len(wrong):
-            raise ValueError(f"{path}: column {column!r}, line {line(wrong[0])}: {_shown(values[wrong[0]])} is outside "
-                             f"[{low}, {high}]" + (" (in percent?)" if high == 1.0 else ""))
         if family == "brier":
-            values = values * CLASSES[dataset]
+            values = values * CLASSES[dataset]  # theirs: divided by K
+        wrong = registry.outside_range(ours, values)  # any value calibench itself writes passes
+        if wrong:
+            meaning = registry.column(ours).meaning
+            shown = _shown(values[wrong[0]] / (CLASSES[dataset] if family == "brier" else 1))
+            raise ValueError(f"{path}: column {column!r}, line {line(wrong[0])}: {shown} is outside "
+                             f"[{meaning.low}, {'∞' if meaning.high is None else meaning.high}]"
+                             + (" (in percent?)" if meaning.high == 1.0 else ""))
+        if registry.unstable(ours, values):
+            unstable[ours] = len(registry.unstable(ours, values))
         metrics[ours] = values
     if dropped_unknown:
         log.warning("%s: columns with no calibench counterpart, not imported: %s", path, ", ".join(dropped_unknown))
@@ -454,7 +460,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
             "source_sha256": hashlib.sha256(data).hexdigest(), "imported_by": f"calibench {__version__}",
             "derived": derived, "unavailable": unavailable, "converted": {**meta_notes,
             **({f"{s}_brier": "theirs times K" for s in PUBLISHED_STAGES if f"{s}_brier" in metrics})},
-            "not_imported": dropped + dropped_unknown}
+            "not_imported": dropped + dropped_unknown, **({"unstable": unstable} if unstable else {})}
     return frame, meta
 
 

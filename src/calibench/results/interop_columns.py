@@ -6,7 +6,6 @@ and ours. :func:`definitions_markdown` renders the table for the README.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -85,10 +84,6 @@ COLUMNS: tuple[Column, ...] = (
 ALIASES = {"pre_auc_cifar10c": "auc_cifar10c", "pre_auc_svhn": "auc_svhn"}  # lower-case alias -> lower-case name
 FRACTIONS = ("acc", "correct_confidence", "incorrect_confidence")  # percent accepted on import, converted
 REQUIRED = ("config", "acc", "arch", "pre_ECE_15", "post_ECE_15")  # HCS and the analysis need the last two
-# Value ranges checked on import (lower-case family -> (low, high)).
-RANGES = {"ece": (0.0, 1.0), "ece_em": (0.0, 1.0), "cwce": (0.0, 1.0), "cwce_em": (0.0, 1.0), "mce": (0.0, 1.0),
-           "ksce": (0.0, 1.0), "kdece": (0.0, 1.0), "mmce": (0.0, math.inf), "nll": (0.0, math.inf),
-           "brier": (0.0, 2.0), "auc_cifar10c": (0.0, 1.0), "auc_svhn": (0.0, 1.0)}
 BINNED = {c.ours.split("_", 1)[1].rsplit("_", 1)[0]: c for c in COLUMNS if c.theirs.endswith("_{B}")}  # ece -> Column
 UNBINNED = {c.ours.split("_", 1)[1]: c for c in COLUMNS if c.theirs.startswith("{stage}_") and "{B}" not in c.theirs}
 SCALARS = {c.theirs: c for c in COLUMNS if "{stage}" not in c.theirs}  # config, acc, ..., auc_*, seed

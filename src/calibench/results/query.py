@@ -164,9 +164,15 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
     return output
 
 
-def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str | Path = "results", ascending: bool = False):
+def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str | Path = "results",
+        ascending: bool | None = None):
     """The top ``n`` measured networks of one table by any column of the ``networks`` view
-    (every stage's metric, e.g. ``vs_ece_15``, ``spline_ksce``, ``ms_fit_lambda``)."""
+    (every stage's metric, e.g. ``vs_ece_15``, ``spline_ksce``, ``ms_fit_lambda``): best first
+    by the column's direction (:mod:`calibench.metrics.registry`: lowest first for an error,
+    highest first for accuracy, HCS, AUROC; largest first for a column that is not a score),
+    which a first line says; ``ascending`` overrides."""
+    from calibench.metrics import registry
+
     import difflib
 
     con = connect(results)
@@ -188,7 +194,10 @@ def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str |
     shown = [c for c in ("arch_index", "measured_by", "arch_str", "accuracy", "pre_ece_15", "post_ece_15",
                          "temperature") if c in columns]
     shown += [by] if by not in shown else []
-    order = "ASC" if ascending else "DESC"
+    descending = registry.best_first_descending(by) if ascending is None else not ascending
+    order = "DESC" if descending else "ASC"
+    print(f"{space} {dataset}: the top {int(n)} measured networks by {by}, "
+          f"{registry.direction_words(by, descending)}")
     select = ", ".join(f'"{c}"' for c in shown)
     sql = (f"SELECT {select} FROM networks WHERE space = '{space}' AND dataset = '{dataset}' "
            f"AND arch_index = measured_by ORDER BY \"{by}\" {order} NULLS LAST LIMIT {int(n)}")

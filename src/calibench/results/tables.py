@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from calibench import integrity, layout
 from calibench.results import shards
 from calibench.atomic import atomic_write
+from calibench.metrics import registry
 from calibench.results.provenance import PROVENANCE_KEY, environment, of_shard, split
 
 log = logging.getLogger(__name__)
@@ -376,19 +377,24 @@ def _series(name: str, values: list) -> pd.Series:
 
 def _metadata(wide: _Wide, matrix: np.ndarray) -> dict:
     """Stages in order of appearance; per stage the fitted parameters (``fit_*``) that hold one
-    value in every row that has one (failed fits, NaN, aside)."""
+    value in every row that has one (failed fits, NaN, aside); ``unstable``: per column, the
+    measured networks whose value signals an unstable estimator (:mod:`calibench.metrics.registry`)."""
     stages: list = []
     constants: dict[str, dict] = {}
+    unstable: dict[str, int] = {}
     for j, (stage, metric, bins) in enumerate(wide.parts):
         if stage not in stages:
             stages.append(stage)
+        name = f"{stage}_{metric}" if bins is None else f"{stage}_{metric}_{bins}"
+        if isinstance(metric, str) and len(matrix) and registry.unstable(name, matrix[:, j]):
+            unstable[name] = len(registry.unstable(name, matrix[:, j]))  # kept as they are, counted
         if isinstance(metric, str) and metric.startswith("fit_") and len(matrix):
             column = matrix[:, j]
             column = column[~np.isnan(column)]
             if len(column) and np.isfinite(column[0]) and (column == column[0]).all():
                 name = metric if bins is None else f"{metric}_{bins}"
                 constants.setdefault(stage, {})[name] = float(column[0])
-    return {"stages": stages, "constants": constants}
+    return {"stages": stages, "constants": constants, **({"unstable": unstable} if unstable else {})}
 
 
 def _finish(wide: pd.DataFrame, space: str, doc: Mapping | None, measured: set) -> pd.DataFrame:

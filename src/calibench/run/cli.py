@@ -402,9 +402,13 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("top", help="the top networks by a column of the networks view")
     t.add_argument("--space", required=True, help="tss, sss or a population's name")
     t.add_argument("--dataset", required=True)
-    t.add_argument("--by", default="hcs_1", help="a column, e.g. hcs_1, accuracy, pre_ece_15 (with --ascending)")
+    t.add_argument("--by", default="hcs_1", help="a column, e.g. hcs_1, accuracy, pre_ece_15; best first: lowest "
+                   "for an error, highest for accuracy, HCS, AUROC (the first line says which)")
     t.add_argument("-n", type=int, default=20)
-    t.add_argument("--ascending", action="store_true", help="smallest first (for errors)")
+    order = t.add_mutually_exclusive_group()
+    order.add_argument("--ascending", action="store_const", const=True, default=None, help="smallest first, whatever the column")
+    order.add_argument("--descending", dest="ascending", action="store_const", const=False,
+                       help="largest first, whatever the column")
     t.add_argument("--results", default="results")
     t.set_defaults(func=_top)
 

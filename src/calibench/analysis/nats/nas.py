@@ -57,6 +57,7 @@ from calibench.results.archstr import SSS_CHANNEL_CHOICES, TSS_OPS, parse_sss, p
 from calibench.analysis.tables import HCS_ECE
 from calibench.atomic import atomic_write
 from calibench.metrics.hcs import hcs
+from calibench.metrics import registry
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,11 @@ def neighbours(arch_str: str, space: str | None = None) -> list[str]:
 # ---------------------------------------------------------------- the table as an oracle
 
 def _maximised(name: str) -> bool:
+    """The registry's direction (:mod:`calibench.metrics.registry`, as ``top`` sorts); for a
+    column it does not know (a user's), error-like names are minimised."""
+    better = registry.higher_is_better(name)
+    if better is not None:
+        return better
     return not set(name.lower().split("_")) & _MINIMISED_PARTS
 
 
