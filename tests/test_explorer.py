@@ -105,9 +105,12 @@ def test_the_scatter_holds_every_measured_row_with_the_tables_values(workflow_ru
     assert (shown["x"], shown["y"]) == ("accuracy", "pre_ece_15")
     trace = _trace(page)
     table = _table(workflow_run, trace["name"])
-    finite = table[np.isfinite(table["accuracy"]) & np.isfinite(table["pre_ece_15"])]
+    measured = table["arch_index"] == table["measured_by"]  # an isomorph copy is no point of its own
+    finite = table[measured & np.isfinite(table["accuracy"]) & np.isfinite(table["pre_ece_15"])]
     assert len(trace["x"]) == len(finite) == shown["tables"][0]["points"] > 0
+    assert shown["tables"][0]["measured"] == int(measured.sum()) and shown["tables"][0]["rows"] == len(table)
     by_row = table.iloc[trace["rows"]]
+    assert (by_row["arch_index"] == by_row["measured_by"]).all()
     assert _close(trace["x"], by_row["accuracy"]) and _close(trace["y"], by_row["pre_ece_15"])
 
 
@@ -117,7 +120,8 @@ def test_choosing_another_column_plots_that_columns_values(workflow_run, page):
     page.wait_for("CB.state.scatter.y === 'dir_nll' && document.getElementById('scatter').data[0].y.length > 0")
     trace = _trace(page)
     table = _table(workflow_run, trace["name"])
-    expected = table[np.isfinite(table["accuracy"]) & np.isfinite(table["dir_nll"])]
+    expected = table[(table["arch_index"] == table["measured_by"]) & np.isfinite(table["accuracy"])
+                     & np.isfinite(table["dir_nll"])]
     assert sorted(trace["rows"]) == list(np.flatnonzero(table.index.isin(expected.index)))
     assert _close(trace["y"], table.iloc[trace["rows"]]["dir_nll"])
     page.evaluate("(() => { const s = document.getElementById('ycol'); s.value = 'pre_ece_15'; "
@@ -215,21 +219,30 @@ def test_the_methods_tab_plots_each_stage_against_pre(workflow_run, page):
     page.evaluate("CB.tab('scatter')")
 
 
-def test_a_tss_tables_isomorphs_are_drawn_with_their_representatives_values(workflow_run, page):
+def test_a_tss_tables_isomorphs_are_listed_with_their_representative_not_drawn_again(workflow_run, page):
+    """Issue 34: one point per measurement; a copy is named in its representative's hover and
+    row, found by a search (its representative's point), and its row says what it repeats."""
     page.evaluate("(() => { const s = document.getElementById('table'); s.value = 'tss_200_cifar10'; "
                   "s.dispatchEvent(new Event('change')); })()")
     page.wait_for("CB.state.scatter.tables[0].table === 'tss_200_cifar10'")
     trace = _trace(page)
     table = _table(workflow_run, "tss_200_cifar10")
     copies = table[table["arch_index"] != table["measured_by"]]
-    assert len(copies) >= 1 and len(trace["x"]) == len(table)  # every row, the isomorph copies too
+    measured = table[table["arch_index"] == table["measured_by"]]
+    assert len(copies) >= 1 and len(trace["x"]) == len(measured)  # each measurement once
     assert _close(trace["y"], table.iloc[trace["rows"]]["pre_ece_15"])
     copy = copies.iloc[0]
+    hover = page.evaluate("Array.from(document.getElementById('scatter').data[0].text)")
+    rep_point = [table.iloc[r]["arch_index"] for r in trace["rows"]].index(copy["measured_by"])
+    assert f"also its isomorphs: " in hover[rep_point] and str(int(copy["arch_index"])) in hover[rep_point]
+    note = page.evaluate("document.getElementById('scatter').layout.annotations[0].text")
+    assert f"of {len(measured)} measured; {len(copies)} isomorph copies in their hover" in note, note
     page.evaluate(f"(() => {{ const s = document.getElementById('search'); s.value = '{int(copy['arch_index'])}';"
                   " document.getElementById('searchgo').click(); })()")
     page.wait_for(f"CB.state.selected && CB.state.selected.index === {int(copy['arch_index'])}")
     text = page.evaluate("document.getElementById('rowtable').textContent")
     assert f"measured by{int(copy['measured_by'])} (same isomorphism class)" in text
+    assert f"measured as index {int(copy['measured_by'])}" in page.evaluate("document.getElementById('status').textContent")
     page.evaluate("(() => { const s = document.getElementById('table'); s.selectedIndex = 0; "
                   "s.dispatchEvent(new Event('change')); })()")
 

@@ -124,7 +124,21 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
             build(results, "sss", "90", "ImageNet16-120", 9),
             build(results, "sss", "12", "cifar100", 7, seed=111)]  # not the published schedule or seed
     caplog.set_level(logging.INFO, logger="calibench.results.interop")
-    files = interop.export_tao2024(results / "tables", tmp_path / "tao")
+    # By default each measurement once: the TSS isomorph copies (rows repeating a measured row) stay out
+    once = interop.export_tao2024(results / "tables", tmp_path / "once")
+    tss_made = pd.read_parquet(made[0])
+    measured = tss_made[tss_made["arch_index"] == tss_made["measured_by"]]
+    assert len(measured) < len(tss_made)
+    written = pd.read_csv(tmp_path / "once" / "cifar10_tss.csv")
+    assert written["config"].tolist() == sorted(measured["arch_index"]) and "measured_by" not in written
+    assert "isomorph copies left out" in caplog.text
+    back_once = interop.import_tao2024(tmp_path / "once", tmp_path / "imported_once")
+    got = pd.read_parquet(tmp_path / "imported_once" / "tables" / "tss_200_cifar10.parquet")
+    assert (got["arch_index"] == got["measured_by"]).all() and len(got) == len(measured) and len(back_once) == 3
+    skip = set(tables.table_metadata(tmp_path / "imported_once" / "tables" / "tss_200_cifar10.parquet")["unavailable"])
+    assert_same(measured.reset_index(drop=True), got, skip | {"pre_accuracy", "post_accuracy"})
+    # --expand-isomorphs: every row, the copies marked by measured_by (the config of the measured row)
+    files = interop.export_tao2024(results / "tables", tmp_path / "tao", expand_isomorphs=True)
     assert sorted(f.name for f in files) == ["ImageNet_sss.csv", "cifar100_sss_hp12.csv", "cifar10_tss.csv"]
     assert "vs_ece_15" in caplog.text and "pre_ace_15" in caplog.text  # no place in the layout: logged
 
@@ -134,7 +148,7 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
     for name in ("pre_ECE_em_500", "post_cwCE_15", "pre_cwCE_em_100", "post_MCE_5", "pre_NLL", "post_Brier",
                  "pre_KSCE", "pre_KDECE", "post_MMCE", "auc_cifar10c", "auc_svhn"):
         assert name in header, name
-    assert "seed" not in header and "temperature" not in header
+    assert "seed" not in header and "temperature" not in header and header[-1] == "measured_by"
     for f in files:  # every column written is in the definitions table
         assert all(interop.definition_of(c) for c in pd.read_csv(f, nrows=0).columns), f
     assert "seed" in pd.read_csv(tmp_path / "tao" / "cifar100_sss_hp12.csv", nrows=0).columns
@@ -165,7 +179,7 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
     assert {"pre_ood_auroc_gaussian_noise", "pre_ood_auroc_svhn"} <= set(tss.columns)
 
     # Exporting the imported tables gives the same files, byte for byte.
-    again = interop.export_tao2024(tmp_path / "imported", tmp_path / "tao2")
+    again = interop.export_tao2024(tmp_path / "imported", tmp_path / "tao2", expand_isomorphs=True)
     for f in again:
         assert f.read_bytes() == (tmp_path / "tao" / f.name).read_bytes(), f.name
 

@@ -112,3 +112,25 @@ def test_nas_and_top_agree_on_every_registry_column():
 def test_no_tables_says_where_it_looked(tmp_path):
     with pytest.raises(ValueError, match=str(layout.tables_dir(tmp_path))):
         query.connect(tmp_path)
+
+
+def test_networks_holds_each_measurement_once_and_networks_all_marks_the_copies(tmp_path):
+    """Issue 34: TSS isomorph copies repeat their representative's values; ``networks`` counts
+    and averages measurements, ``networks_all`` has every row with ``is_copy``."""
+    rng = np.random.default_rng(4)
+    table = write_table(tmp_path, "tss_200", "cifar10", rng, n=12)
+    copies = {5: 1, 6: 1, 9: 2}  # arch_index -> the network it was measured as
+    for copy, rep in copies.items():
+        for column in ("accuracy", "pre_ece_15", "post_ece_15"):
+            table.loc[copy, column] = table.loc[rep, column]
+        table.loc[copy, "measured_by"] = rep
+    table.to_parquet(layout.table_path(tmp_path, "tss_200", "cifar10"), index=False)
+    con = query.connect(tmp_path)
+    assert con.execute("SELECT count(*) FROM networks").fetchall()[0][0] == 12 - len(copies)
+    assert con.execute("SELECT count(*), sum(is_copy::INT) FROM networks_all").fetchall()[0] == (12, len(copies))
+    measured = table[~table["arch_index"].isin(list(copies))]
+    got = con.execute("SELECT avg(pre_ece_15) FROM networks").fetchall()[0][0]
+    assert got == pytest.approx(measured["pre_ece_15"].mean(), rel=1e-12)
+    assert "is_copy" not in [r[0] for r in con.execute("DESCRIBE networks").fetchall()]
+    rows = con.execute("SELECT arch_index, measured_by FROM networks_all WHERE is_copy ORDER BY 1").fetchall()
+    assert rows == sorted(copies.items())

@@ -165,9 +165,10 @@ def test_plot_section_and_empty_report(tmp_path):
     assert report.plot_section("reliability_tss_200_cifar10.png") == "reliability"
     assert report.plot_section("something_new.png") == "other"
     found = pd.DataFrame(columns=FINDING_COLUMNS)
-    out = report.write_report(tmp_path, [], found, {"t.parquet": 3}, minibench=True)
+    out = report.write_report(tmp_path, [], found, {"t.parquet": (3, 0), "u.parquet": (5, 2)}, minibench=True)
     text = out.read_text()
-    assert "NOT NATS-Bench results" in text and "t.parquet (3 rows)" in text and "Underdetermined" not in text
+    assert "NOT NATS-Bench results" in text and "Underdetermined" not in text
+    assert "t.parquet (3 networks measured), u.parquet (5 networks measured, 2 isomorph copies of them)" in text
     # every question keeps its place in the contents, with one line saying why it is empty
     questions = [sid for sid, _, _ in report.SECTIONS if sid.startswith("q")]
     assert re.findall(r"<section id='(\w+)'>", text) == questions == [f"q{i}" for i in range(1, 8)]

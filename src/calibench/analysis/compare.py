@@ -184,6 +184,18 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, columns: Sequence[str] | No
     return {"key": key, **counts, "only_a": only_a, "only_b": only_b, "rows_a": ia, "rows_b": ib}, frame
 
 
+def measured_rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """(the rows that are measurements, the number of isomorph copies left out): a copy (TSS,
+    ``arch_index`` != ``measured_by``) repeats its representative's values, so runs are
+    compared on what each measured."""
+    if "measured_by" not in frame.columns:
+        return frame, 0
+    copy = (frame["measured_by"] != frame["arch_index"]).to_numpy()
+    if not copy.any():
+        return frame, 0
+    return frame[~copy].reset_index(drop=True), int(copy.sum())
+
+
 def union_order(cols_a: Sequence[str], cols_b: Sequence[str]) -> list[str]:
     """``cols_a``, with each column of ``cols_b`` only placed after its predecessor in ``cols_b``
     (``pre_ece_30`` of B after ``pre_ece_25``), so a column stays among its stage's."""
@@ -485,10 +497,12 @@ def compare_runs(path_a: str | Path, path_b: str | Path, patterns: Sequence[str]
         names_a, names_b = table_columns(ref_a), table_columns(ref_b)
         chosen = select_columns(list(dict.fromkeys(names_a + names_b)), patterns)
         matched_any |= bool(chosen)
-        need = set(chosen) | set(_MATCH) | set(SETTING_COLUMNS)
+        need = set(chosen) | set(_MATCH) | set(SETTING_COLUMNS) | {"measured_by"}
         frame_a, settings_a = read_table(ref_a, [c for c in names_a if c in need])
         frame_b, settings_b = read_table(ref_b, [c for c in names_b if c in need])
+        (frame_a, copies_a), (frame_b, copies_b) = measured_rows(frame_a), measured_rows(frame_b)
         networks, columns = compare_frames(frame_a, frame_b, chosen, atol, names_a, names_b)
+        networks.update(copies_a=copies_a, copies_b=copies_b)
         if not (_has(settings_a, "odir.") and _has(settings_b, "odir.")):  # one side without: unknown, not different
             settings_a, settings_b = ({k: v for k, v in st.items() if not k.startswith("odir.")}
                                       for st in (settings_a, settings_b))

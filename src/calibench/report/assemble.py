@@ -96,6 +96,16 @@ def odir_flags(results: Path, tables: Sequence[str | Path]) -> str:
             "typically too few validation samples for K² parameters):</p><ul>" + "".join(lines) + "</ul>")
 
 
+def _measured_and_copies(table: str | Path) -> tuple[int, int]:
+    """(measured rows, TSS isomorph copies) of one table: every count in the report counts measurements."""
+    names = pq.read_schema(table).names
+    if "measured_by" not in names:
+        return pq.ParquetFile(table).metadata.num_rows, 0
+    keys = pq.read_table(table, columns=["arch_index", "measured_by"])
+    copies = int((keys["arch_index"].to_numpy() != keys["measured_by"].to_numpy()).sum())
+    return keys.num_rows - copies, copies
+
+
 def unstable_html(tables: Sequence[str | Path]) -> str:
     """HTML: per table, the measured networks whose value of a column signals an unstable
     estimator (the table's provenance ``unstable``; :mod:`calibench.metrics.registry`: e.g.
@@ -161,7 +171,7 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
             pieces.setdefault(block["section"], []).append((block["order"], block["html"]))
     blocks = {sid: "\n".join(text for _, text in sorted(items, key=lambda item: item[0]) if text)
               for sid, items in pieces.items()}
-    n_rows = {Path(t).name: pq.ParquetFile(t).metadata.num_rows for t in tables}  # footer only
+    n_rows = {Path(t).name: _measured_and_copies(t) for t in tables}
     page = write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks,
                         underdetermined=underdetermined_where(tables), n_tables=len(tables),
                         explorer=bool(settings.get("explorer")))

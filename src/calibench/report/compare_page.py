@@ -119,6 +119,9 @@ def summary_text(cmp: Comparison) -> str:
         n = t.networks
         lines.append(f"{t.name}: {n['n_both']} networks in both, {n['n_only_a']} only in A, {n['n_only_b']} only "
                      f"in B (matched by {', '.join(n['key'])})")
+        if n.get("copies_a") or n.get("copies_b"):
+            lines.append(f"  isomorph copies left out (they repeat their representative's values): "
+                         f"A {n.get('copies_a', 0)}, B {n.get('copies_b', 0)}")
         for side in ("a", "b"):
             if n[f"only_{side}"]:
                 lines.append(f"  networks only in {side.upper()}: {_keys(n[f'only_{side}'])}")

@@ -86,6 +86,21 @@ const CB = (() => {
   }
 
   // the table row that was measured for row i (TSS: its isomorphism class's representative)
+  function copiesOf(r) {  // representative's row -> the rows of its isomorph copies
+    if (!r.copies) {
+      r.copies = new Map();
+      for (let j = 0; j < r.rep.length; j++) {
+        if (r.isRep[j]) continue;
+        const i = repRow(r, j);
+        if (!r.copies.has(i)) r.copies.set(i, []);
+        r.copies.get(i).push(j);
+      }
+    }
+    return r.copies;
+  }
+  function listed(values, most = 8) {
+    return values.slice(0, most).join(', ') + (values.length > most ? ` and ${values.length - most} more` : '');
+  }
   function repRow(r, i) {
     if (!r.repRows) {
       r.repRows = new Int32Array(r.rep.length).fill(-1);
@@ -140,10 +155,11 @@ const CB = (() => {
       const r = await rows(t);
       const [x, y, c, acc] = await Promise.all([column(t, xn), column(t, yn), column(t, cn), column(t, 'accuracy')]);
       if (!x || !y) { notes.push(`${tableLabel(t)} has no column ${!x ? xn : yn}`); continue; }
-      const idx = [];
-      for (let i = 0; i < t.n; i++) if (Number.isFinite(x[i]) && Number.isFinite(y[i])) idx.push(i);
+      const idx = [];  // one point per measurement: an isomorph copy repeats its representative's values
+      for (let i = 0; i < t.n; i++) if (r.isRep[i] && Number.isFinite(x[i]) && Number.isFinite(y[i])) idx.push(i);
       const ax = k === 0 ? '' : String(k + 1);
-      const text = idx.map(i => `index ${r.index[i]}${r.isRep[i] ? '' : ` (measured by ${r.index[repRow(r, i)]})`}`
+      const copies = copiesOf(r);
+      const text = idx.map(i => `index ${r.index[i]}` + (copies.has(i) ? `<br>also its isomorphs: ${listed(copies.get(i).map(j => r.index[j]))}` : '')
         + `<br>${r.names[i]}` + (acc && xn !== 'accuracy' && yn !== 'accuracy' ? `<br>accuracy ${fmt(acc[i])}` : ''));
       const cv = c ? idx.map(i => c[i]) : null;
       traces.push({type: 'scattergl', mode: 'markers', name: t.id, x: idx.map(i => x[i]), y: idx.map(i => y[i]),
@@ -153,11 +169,13 @@ const CB = (() => {
                  color: cv || '#4c72b0', colorscale: 'Viridis', showscale: !!cv && k === 0,
                  colorbar: cv ? {title: {text: cn, side: 'right'}, thickness: 12} : undefined}});
       layout['xaxis' + ax] = {title: {text: xn}}; layout['yaxis' + ax] = {title: {text: k === 0 ? yn : ''}};
-      layout.annotations.push({text: `${tableLabel(t)} (n = ${idx.length} of ${t.n} rows)`, showarrow: false,
+      const copied = t.n - t.n_measured;
+      layout.annotations.push({text: `${tableLabel(t)} (n = ${idx.length} of ${t.n_measured} measured`
+        + (copied ? `; ${copied} isomorph copies in their hover` : '') + ')', showarrow: false,
         xref: `x${ax} domain`, yref: `y${ax} domain`, x: 0.5, y: 1.06, font: {size: 12}});
-      shown.push({table: t.id, points: idx.length, rows: t.n});
-      const missing = t.n - idx.length;
-      if (missing) notes.push(`${tableLabel(t)}: ${missing} rows without a finite ${xn} or ${yn} are not drawn`);
+      shown.push({table: t.id, points: idx.length, measured: t.n_measured, rows: t.n});
+      const missing = t.n_measured - idx.length;
+      if (missing) notes.push(`${tableLabel(t)}: ${missing} measured networks without a finite ${xn} or ${yn} are not drawn`);
     }
     S.scatter = {x: xn, y: yn, color: cn, tables: shown};
     $('status').textContent = notes.join(' · ');
@@ -185,11 +203,14 @@ const CB = (() => {
       const t = byId(tr.name), r = await rows(t);
       let row = /^\d+$/.test(q) ? r.byIndex.get(Number(q)) : r.names.indexOf(q);
       if (row === undefined || row < 0) row = /^\d+$/.test(q) ? -1 : r.names.findIndex(s => s.includes(q));
+      const asked = row;  // an isomorph copy is drawn as the point of its representative
+      if (row >= 0 && !r.isRep[row]) row = repRow(r, row);
       const point = row >= 0 ? tr.customdata.indexOf(row) : -1;
       if (point >= 0) {
         highlight(curve, point);
-        $('status').textContent = `found ${q}: index ${r.index[row]} in ${tableLabel(t)}`;
-        await showNetwork(t, row);
+        $('status').textContent = `found ${q}: index ${r.index[asked]} in ${tableLabel(t)}`
+          + (asked !== row ? ` (an isomorph copy, measured as index ${r.index[row]})` : '');
+        await showNetwork(t, asked);
         return;
       }
     }
@@ -209,6 +230,7 @@ const CB = (() => {
     const values = await Promise.all(names.map(n => column(t, n)));
     const head = [['table', tableLabel(t)], ['index', r.index[row]], ['arch', r.names[row]]];
     if (!r.isRep[row]) head.push(['measured by', `${r.index[repRow(r, row)]} (same isomorphism class)`]);
+    else if (copiesOf(r).has(row)) head.push(['isomorph copies', `${listed(copiesOf(r).get(row).map(j => r.index[j]), 20)} (not measured again: this row's values)`]);
     const cells = head.map(([k, v]) => `<tr><td>${k}</td><td class="text">${String(v).replace(/</g, '&lt;')}</td></tr>`)
       .concat(names.map((n, i) => `<tr><td>${n}</td><td class="num">${fmt(values[i][row])}</td></tr>`));
     $('row').innerHTML = `<table id="rowtable">${cells.join('')}</table>`

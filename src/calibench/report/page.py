@@ -129,7 +129,7 @@ def demo_banner(underdetermined: Sequence[str] | Mapping[str, Sequence[str]], n_
 
 
 def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.DataFrame,
-                 n_rows: Mapping[str, int], minibench: bool, *, blocks: Mapping[str, str] | None = None,
+                 n_rows: Mapping[str, tuple[int, int]], minibench: bool, *, blocks: Mapping[str, str] | None = None,
                  underdetermined: Sequence[str] | Mapping[str, Sequence[str]] = (), n_tables: int | None = None,
                  explorer: bool = False) -> Path:
     """``results/report.html``: a contents list, then one section per entry of
@@ -150,7 +150,9 @@ def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.Dat
                      "with their intervals (<code>calibench explore</code>).</p>")
     if minibench:
         parts.append(demo_banner(underdetermined, n_tables))
-    parts.append("<p>Tables: " + ", ".join(f"{html.escape(k)} ({v} rows)" for k, v in n_rows.items())
+    parts.append("<p>Tables: " + ", ".join(f"{html.escape(k)} ({v[0]} networks measured"
+                                          + (f", {v[1]} isomorph copies of them" if v[1] else "") + ")"
+                                          for k, v in n_rows.items())
                  + ". Every finding below is computed from these tables (<code>analysis/findings.csv</code>).</p>")
     sections = []
     for sid, heading, question in SECTIONS:

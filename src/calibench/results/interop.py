@@ -85,11 +85,13 @@ _UNBINNED_ORDER = ("ksce", "ks_top2", "ks_within_top2", "kdece", "mmce", "nll", 
 
 # ---------------------------------------------------------------- export
 
-def export_tao2024(tables: str | Path | Iterable[str | Path], out_dir: str | Path) -> list[Path]:
+def export_tao2024(tables: str | Path | Iterable[str | Path], out_dir: str | Path,
+                   expand_isomorphs: bool = False) -> list[Path]:
     """Write every result table in the published layout, one CSV per table, under ``out_dir``.
 
     ``tables``: result table paths, or a directory of them (``results/tables`` or a results
-    directory). Returns the files written (an empty table writes none, with a warning).
+    directory). Each measurement once; ``expand_isomorphs``: TSS isomorph copies too, marked
+    (:func:`export_frame`). Returns the files written (an empty table writes none, with a warning).
     """
     paths = _table_paths(tables)
     out_dir = Path(out_dir)
@@ -101,7 +103,7 @@ def export_tao2024(tables: str | Path | Iterable[str | Path], out_dir: str | Pat
         planned[out_dir / name] = p
     written = []
     for target, p in planned.items():
-        frame = export_frame(pd.read_parquet(p), source=str(p))
+        frame = export_frame(pd.read_parquet(p), source=str(p), expand_isomorphs=expand_isomorphs)
         if frame is None:
             continue
         atomic_write(target, lambda f, fr=frame: f.write(fr.to_csv(index=False, lineterminator="\n").encode()))
@@ -140,16 +142,25 @@ def _export_name(space: str, hp: str, dataset: str) -> str:
     return f"{_FILE_DATASET.get(dataset, dataset)}_{space}{suffix}.csv"
 
 
-def export_frame(table: pd.DataFrame, source: str = "table") -> pd.DataFrame | None:
+def export_frame(table: pd.DataFrame, source: str = "table", expand_isomorphs: bool = False) -> pd.DataFrame | None:
     """One result table as a DataFrame in the published layout (None if it has no rows).
 
-    One row per architecture: of several seeds, the lowest (the published files hold the
-    first seed; the others are dropped with a warning). Logs the published columns left
-    out (metric not in the table) and our columns that have no place in the layout.
+    One row per measured architecture: a TSS isomorph copy (``measured_by`` another row)
+    repeats its representative's values and is left out, unless ``expand_isomorphs``: then
+    every row is written with the extension column ``measured_by`` (the config of the row
+    whose values it carries; its own config for a measured row). Of several seeds, the
+    lowest (the published files hold the first seed; the others are dropped with a
+    warning). Logs the published columns left out (metric not in the table) and our columns
+    that have no place in the layout.
     """
     if table.empty:
         log.warning("%s: no rows, nothing to export", source)
         return None
+    copies = (table["measured_by"] != table["arch_index"]) if "measured_by" in table.columns else None
+    if copies is not None and copies.any() and not expand_isomorphs:
+        log.info("%s: %d isomorph copies left out (each repeats a measured row; --expand-isomorphs writes them)",
+                 source, int(copies.sum()))
+        table = table[~copies]
     keys = {}
     for key in ("space", "hp", "dataset"):
         values = table[key].dropna().unique()
@@ -215,6 +226,9 @@ def export_frame(table: pd.DataFrame, source: str = "table") -> pd.DataFrame | N
     seeds = table["seed"]
     if (seeds != DEFAULT_SEED).any():  # extension: the published files are all seed 777
         out["seed"] = seeds.astype("int64")
+    if expand_isomorphs and copies is not None and copies.any():  # extension: which rows are copies of which
+        config_of = dict(zip(table["arch_index"].astype("int64"), table[index].astype("int64")))
+        out["measured_by"] = table["measured_by"].astype("int64").map(config_of).astype("int64")
     used.update({"space", "hp", "dataset", "seed", "measured_by"})  # file name, extension, derived on import
     missing = [c for c in ("config", "acc", "arch") if c not in out]
     if missing:
@@ -386,7 +400,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
     unstable: dict[str, int] = {}  # values that signal an unstable estimator (KDE-ECE above 1), kept as they are
     dropped_unknown = []
     for key, column in lower.items():
-        if key in PER_ROW or key == "seed":
+        if key in PER_ROW or key in ("seed", "measured_by"):
             continue
         ours, family = our_name(key)
         if ours is None:
@@ -453,7 +467,16 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
     frame = pd.DataFrame(columns).take(order).reset_index(drop=True)
     lead = FIRST + [NATS_INDEX] + PROVENANCE  # as calibench.results.tables writes a NATS-Bench population's table
     values = ["accuracy"] + [c for c in frame.columns if c not in lead]
-    frame["measured_by"] = _measured_by(space, frame, values)
+    if "measured_by" in lower:  # written by export --expand-isomorphs: the config of the measured row
+        given = numeric("measured_by")[order]
+        unknown = np.flatnonzero(~np.isin(given, frame["arch_index"].to_numpy()))
+        if len(unknown):
+            raise ValueError(f"{path}: column {lower['measured_by']!r}, line {line(order[unknown[0]])}: "
+                             f"{_shown(given[unknown[0]])} is the config of no row of the file")
+        frame["measured_by"] = given.astype(np.int32)
+        derived.pop("measured_by")
+    else:
+        frame["measured_by"] = _measured_by(space, frame, values)
     frame = frame[lead + [c for c in frame.columns if c not in lead]]
     unavailable = [c for c in PROVENANCE if c not in ("arch_str", "accuracy")]
     meta = {"stages": list(PUBLISHED_STAGES), "constants": {}, "source": FORMAT, "source_file": path.name,

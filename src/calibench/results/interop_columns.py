@@ -80,6 +80,10 @@ COLUMNS: tuple[Column, ...] = (
     Column("seed", "seed", EXTENSION,
            "the NATS-Bench training seed of the weights; written only when it is not 777 (import: 777 when absent)",
            "the published files hold seed 777 (hp 200 TSS, hp 90 SSS) and have no such column"),
+    Column("measured_by", "measured_by", EXTENSION,
+           "written only by `export --expand-isomorphs`: the config of the row whose values this row repeats (a "
+           "TSS isomorph copy), or the row's own config (a measurement); import: taken as written, else derived",
+           "the published files have no such column: each row there is its own measurement"),
 )
 ALIASES = {"pre_auc_cifar10c": "auc_cifar10c", "pre_auc_svhn": "auc_svhn"}  # lower-case alias -> lower-case name
 FRACTIONS = ("acc", "correct_confidence", "incorrect_confidence")  # percent accepted on import, converted

@@ -1,5 +1,6 @@
-"""SQL over the results with DuckDB: ``networks`` (one row per network and dataset, with
-``hcs_{beta}`` columns) and ``metrics`` (the long shards).
+"""SQL over the results with DuckDB: ``networks`` (one row per measured network and dataset,
+with ``hcs_{beta}`` columns), ``networks_all`` (the same with every TSS isomorph copy, marked
+``is_copy``) and ``metrics`` (the long shards).
 
 The ``hcs_{beta}`` columns are :func:`calibench.metrics.scores.hcs` itself, registered as the
 SQL function ``hcs(accuracy, ece, beta)``: queries and the analysis share one formula.
@@ -38,7 +39,8 @@ def register_hcs(con) -> None:
 
 
 def connect(results: str | Path = "results", betas=None):
-    """A DuckDB connection with the views ``networks`` and ``metrics``; ValueError if no results.
+    """A DuckDB connection with the views ``networks`` (measurements), ``networks_all`` (with
+    isomorph copies) and ``metrics``; ValueError if no results.
     ``betas``: the ``hcs_{beta}`` columns (default: the config schema's ``analysis.hcs_betas``)."""
     import duckdb
 
@@ -55,7 +57,11 @@ def connect(results: str | Path = "results", betas=None):
     files = ", ".join(f"'{t}'" for t in tables)
     betas = schema_default("analysis", "hcs_betas") if betas is None else betas
     hcs = ", ".join(f'hcs(accuracy, {HCS_ECE}, {float(b)!r}) AS "hcs_{b:g}"' for b in betas)
-    con.execute(f"CREATE VIEW networks AS SELECT *, {hcs} FROM read_parquet([{files}], union_by_name = true)")
+    # networks: each measurement once; networks_all: every row, TSS isomorph copies too (is_copy),
+    # each carrying its representative's (measured_by's) values
+    con.execute(f"CREATE VIEW networks_all AS SELECT *, {hcs}, coalesce(arch_index <> measured_by, false) AS is_copy "
+                f"FROM read_parquet([{files}], union_by_name = true)")
+    con.execute("CREATE VIEW networks AS SELECT * EXCLUDE (is_copy) FROM networks_all WHERE NOT is_copy")
     if any(shards.rglob("*.parquet")):
         try:
             con.execute(f"CREATE VIEW metrics AS SELECT * FROM read_parquet('{shards}/**/*.parquet', "
@@ -122,8 +128,9 @@ def _sql(con, sql: str, results: Path):
         return rel, rel.df()
 
 
-VIEWS_HELP = ("views: networks (one row per network and table: the tables' columns, e.g. space, hp, dataset, "
-              "arch_index, arch_str, accuracy, {stage}_{metric}, and hcs_{beta}) and metrics (one row per shard "
+VIEWS_HELP = ("views: networks (one row per measured network and table: the tables' columns, e.g. space, hp, "
+              "dataset, arch_index, arch_str, accuracy, {stage}_{metric}, and hcs_{beta}), networks_all (the same "
+              "with TSS isomorph copies, is_copy true: each repeats its measured_by's values) and metrics (one row per shard "
               "value: space, hp, dataset, arch_index, seed, stage, metric, bins, value); README, \"Querying the results\"")
 
 
@@ -200,5 +207,5 @@ def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str |
           f"{registry.direction_words(by, descending)}")
     select = ", ".join(f'"{c}"' for c in shown)
     sql = (f"SELECT {select} FROM networks WHERE space = '{space}' AND dataset = '{dataset}' "
-           f"AND arch_index = measured_by ORDER BY \"{by}\" {order} NULLS LAST LIMIT {int(n)}")
+           f"ORDER BY \"{by}\" {order} NULLS LAST LIMIT {int(n)}")
     return run_query(sql, results)

@@ -298,7 +298,7 @@ def _export(args: argparse.Namespace) -> int:
     from calibench.results.interop import export_tao2024
 
     try:
-        written = export_tao2024(args.tables or args.results, args.out)
+        written = export_tao2024(args.tables or args.results, args.out, expand_isomorphs=args.expand_isomorphs)
     except (OSError, KeyError, ValueError) as exc:
         print(f"calibench export: {exc}", file=sys.stderr)
         return 2
@@ -379,14 +379,15 @@ def build_parser() -> argparse.ArgumentParser:
     st.set_defaults(func=_status)
 
     q = sub.add_parser(
-        "query", help="SQL (DuckDB) over the result tables: views networks and metrics",
+        "query", help="SQL (DuckDB) over the result tables: views networks, networks_all and metrics",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="views:\n"
-               "  networks  one row per network and table: space, hp, dataset, arch_index, measured_by, arch_str,\n"
-               "            nats_index (NATS-Bench's index), accuracy, params, flops, temperature, {stage}_{metric}\n"
-               "            (e.g. pre_ece_15, vs_ksce),\n"
-               "            hcs_{beta}, provenance columns\n"
-               "  metrics   one row per shard value: space, hp, dataset, arch_index, seed, stage, metric, bins, value\n"
+               "  networks      one row per measured network and table: space, hp, dataset, arch_index, measured_by,\n"
+               "                arch_str, nats_index (NATS-Bench's index), accuracy, params, flops, temperature,\n"
+               "                {stage}_{metric} (e.g. pre_ece_15, vs_ksce), hcs_{beta}, provenance columns\n"
+               "  networks_all  the same plus every TSS isomorph copy (is_copy: true), which repeats the values\n"
+               "                of the network it was measured as (measured_by)\n"
+               "  metrics       one row per shard value: space, hp, dataset, arch_index, seed, stage, metric, bins, value\n"
                "every column: `calibench query \"DESCRIBE networks\"`; metric definitions: README, \"Querying the "
                "results\", and docs/metrics-spec.md\n"
                "example: calibench query \"SELECT dataset, avg(pre_ece_15) FROM networks GROUP BY dataset\"")
@@ -450,6 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--format", required=True, choices=["tao2024"])
     ex.add_argument("--out", required=True, help="output directory")
     ex.add_argument("--results", default="results")
+    ex.add_argument("--expand-isomorphs", action="store_true",
+                    help="also write every TSS isomorph copy (a row repeating its representative's values), "
+                         "marked by a measured_by column (default: each measurement once)")
     ex.add_argument("tables", nargs="*", help="tables to export (default: every table under --results)")
     ex.set_defaults(func=_export)
 
