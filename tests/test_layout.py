@@ -70,6 +70,15 @@ def test_set_aside_finds_the_measurement_chunks_and_tables_of_an_inference_chunk
     moved = repair.set_aside(tmp_path, [(infer, ["deleted"])])
     assert sorted(moved) == sorted([infer, *measures, *tables])
     assert other.exists() and all(Path(f"{p}{repair.SET_ASIDE}").exists() for p in moved)
+    # rebuilt: what was set aside goes once its original is back and passes its content check
+    from calibench import integrity
+
+    integrity.write_json({"rebuilt": True}, infer)
+    infer.with_name(infer.name + ".changed.changed").write_text("{}")  # not ours: kept
+    assert repair.clear_rebuilt(tmp_path) == [Path(f"{infer}{repair.SET_ASIDE}")]
+    assert all(Path(f"{p}{repair.SET_ASIDE}").exists() for p in moved if p != infer)
+    measures[0].write_text("{not json")  # back, but damaged: its set-aside copy stays
+    assert repair.clear_rebuilt(tmp_path) == [] and Path(f"{measures[0]}{repair.SET_ASIDE}").exists()
 
 
 def test_the_defaults_are_the_schemas():

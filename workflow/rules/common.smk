@@ -72,6 +72,8 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
     LOST_PARTS = [str(p) for p in repair.lost_parts(_damaged)]
     for _manifest, _reasons in _changed:
         print(f"calibench: {repair.describe(_manifest, _reasons, planning=PLANNING)}", file=sys.stderr)
+    if not PLANNING:  # set aside by an earlier run whose rebuild succeeded: no longer needed
+        repair.clear_rebuilt(RESULTS)
     if _changed and not PLANNING:
         _moved = repair.set_aside(RESULTS, _changed)
         print(f"calibench: set aside as *{repair.SET_ASIDE} (rebuilt by this run): "

@@ -268,6 +268,22 @@ def describe(manifest: Path, reasons: list[str], planning: bool = False) -> str:
 SET_ASIDE = ".changed"
 
 
+def clear_rebuilt(results: str | os.PathLike) -> list[Path]:
+    """Remove each ``*.changed`` file whose original was made again and passes its content
+    check (:func:`calibench.integrity.check`): set aside for a rebuild that has succeeded.
+    One whose original is still missing or damaged stays. Returns what was removed."""
+    results = Path(results)
+    removed = []
+    where = [results.glob(f"*{SET_ASIDE}"), layout.tables_dir(results).glob(f"*{SET_ASIDE}"),
+             layout.chunks_dir(results).glob(f"*/*/*{SET_ASIDE}"), layout.explorer_dir(results).glob(f"*{SET_ASIDE}")]
+    for kept in sorted(p for found in where for p in found):  # where set_aside* put them, not the shards
+        original = kept.with_name(kept.name.removesuffix(SET_ASIDE))
+        if kept.is_file() and not original.name.endswith(SET_ASIDE) and integrity.check(original) is None:
+            kept.unlink()
+            removed.append(kept)
+    return removed
+
+
 def _measure_manifests(results: Path, changed: list[tuple[Path, list[str]]]) -> set[Path]:
     """The measurement manifests that changed chunks make stale: a changed measurement chunk
     itself, and every dataset's measurement of a changed inference chunk (they read its logits)."""
