@@ -210,6 +210,18 @@ def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_
     assert lines[-1] == "5 complete, 3 to run: `calibench run` completes them"
     assert _snapshot(run) == before
 
+    # A changed setting is named with both values, table by table (issue 34)
+    import yaml
+
+    config = yaml.safe_load((run / "tiny.yaml").read_text())
+    assert config["bins"] == [5, 15, 50]
+    config["bins"] = [5, 15]
+    (run / "tiny.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run(status, cwd=run, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "to run    results/tables/tss_200_cifar10.parquet  (settings changed: bins: 5, 15, 50 → 5, 15)" \
+        in proc.stdout.splitlines(), proc.stdout
+
     bad = subprocess.run(status + ["--space", "tsss"], cwd=run, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip() == (
         "calibench status: --space tsss: not in this config (spaces and populations: sss, tss)")

@@ -226,6 +226,13 @@ def select_columns(names: Iterable[str], patterns: Sequence[str] | None) -> list
 
 # ---------------------------------------------------------------- settings (pure)
 
+def flatten_settings(value, prefix: str = "") -> dict[str, str]:
+    """Nested settings as ``{"a.b": "value"}`` strings, as compare and ``calibench status`` show them."""
+    out: dict[str, str] = {}
+    _flatten(prefix, value, out)
+    return out
+
+
 def _flatten(prefix: str, value, out: dict) -> None:
     if isinstance(value, Mapping):
         for k in sorted(value, key=str):
@@ -265,8 +272,8 @@ def table_settings(meta: Mapping, odir: Mapping | None = None) -> dict[str, str]
         several = len(records) > 1
         out["config.effective_sha256"] = "; ".join(r[0] + (f" ({r[2]} rows)" if several else "") for r in records)
         out["config.files"] = "; ".join(r[1] + (f" ({r[2]} rows)" if several else "") for r in records)
-    for name in ("stages", "constants", "coverage", "sources", "built_by", "source", "source_file", "source_sha256",
-                 "imported_by", "converted"):
+    for name in ("settings", "stages", "constants", "coverage", "sources", "built_by", "source", "source_file",
+                 "source_sha256", "imported_by", "converted"):
         if name in meta:
             value = meta[name]
             if name == "coverage" and isinstance(value, Mapping):

@@ -382,6 +382,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                "files": {str(i): file_state(layout.shard_path(results, space, hp, dataset, i))
                          for i in keys if i not in failed},
                "logits_removed": removed, "odir": Path(odir_file).name if odir_file else None,
+               "settings": settings,  # the measurement settings, searched lambda, mu filled in: what a table records
                "seconds": round(time.perf_counter() - start, 3)}
     log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s", chunk, computed, skipped, len(failed),
              summary["seconds"], f"; {removed} logits files removed (keep_logits: false)" if removed else "")

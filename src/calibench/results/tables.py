@@ -477,10 +477,13 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
     doc = integrity.read_json(layout.population_path(results, space))
     expected: dict[int, str] = {}
     failed = []
+    settings: Counter = Counter()  # the measurement settings of each chunk (manifests before them: none)
     for m in manifests:
         summary = integrity.read_json(m)
         expected.update({int(i): k for i, k in summary["shards"].items()})
         failed += summary["failures"]
+        if summary.get("settings") is not None:
+            settings[json.dumps(summary["settings"], sort_keys=True)] += 1
     files = [p for p in (layout.shard_path(results, space, hp, dataset, i) for i in sorted(expected)) if p.is_file()]
     digester = _Digester(expected, doc["selected"])
     merged = _Wide()
@@ -516,6 +519,10 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
         configs[json.dumps(config, sort_keys=True)] += n
     meta["provenance"] = [{"provenance": json.loads(p), "rows": n} for p, n in software.most_common()]
     meta["configs"] = [{"config": json.loads(c), "rows": n} for c, n in configs.most_common()]
+    if len(settings) == 1:  # what `calibench status` and `compare` name, key by key
+        meta["settings"] = json.loads(next(iter(settings)))
+    elif settings:
+        meta["settings_by_chunks"] = [{"settings": json.loads(c), "chunks": n} for c, n in settings.most_common()]
     if not wide.empty and "source_mtime" in wide:
         mtimes = wide["source_mtime"].dropna()
         meta["sources"] = {"rows": int(len(mtimes)), "missing": int(len(wide) - len(mtimes)),

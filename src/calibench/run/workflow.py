@@ -66,6 +66,44 @@ def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
     return config, targets
 
 
+def _settings_changed(config: dict, table: str) -> str:
+    """"settings changed: key: old → new; ..." between what ``table`` recorded (its chunks'
+    measurement settings) and the config now; "" when none differs or nothing was recorded.
+    Lambda, mu left to the search and the search's flag are not config keys."""
+    from calibench.analysis.compare import flatten_settings
+    from calibench.config.settings import measurement_settings
+    from calibench.results.tables import table_metadata
+
+    try:
+        recorded = table_metadata(table).get("settings")
+    except Exception:  # noqa: BLE001 - a missing or damaged table: its status says so
+        return ""
+    if not recorded:
+        return ""
+    old, new = flatten_settings(recorded), flatten_settings(measurement_settings(config))
+    changes = []
+    for key in list(new) + [k for k in old if k not in new]:
+        before, after = old.get(key, "(absent)"), new.get(key, "(absent)")
+        searched = key.endswith((".lambda", ".mu")) and after == ""
+        if before != after and not searched and not key.endswith(layout.SEARCH_FLAG):
+            changes.append(f"{key}: {before} → {after}")
+    return "settings changed: " + "; ".join(changes) if changes else ""
+
+
+def _failed_networks(results: Path, table: str) -> str:
+    """"N network(s) failed: see results/failures/…" for a complete table; "" when none did."""
+    import pyarrow.parquet as pq
+
+    target, _, dataset = Path(table).stem.rpartition("_")
+    failures = layout.failures_path(results, target, dataset)
+    try:
+        frame = pq.read_table(failures, columns=["arch_index"]).to_pandas()
+    except Exception:  # noqa: BLE001 - no failures file (a table from before them) or a damaged one: repair says so
+        return ""
+    n = frame["arch_index"].nunique()
+    return f"{n} network(s) failed: see {failures}" if n else ""
+
+
 def _status(args: argparse.Namespace) -> int:
     """What is complete, missing, damaged or stale for the current config; runs nothing and
     changes no file (Snakemake's --summary, and the repair check in planning mode)."""
@@ -102,7 +140,11 @@ def _status(args: argparse.Namespace) -> int:
         tables_to_run |= word == "to run" and target.endswith(".parquet")
         why = ("damaged: " + "; ".join(why_damaged[:2]) if why_damaged
                else status if status != "ok" else "a job before it reruns: a setting or an input changed")
-        print(f"{word:9s} {target}" + (f"  ({why})" if word != "complete" and why else ""))
+        if word != "complete" and target.endswith(".parquet") and not why_damaged:
+            why = _settings_changed(config, target) or why
+        if word == "complete":  # a complete table still says which networks failed
+            why = _failed_networks(results, target) if target.endswith(".parquet") else ""
+        print(f"{word:9s} {target}" + (f"  ({why})" if why else ""))
     for manifest, reasons in changed:
         print(f"repair: {repair.describe(manifest, reasons, planning=True)}")
     for path, cause, _ in broken:
