@@ -404,3 +404,45 @@ def test_a_full_disk_names_the_file_leaves_no_partial_file_and_the_rerun_complet
     again = subprocess.run(table, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert len(pd.read_parquet(results / "tables" / "zoo_cifar10.parquet")) == 8
+
+
+# ---------------------------------------------------------------- paths and columns named before any job
+
+def test_every_path_and_column_the_config_names_is_checked_by_its_key(tmp_path):
+    """Issue 34: calibench.config.inputs, as the Snakefile calls it before any job."""
+    import yaml
+
+    from calibench.config.check import schema_defaults
+    from calibench.config.inputs import check_inputs
+
+    config = {**schema_defaults(), **yaml.safe_load((Path(__file__).parents[1] / "config" / "config.yaml").read_text())}
+    config["minibench"] = {**config["minibench"], "build": False}
+    results = tmp_path / "results"
+    found = check_inputs(config, results)  # a fresh run, nothing there: each key named
+    shown = "; ".join(found.stop)
+    for key in ("archives.tss", "archives.sss", "datasets_root", "ood.svhn"):
+        assert f"{key} = " in shown, shown
+    assert found.notes == []
+    # finished: the populations are written, the logits store stands in: one line, no stop
+    for space in ("tss", "sss"):
+        path = layout.population_path(results, space)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    found = check_inputs(config, results)
+    assert found.stop == [] and [n.split(" = ")[0] for n in found.notes] == [
+        "archives.sss", "archives.tss", "datasets_root", "ood.svhn"]
+    # what no stored result stands in for stops the run whatever is written
+    config["robustness"] = {**(config.get("robustness") or {}), "path": str(tmp_path / "robust.csv"), "key": "arch_str"}
+    (tmp_path / "zoo").mkdir()
+    (tmp_path / "zoo" / "models.csv").write_text("model,family\nm0,a\n")
+    config["populations"] = {"gone": {"source": "logits", "path": str(tmp_path / "gone")}}
+    with pytest.raises(ValueError, match=f"populations.gone.path: {tmp_path / 'gone'} is not a directory"):
+        check_inputs(config, results)
+    config["populations"] = {"zoo": {"source": "logits", "path": str(tmp_path / "zoo"), "group_by": ["family", "loss"]}}
+    found = check_inputs(config, results)
+    assert f"robustness.path = {tmp_path / 'robust.csv'}: not found" in found.stop[0], found.stop
+    assert f"populations.zoo.group_by: loss: not a column of {tmp_path / 'zoo' / 'models.csv'} (its columns: model, " \
+           f"family)" in found.stop, found.stop
+    (tmp_path / "robust.csv").write_text("arch_index,clean_acc\n0,1.0\n")
+    found = check_inputs(config, results)
+    assert any(s.startswith("robustness.key = arch_str: ") and "no column arch_str" in s for s in found.stop), found.stop

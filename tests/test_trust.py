@@ -244,12 +244,20 @@ def test_a_missing_archive_is_named_by_its_key_before_any_job(tmp_path):
     _without_build(workdir)
     proc = _snakemake(workdir, check=False)
     assert proc.returncode != 0
-    assert ("archives.sss = resources/minibench/NATS-sss-v1_0-50262-full: no meta.pickle.pbz2 there; point it at "
-            "your copy (config/nats.yaml) or build the mini benchmark") in proc.stderr, proc.stderr[-2000:]
+    said = [line for line in proc.stderr.splitlines() if "archives.sss" in line]
+    assert len(said) == 1, proc.stderr[-2000:]
+    for key, why in (("archives.sss = resources/minibench/NATS-sss-v1_0-50262-full", "no meta.pickle.pbz2 there"),
+                     ("archives.tss = resources/minibench/NATS-tss-v1_0-3ffb9-full", "no meta.pickle.pbz2 there"),
+                     ("datasets_root = resources/minibench/datasets", "not found"),
+                     ("ood.svhn = resources/minibench/datasets/svhn/test_32x32.mat", "not found")):
+        assert f"{key}: {why}" in said[0], said[0]
+    assert said[0].endswith("point it at your copy (config/nats.yaml) or build the mini benchmark"), said[0]
     assert not (workdir / "results").exists()
 
 
 def test_a_finished_run_with_its_archives_moved_plans_nothing_and_says_so(workflow_run, tmp_path):
+    """The mini benchmark moved away: the archives, datasets and SVHN file are named, nothing
+    is planned (the logits store holds every network)."""
     run = clone_run(workflow_run, tmp_path / "moved")
     os.rename(run / "resources", tmp_path / "elsewhere")
     _without_build(run)
@@ -258,8 +266,8 @@ def test_a_finished_run_with_its_archives_moved_plans_nothing_and_says_so(workfl
     said = [line for line in proc.stderr.splitlines() if line.startswith("calibench: ")]
     assert said == ["calibench: not found: archives.sss = resources/minibench/NATS-sss-v1_0-50262-full; "
                     "archives.tss = resources/minibench/NATS-tss-v1_0-3ffb9-full; datasets_root = "
-                    "resources/minibench/datasets; networks already in the logits store need none (any other "
-                    "fails, naming the file)"], said
+                    "resources/minibench/datasets; ood.svhn = resources/minibench/datasets/svhn/test_32x32.mat; "
+                    "networks already in the logits store need none (any other fails, naming the file)"], said
 
 
 # ---------------------------------------------------------------- a terminal a person can follow

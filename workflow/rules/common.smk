@@ -7,6 +7,7 @@ from pathlib import Path
 from calibench import integrity, layout
 from calibench.results import provenance
 from calibench.config import settings as stage
+from calibench.config.inputs import check_inputs
 
 RESULTS = config["results"]
 # Every path under RESULTS comes from calibench.layout (the jobs, queries and repair check use
@@ -87,29 +88,22 @@ stage.check_hps(config)
 TARGETS = stage.targets(config)
 
 
-def _check_nats_inputs():
-    """Archives and datasets named by their config key before any job: on a fresh run a
-    missing one stops the run; once a space's population is written (its logits store is
-    what later runs read) the missing ones are said in one line, and only networks not yet
-    stored would need them (their jobs fail naming the file)."""
-    nats = sorted({space for space, _ in TARGETS.values() if space in ("tss", "sss")})
-    needed = [(f"archives.{s}", config["archives"][s], "meta.pickle.pbz2", [s]) for s in nats]
-    needed += [("datasets_root", config["datasets_root"], "", nats)] if nats else []
-    missing = []
-    for key, value, inside, spaces in needed:
-        path = Path(value, inside)
-        if path.exists() or stage.under_minibench(config, path, built=True):
-            continue
-        if not all(layout.population_path(RESULTS, s).is_file() for s in spaces):
-            raise WorkflowError(f"{key} = {value}: " + (f"no {inside} there" if inside else "not found")
-                                + "; point it at your copy (config/nats.yaml) or build the mini benchmark")
-        missing.append(f"{key} = {value}")
-    if missing:
-        print(f"calibench: not found: {'; '.join(missing)}; networks already in the logits store need none "
+def _check_inputs():
+    """Every path and column the config names, by its key, before any job
+    (calibench.config.inputs): on a fresh run a missing one stops the run in one line; once a
+    space's population is written (its logits store is what later runs read) the missing ones
+    are said in one line, and only networks not yet stored would need them."""
+    found = check_inputs(config, RESULTS)
+    if found.stop:
+        raise WorkflowError("; ".join(found.stop) + ("; point it at your copy (config/nats.yaml) or build the mini "
+                                                     "benchmark" if any(s.startswith("archives.") for s in found.stop)
+                                                     else ""))
+    if found.notes:
+        print(f"calibench: not found: {'; '.join(found.notes)}; networks already in the logits store need none "
               "(any other fails, naming the file)", file=sys.stderr)
 
 
-_check_nats_inputs()
+_check_inputs()
 POPULATIONS = stage.populations(config)
 DATASETS = {space: stage.population_datasets(config, space) for space, _ in TARGETS.values()}
 
