@@ -269,6 +269,22 @@ def test_a_finished_run_with_its_archives_moved_plans_nothing_and_says_so(workfl
                     "resources/minibench/datasets; ood.svhn = resources/minibench/datasets/svhn/test_32x32.mat; "
                     "networks already in the logits store need none (any other fails, naming the file)"], said
 
+    # The config pointed at the new place (or anywhere): params name inputs, not paths: nothing to do,
+    # no job run, no manifest lost (issue 34)
+    import yaml
+
+    config = yaml.safe_load((run / "tiny.yaml").read_text())
+    new = str(tmp_path / "elsewhere" / "minibench")
+    config["archives"] = {s: f"{new}/{Path(p).name}" for s, p in config["archives"].items()}
+    config["datasets_root"] = f"{new}/datasets"
+    config.setdefault("ood", {})["svhn"] = f"{new}/datasets/svhn/test_32x32.mat"
+    (run / "tiny.yaml").write_text(yaml.safe_dump(config))
+    manifests = sorted((run / "results" / "chunks").rglob("*.json"))
+    proc = _snakemake(run)
+    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
+    assert not [line for line in proc.stderr.splitlines() if line.startswith("calibench: ")], proc.stderr[-2000:]
+    assert sorted((run / "results" / "chunks").rglob("*.json")) == manifests
+
 
 # ---------------------------------------------------------------- a terminal a person can follow
 

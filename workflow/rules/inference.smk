@@ -8,7 +8,7 @@ rule labels:
     log:
         log_file("labels/{dataset}"),
     params:
-        settings=stage_json(stage.labels_settings(config)),
+        settings=stage_json(stage.as_params(stage.labels_settings(config))),
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench labels --settings {params.settings:q} --dataset {wildcards.dataset} "
         "--out {output} > {log} 2>&1"
@@ -25,7 +25,7 @@ rule population_labels:
     log:
         log_file("labels/{space}_{dataset}"),
     params:
-        settings=lambda wildcards: stage_json(stage.labels_settings(config, wildcards.space)),
+        settings=lambda wildcards: stage_json(stage.as_params(stage.labels_settings(config, wildcards.space))),
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench labels --settings {params.settings:q} --space {wildcards.space} "
         "--dataset {wildcards.dataset} --out {output} > {log} 2>&1"
@@ -52,7 +52,7 @@ rule infer:
         runtime=infer_runtime,
         **gpu_resources(infer_gpus),
     params:
-        settings=lambda wildcards: stage_json(stage.inference_settings(config, space_of(wildcards))),
+        settings=lambda wildcards: stage_json(stage.as_params(stage.inference_settings(config, space_of(wildcards)))),
         results=results_of(3),
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench infer-chunk --settings {params.settings:q} --target {wildcards.target} "

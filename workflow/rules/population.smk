@@ -10,7 +10,7 @@ checkpoint population:
     log:
         log_file("population/{space}"),
     params:
-        settings=lambda wildcards: stage_json(stage.population_settings(config, wildcards.space)),
+        settings=lambda wildcards: stage_json(stage.as_params(stage.population_settings(config, wildcards.space))),
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench population --settings {params.settings:q} --space {wildcards.space} "
         "--out {output} > {log} 2>&1"

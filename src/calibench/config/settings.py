@@ -201,6 +201,53 @@ def inference_settings(config: Mapping, space: str) -> dict:
             "inference_version": INFERENCE_VERSION}
 
 
+# The input paths a workflow's jobs read (archives, datasets, the SVHN file, logits
+# directories): set by the Snakefile for its jobs, outside their params, so that a moved
+# input reruns nothing (what a path holds enters the logits keys by name and content).
+PATHS_ENV = "CALIBENCH_INPUT_PATHS"
+
+
+def input_paths(config: Mapping) -> dict:
+    """Where the config's inputs are: what :func:`fill_paths` puts back into a job's settings."""
+    return {"archives": dict(config["archives"]), "datasets_root": config["datasets_root"],
+            "svhn": (config.get("ood") or {}).get("svhn"),
+            "populations": {name: str(spec["path"]) for name, spec in populations(config).items()
+                            if spec["source"] == "logits"}}
+
+
+def as_params(settings: Mapping) -> dict:
+    """A job's settings as its rule's params carry them: each input path by its name only
+    (``archive``, ``datasets_root``, ``ood.svhn``, a logits population's ``path``)."""
+    out = json.loads(json.dumps(settings))
+    for key in ("archive", "datasets_root", "path"):
+        if out.get(key) is not None:
+            out[key] = Path(str(out[key])).name
+    if isinstance(out.get("ood"), dict) and out["ood"].get("svhn"):
+        out["ood"]["svhn"] = Path(str(out["ood"]["svhn"])).name
+    return out
+
+
+def fill_paths(settings: Mapping, space: str | None, paths: Mapping | None = None) -> dict:
+    """The settings a job was handed (:func:`as_params`) with the input paths put back, from
+    ``paths`` or else :data:`PATHS_ENV`; unchanged outside a workflow (no paths handed)."""
+    import os
+
+    if paths is None:
+        paths = json.loads(os.environ.get(PATHS_ENV) or "null")
+    if not paths:
+        return dict(settings)
+    out = json.loads(json.dumps(settings))
+    if "archive" in out and space in paths["archives"]:
+        out["archive"] = paths["archives"][space]
+    if "datasets_root" in out:
+        out["datasets_root"] = paths["datasets_root"]
+    if isinstance(out.get("ood"), dict) and "svhn" in out["ood"]:
+        out["ood"]["svhn"] = paths["svhn"]
+    if "path" in out and space in paths["populations"]:
+        out["path"] = paths["populations"][space]
+    return out
+
+
 def labels_settings(config: Mapping, space: str | None = None) -> dict:
     """What one dataset's labels depend on: the evaluation data (NATS-Bench: the datasets
     root; a population: its source's settings)."""

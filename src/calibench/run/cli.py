@@ -24,10 +24,11 @@ def _setup_logging() -> None:
 
 
 def _population(args: argparse.Namespace) -> int:
+    from calibench.config.settings import fill_paths
     from calibench.sources import SourceError, write_population
 
     try:
-        write_population(json.loads(args.settings), args.space, args.out)
+        write_population(fill_paths(json.loads(args.settings), args.space), args.space, args.out)
     except SourceError as exc:  # the population's definition: the message names the file, model or key
         logging.getLogger("calibench").error("population %s: %s", args.space, exc)
         return 2
@@ -35,10 +36,11 @@ def _population(args: argparse.Namespace) -> int:
 
 
 def _labels(args: argparse.Namespace) -> int:
+    from calibench.config.settings import fill_paths
     from calibench.sources import SourceError, write_labels
 
     try:
-        write_labels(json.loads(args.settings), args.dataset, args.out, space=args.space)
+        write_labels(fill_paths(json.loads(args.settings), args.space), args.dataset, args.out, space=args.space)
     except SourceError as exc:
         logging.getLogger("calibench").error("labels of %s: %s", args.dataset, exc)
         return 2
@@ -48,11 +50,12 @@ def _labels(args: argparse.Namespace) -> int:
 def _infer_chunk(args: argparse.Namespace) -> int:
     from calibench.inference.engine import DeviceError
     from calibench.runtime import keep_freed_memory
+    from calibench.config.settings import fill_paths
     from calibench.sources import SourceError, infer_chunk
 
     keep_freed_memory()
     try:
-        infer_chunk(json.loads(args.settings), _runtime(args), args.space, args.hp, args.chunk, args.results,
+        infer_chunk(fill_paths(json.loads(args.settings), args.space), _runtime(args), args.space, args.hp, args.chunk, args.results,
                         args.manifest, progress=not args.quiet)
     except (DeviceError, SourceError) as exc:  # a configuration problem (NATS-Bench: no weights at that hp): no traceback
         logging.getLogger("calibench").error("%s", exc)
