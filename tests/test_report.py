@@ -351,3 +351,36 @@ def test_odir_searches_worse_than_identity_are_told_in_the_methods_section(tmp_p
     assert "1 λ, μ search(es)" in text and "dir" not in text.split("<ul>")[1]
     assert "{stage}_search_worse_than_identity</code> = 1" in text
     assert odir_flags(tmp_path, tables[1:]) == ""
+
+
+def test_question_7_findings_name_their_networks_ties_and_too_few():
+    """Issue 34: every question-7 finding names its n and reads "too few networks" below
+    min_networks; a tie for the most frequent operation names each tied operation; "top
+    networks" that are the whole table say so."""
+    from calibench.analysis.nats import architecture
+    from calibench.analysis.nats.architecture import edge_op_frequency
+    from calibench.report.findings import _q7
+
+    strings = ["|nor_conv_3x3~0|+|none~0|skip_connect~1|+|none~0|none~1|avg_pool_3x3~2|",
+               "|nor_conv_1x1~0|+|none~0|skip_connect~1|+|none~0|none~1|avg_pool_3x3~2|",
+               "|nor_conv_3x3~0|+|skip_connect~0|skip_connect~1|+|none~0|none~1|nor_conv_3x3~2|"]
+    hcs = pd.DataFrame({"space": "tss", "hp": "200", "dataset": "cifar10", "arch_index": [0, 1, 2],
+                        "arch_str": strings, "hcs_1": [0.5, 0.7, 0.6]})
+    whole = edge_op_frequency(hcs, 50, 1)  # 3 networks, top 50: the whole table
+    (row,) = _q7(pd.DataFrame(), whole, [], min_networks=10)
+    assert "all 3 networks of the table (it holds no more than the top 3)" in row["text"], row["text"]
+    assert row["text"].endswith(" — too few networks to decide (n = 3)"), row["text"]
+    assert "1<-0: nor_conv_3x3 (2/3)" in row["text"] and "2<-0: none (2/3)" in row["text"], row["text"]
+    top2 = edge_op_frequency(hcs, 2, 1)  # networks 1 and 2: every edge but two disagrees
+    (row,) = _q7(pd.DataFrame(), top2, [], min_networks=2)
+    assert "the top 2 networks by HCS" in row["text"] and "too few" not in row["text"], row["text"]
+    assert "1<-0: nor_conv_1x1, nor_conv_3x3 (1/2, tied)" in row["text"], row["text"]
+    brackets = pd.DataFrame({"hp": "90", "dataset": "cifar10", "bracket": ["[40, 80)", "[200, 240)"],
+                             "networks": [1, 3], "accuracy": [0.5, 0.6], "pre_ece_15": [0.1, 0.2]})
+    (row,) = _q7(brackets, pd.DataFrame(), [], min_networks=5)
+    assert "(1 networks) against" in row["text"] and row["text"].endswith("too few networks to decide (n = 1)")
+    kernel = pd.DataFrame({"hp": "200", "dataset": "cifar10", "stage": "pre", "kernel_params": [0, 9],
+                           "median": [0.1, 0.2], "n": [1, 3]})
+    width = pd.DataFrame(columns=["hp", "dataset", "width", "accuracy", "pre_ece_15"])
+    (row,) = architecture.findings(kernel, width, [15], min_networks=4)
+    assert "(1 networks) against 0.200 at 9 (3)" in row["text"] and row["text"].endswith("(n = 1)"), row["text"]

@@ -148,7 +148,7 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
                      pd.DataFrame() if edges is None else edges, bins, level, min_networks=few,
                      robustness=_read(results, "robustness_kendall.parquet", parts, "robustness"),
                      nas=_read(results, "nas.csv", parts, "nas"),
-                     architecture=architecture.findings(kernel, width, bins) if kernel is not None else ())
+                     architecture=architecture.findings(kernel, width, bins, few) if kernel is not None else ())
     comparison = _read(results, "hp_comparison.parquet", parts, "schedules")
     if comparison is not None:
         extra = schedules.findings(comparison, bins, min_networks=few)

@@ -155,25 +155,38 @@ def _q6(nets: pd.DataFrame, bins: Sequence[int], level: float, m: int) -> list[d
     return out
 
 
-def _q7(brackets: pd.DataFrame, edges: pd.DataFrame, extra: Sequence[dict]) -> list[dict]:
+def _q7(brackets: pd.DataFrame, edges: pd.DataFrame, extra: Sequence[dict], min_networks: int = 0) -> list[dict]:
+    """Question 7: size brackets (SSS) and the operations of the top networks (TSS), each
+    naming its networks; "too few networks" below ``min_networks``; a tie for the most frequent
+    operation names every tied operation; top networks that are the whole table say so."""
     out = []
     if not brackets.empty:
         for (hp, dataset), part in brackets.groupby(["hp", "dataset"]):
             part = part.sort_values("bracket", key=lambda s: s.str.extract(r"\[(\d+)", expand=False).astype(float))
             first, last = part.iloc[0], part.iloc[-1]
+            n = min(int(first["networks"]), int(last["networks"]))
             out.append(finding_row("q7", "sss", hp, dataset,
                             f"SSS hp {hp}, {dataset}: mean pre ECE {first['pre_ece_15']:.3f} in the smallest size "
                             f"bracket {first['bracket']} ({int(first['networks'])} networks) against "
                             f"{last['pre_ece_15']:.3f} in the largest {last['bracket']} "
                             f"({int(last['networks'])}); accuracy {first['accuracy']:.3f} against "
-                            f"{last['accuracy']:.3f}", last["pre_ece_15"] - first["pre_ece_15"]))
+                            f"{last['accuracy']:.3f}" + (f" — {too_few(n)}" if n < min_networks else ""),
+                            last["pre_ece_15"] - first["pre_ece_15"]))
     if not edges.empty:
         for (hp, dataset), part in edges.groupby(["hp", "dataset"]):
-            top = part.sort_values("count", ascending=False).groupby("edge").head(1).sort_values("edge")
             total = part.groupby("edge")["count"].sum()
-            text = "; ".join(f"{r.edge}: {r.op} ({int(r.count)}/{int(total[r.edge])})" for r in top.itertuples())
-            out.append(finding_row("q7", "tss", hp, dataset, f"TSS hp {hp}, {dataset}, top networks by HCS, "
-                                                             f"most frequent operation per edge: {text}"))
+            n = int(total.max())
+            said = []
+            for edge, ops in part.groupby("edge", sort=True):
+                best = ops[ops["count"] == ops["count"].max()].sort_values("op")
+                names = ", ".join(best["op"])
+                said.append(f"{edge}: {names} ({int(best['count'].iloc[0])}/{int(total[edge])}"
+                            + (", tied" if len(best) > 1 else "") + ")")
+            table = int(part["networks"].iloc[0]) if "networks" in part else None
+            whom = (f"all {n} networks of the table (it holds no more than the top {n})" if table is not None and n >= table
+                    else f"the top {n} networks by HCS")
+            out.append(finding_row("q7", "tss", hp, dataset, f"TSS hp {hp}, {dataset}, {whom}, most frequent operation "
+                                   f"per edge: {'; '.join(said)}" + (f" — {too_few(n)}" if n < min_networks else "")))
     out.extend(extra)
     return out
 
@@ -228,7 +241,7 @@ def findings(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, bracke
         rows += _q4(q4, b, level, m)
     rows += _q5(nets, b, level, m)
     rows += _q6(nets, bins, level, m)
-    rows += _q7(brackets, edges, architecture)
+    rows += _q7(brackets, edges, architecture, m)
     rows += _nas(nas)
     return pd.DataFrame(rows, columns=FINDING_COLUMNS)
 

@@ -35,16 +35,18 @@ SIZE_EDGES = [0, 80, 120, 160, 200, 240, 280, 321]  # total channels of the five
 
 
 def edge_op_frequency(hcs_df: pd.DataFrame, top_n: int, beta: float) -> pd.DataFrame:
-    """TSS: how often each operation sits on each edge among the top n by HCS (Fig. 10)."""
+    """TSS: how often each operation sits on each edge among the top n measured networks by
+    HCS (Fig. 10; ``hcs_df``: :func:`calibench.analysis.hcs.hcs_table`); ``networks``: the
+    measured networks of the table (all of them are counted where it holds no more than n)."""
     rows = []
     col = f"hcs_{beta:g}"
-    for (hp, dataset), part in hcs_df[hcs_df["space"] == "tss"].groupby(["hp", "dataset"]):
+    for (hp, dataset), part in hcs_df[hcs_df["space"] == "tss"].groupby(["hp", "dataset"]):  # measured rows only
         top = part.nlargest(top_n, col)
         for arch in top["arch_str"]:
             for edge, op in zip(EDGE_NAMES, tss_edge_ops(arch)):
-                rows.append({"hp": hp, "dataset": dataset, "edge": edge, "op": op})
+                rows.append({"hp": hp, "dataset": dataset, "edge": edge, "op": op, "networks": len(part)})
     if not rows:
-        return pd.DataFrame(columns=["hp", "dataset", "edge", "op", "count"])
+        return pd.DataFrame(columns=["hp", "dataset", "edge", "op", "networks", "count"])
     return pd.DataFrame(rows).value_counts().rename("count").reset_index()
 
 
@@ -75,10 +77,16 @@ def brackets_html(brackets: pd.DataFrame) -> str:
             + brackets.to_html(index=False, float_format=lambda x: f"{x:.4f}"))
 
 
-def findings(kernel: pd.DataFrame, width: pd.DataFrame, bins: Sequence[int]) -> list[dict]:
+def few_networks(n: int, min_networks: int) -> str:
+    """The caveat of a question-7 finding on fewer than ``min_networks`` networks, or ""."""
+    return f" — too few networks to decide (n = {int(n)})" if int(n) < int(min_networks) else ""
+
+
+def findings(kernel: pd.DataFrame, width: pd.DataFrame, bins: Sequence[int], min_networks: int = 0) -> list[dict]:
     """Question 7 from Figs. 8 and 9: the median pre ECE at the fewest against the most cell
     kernel parameters (TSS), and the pre ECE of the narrowest against the widest uniform
-    network (SSS), per (hp, dataset); rows of :func:`calibench.analysis.findings.finding_row`."""
+    network (SSS), per (hp, dataset); rows of :func:`calibench.analysis.findings.finding_row`,
+    each naming its networks and reading "too few networks" below ``min_networks``."""
     b = nearest_bins(bins)
     found = []
     if not kernel.empty:
@@ -88,7 +96,8 @@ def findings(kernel: pd.DataFrame, width: pd.DataFrame, bins: Sequence[int]) -> 
             found.append(finding_row("q7", "tss", hp, dataset,
                                      f"TSS hp {hp}, {dataset}: median pre ECE ({b} bins) {lo['median']:.3f} at "
                                      f"{int(lo['kernel_params'])} cell kernel parameters ({int(lo['n'])} networks) "
-                                     f"against {hi['median']:.3f} at {int(hi['kernel_params'])} ({int(hi['n'])})",
+                                     f"against {hi['median']:.3f} at {int(hi['kernel_params'])} ({int(hi['n'])})"
+                                     + few_networks(min(lo["n"], hi["n"]), min_networks),
                                      hi["median"] - lo["median"]))
     col = f"pre_ece_{b}"
     if col in width.columns:
@@ -99,7 +108,8 @@ def findings(kernel: pd.DataFrame, width: pd.DataFrame, bins: Sequence[int]) -> 
             found.append(finding_row("q7", "sss", hp, dataset,
                                      f"SSS hp {hp}, {dataset}: pre ECE ({b} bins) {first[col]:.3f} at width "
                                      f"{int(first['width'])} against {last[col]:.3f} at width {int(last['width'])} "
-                                     f"(accuracy {first['accuracy']:.3f} → {last['accuracy']:.3f}; {len(part)} widths)",
+                                     f"(accuracy {first['accuracy']:.3f} → {last['accuracy']:.3f}; {len(part)} widths, "
+                                     f"one network each)" + few_networks(len(part), min_networks),
                                      last[col] - first[col]))
     return found
 
