@@ -202,6 +202,15 @@ def test_the_kendall_matrices_hold_the_analysis_values(workflow_run, page):
                 assert (got is None and math.isnan(tau)) or abs(got - tau) < 1e-6
                 assert f"n = {int(want['n'].iloc[0])}" in heat["text"][i][j]
     assert len(heat["y"]) >= 2
+    # cells on fewer than analysis.min_networks networks are marked on the matrix, not only on hover (issue 34)
+    few = page.evaluate("CB.state.manifest.min_networks")
+    small = sum(1 for i, name in enumerate(heat["y"]) for j, col in enumerate(heat["x"]) if name != col
+                and (m := re.search(r"n = (\d+)", heat["text"][i][j])) and int(m.group(1)) < few)
+    marks = page.evaluate("(() => { const d = document.getElementById('kendall').data; "
+                          "return d.length > 1 ? d[1].x.length : 0; })()")
+    assert small > 0 and marks == small, (small, marks)
+    assert f"× marks the {small} cells on fewer than {few} networks" in page.evaluate(
+        "document.getElementById('knote').textContent")
     page.evaluate("CB.tab('scatter')")
 
 
@@ -216,7 +225,39 @@ def test_the_methods_tab_plots_each_stage_against_pre(workflow_run, page):
     stage = [s for s in ("post", "vs", "ms", "dir", "iso", "hist", "spline") if f"{s}_{metric}" in table][0]
     ok = measured[np.isfinite(measured[f"pre_{metric}"]) & np.isfinite(measured[f"{stage}_{metric}"])]
     assert _close(sorted(first["x"]), sorted(ok[f"pre_{metric}"])) and _close(sorted(first["y"]), sorted(ok[f"{stage}_{metric}"]))
+    # fits on too little data are marked and counted per panel (issue 34)
+    notes = page.evaluate("document.getElementById('methods').layout.annotations.map(a => a.text)")
+    flagged = 0
+    for note in notes:
+        s = note.split(":")[0]
+        column = f"{s}_fit_underdetermined"
+        ok = measured[np.isfinite(measured[f"pre_{metric}"]) & np.isfinite(measured[f"{s}_{metric}"])]
+        n = int((ok[column] == 1).sum()) if column in ok else 0
+        assert (f"; {n} on too little data (×)" in note) == (n > 0), note
+        flagged += n
+    assert flagged > 0, notes  # the tiny run's fits have too little data somewhere
     page.evaluate("CB.tab('scatter')")
+
+
+def test_side_by_side_panels_share_one_colour_scale(workflow_run, page):
+    page.evaluate("(() => { const c = document.getElementById('alldatasets'); c.checked = true; "
+                  "c.dispatchEvent(new Event('change')); })()")
+    page.wait_for("CB.state.scatter.tables.length > 1")
+    ranges = page.evaluate("document.getElementById('scatter').data.filter(d => d.name !== 'selected')"
+                           ".map(d => [d.marker.cmin, d.marker.cmax, d.marker.showscale])")
+    shown = page.evaluate("CB.state.scatter")
+    assert len(ranges) == len(shown["tables"]) > 1
+    assert all(r[:2] == shown["crange"] for r in ranges), ranges  # one scale: the colour bar holds for every panel
+    assert [r[2] for r in ranges] == [True] + [False] * (len(ranges) - 1)
+    values = []
+    for t in shown["tables"]:
+        table = _table(workflow_run, t["table"])
+        values += table.loc[table["arch_index"] == table["measured_by"], shown["color"]].dropna().tolist()
+    assert _close(shown["crange"], [min(values), max(values)])
+    assert page.evaluate("document.getElementById('scatter').layout.modebar.orientation") == "v"
+    page.evaluate("(() => { const c = document.getElementById('alldatasets'); c.checked = false; "
+                  "c.dispatchEvent(new Event('change')); })()")
+    page.wait_for("CB.state.scatter.tables.length === 1")
 
 
 def test_a_tss_tables_isomorphs_are_listed_with_their_representative_not_drawn_again(workflow_run, page):

@@ -417,8 +417,11 @@ def analysis_part_settings(config: Mapping, part: str) -> dict:
 
 
 def explorer_settings(config: Mapping) -> dict:
-    """What ``calibench explore``'s files depend on besides the tables and the analysis files."""
-    return {"demo": is_demo(config)}
+    """What ``calibench explore``'s files depend on besides the tables and the analysis files:
+    the demo banner and the fewest networks a Kendall cell decides on (``analysis.min_networks``)."""
+    analysis = config.get("analysis") or {}
+    return {"demo": is_demo(config),
+            "min_networks": int(analysis.get("min_networks", schema_default("analysis", "min_networks")))}
 
 
 def as_json(settings: Mapping) -> str:

@@ -151,6 +151,15 @@ const CB = (() => {
     const traces = [], layout = {margin: {l: 60, r: 20, t: 30, b: 50}, showlegend: false, hovermode: 'closest',
                                  grid: {rows: 1, columns: tables.length, pattern: 'independent'}, annotations: []};
     const shown = [], notes = [];
+    let crange = null;  // one colour scale over every panel, so one colour bar tells them all
+    if (cn) {
+      let lo = Infinity, hi = -Infinity;
+      for (const t of tables) {
+        const [c, r] = await Promise.all([column(t, cn), rows(t)]);
+        if (c) for (let i = 0; i < t.n; i++) if (r.isRep[i] && Number.isFinite(c[i])) { lo = Math.min(lo, c[i]); hi = Math.max(hi, c[i]); }
+      }
+      if (lo <= hi) crange = [lo, hi];
+    }
     for (const [k, t] of tables.entries()) {
       const r = await rows(t);
       const [x, y, c, acc] = await Promise.all([column(t, xn), column(t, yn), column(t, cn), column(t, 'accuracy')]);
@@ -167,6 +176,7 @@ const CB = (() => {
         hovertemplate: `%{text}<br>${xn} %{x:.3g}<br>${yn} %{y:.3g}` + (cv ? `<br>${cn} %{marker.color:.3g}` : '') + '<extra></extra>',
         marker: {size: idx.length > 5000 ? 3 : 7, opacity: idx.length > 5000 ? 0.6 : 0.9,
                  color: cv || '#4c72b0', colorscale: 'Viridis', showscale: !!cv && k === 0,
+                 ...(cv && crange ? {cmin: crange[0], cmax: crange[1]} : {}),
                  colorbar: cv ? {title: {text: cn, side: 'right'}, thickness: 12} : undefined}});
       layout['xaxis' + ax] = {title: {text: xn}}; layout['yaxis' + ax] = {title: {text: k === 0 ? yn : ''}};
       const copied = t.n - t.n_measured;
@@ -177,7 +187,8 @@ const CB = (() => {
       const missing = t.n_measured - idx.length;
       if (missing) notes.push(`${tableLabel(t)}: ${missing} measured networks without a finite ${xn} or ${yn} are not drawn`);
     }
-    S.scatter = {x: xn, y: yn, color: cn, tables: shown};
+    S.scatter = {x: xn, y: yn, color: cn, tables: shown, crange};
+    layout.modebar = {orientation: 'v'};  // the toolbar beside the panels, never over a title
     $('status').textContent = notes.join(' · ');
     await Plotly.react($('scatter'), traces, layout, {responsive: true, displaylogo: false});
     S.selected = null;
@@ -343,10 +354,17 @@ const CB = (() => {
         + (o.lo !== null && o.hi !== null ? ` [${o.lo.toFixed(3)}, ${o.hi.toFixed(3)}]` : '')
         + `<br>n = ${o.n}<br>interval: ${o.interval || 'none (diagonal)'}`;
     }
-    $('knote').textContent = `${rws.length} pairs; hover a cell for tau, its interval, n and the interval's kind.`;
-    await Plotly.react($('kendall'), [{type: 'heatmap', z, x: colNames, y: rowNames, text, hoverinfo: 'text',
-      zmin: -1, zmax: 1, colorscale: 'RdBu', colorbar: {title: {text: 'Kendall tau-b'}}}],
-      {margin: {l: 160, b: 140, t: 20, r: 20}, yaxis: {autorange: 'reversed'}}, {displaylogo: false});
+    const few = S.manifest.min_networks || 0;
+    const marked = rws.filter(o => o.row !== o.col && o.n < few);
+    $('knote').textContent = `${rws.length} pairs; hover a cell for tau, its interval, n and the interval's kind.`
+      + (marked.length ? ` × marks the ${marked.length} cells on fewer than ${few} networks: too few to decide.` : '');
+    const traces = [{type: 'heatmap', z, x: colNames, y: rowNames, text, hoverinfo: 'text',
+      zmin: -1, zmax: 1, colorscale: 'RdBu', colorbar: {title: {text: 'Kendall tau-b'}}}];
+    if (marked.length) traces.push({type: 'scatter', mode: 'markers', name: `n < ${few}`, x: marked.map(o => o.col),
+      y: marked.map(o => o.row), hoverinfo: 'skip', marker: {symbol: 'x-thin', size: 10, line: {width: 1.5, color: '#333'}}});
+    await Plotly.react($('kendall'), traces,
+      {margin: {l: 160, b: 140, t: 20, r: 20}, yaxis: {autorange: 'reversed'}, showlegend: false, modebar: {orientation: 'v'}},
+      {displaylogo: false});
   }
 
   // ------------------------------------------------------------ methods: pre against post
@@ -373,21 +391,27 @@ const CB = (() => {
       margin: {l: 50, r: 10, t: 40, b: 40}, annotations: []};
     for (const [k, s] of stages.entries()) {
       const post = await column(t, `${s}_${metric}`), ax = k === 0 ? '' : String(k + 1), idx = [];
+      const little = await column(t, `${s}_fit_underdetermined`);  // 1: fitted on too little data
       for (let i = 0; i < t.n; i++) if (r.isRep[i] && Number.isFinite(pre[i]) && Number.isFinite(post[i])) idx.push(i);
       const xs = idx.map(i => pre[i]), ys = idx.map(i => post[i]);
       const hi = Math.max(...xs, ...ys, 0), lo = Math.min(...xs, ...ys, 0);
+      const flagged = idx.map(i => !!little && little[i] === 1), nFlagged = flagged.filter(Boolean).length;
       traces.push({type: 'scattergl', mode: 'markers', x: xs, y: ys, xaxis: 'x' + ax, yaxis: 'y' + ax,
-        text: idx.map(i => `index ${r.index[i]}`), hovertemplate: '%{text}<br>pre %{x:.3g}<br>post %{y:.3g}<extra></extra>',
-        marker: {size: idx.length > 5000 ? 2 : 6, opacity: 0.6, color: '#4c72b0'}});
+        text: idx.map((i, j) => `index ${r.index[i]}` + (flagged[j] ? '<br>fitted on too little data' : '')),
+        hovertemplate: '%{text}<br>pre %{x:.3g}<br>post %{y:.3g}<extra></extra>',
+        marker: {size: idx.length > 5000 ? 2 : 6, opacity: 0.6, color: flagged.map(f => f ? '#dd8452' : '#4c72b0'),
+                 symbol: flagged.map(f => f ? 'x' : 'circle')}});
       traces.push({type: 'scatter', mode: 'lines', x: [lo, hi], y: [lo, hi], xaxis: 'x' + ax, yaxis: 'y' + ax,
         line: {color: 'black', dash: 'dash', width: 1}, hoverinfo: 'skip'});
       const better = idx.filter(i => post[i] < pre[i]).length;
-      layout.annotations.push({text: `${s}: ${better} of ${idx.length} below the line`, showarrow: false,
+      layout.annotations.push({text: `${s}: ${better} of ${idx.length} below the line`
+        + (nFlagged ? `; ${nFlagged} on too little data (×)` : ''), showarrow: false,
         xref: `x${ax} domain`, yref: `y${ax} domain`, x: 0.5, y: 1.1, font: {size: 11}});
       layout['xaxis' + ax] = {title: {text: `pre ${metric}`, font: {size: 10}}};
     }
     $('mnote').textContent = `${tableLabel(t)}: each measured network's ${metric} before (x) and after (y) each method; `
       + 'below the dashed identity line the method lowered it.';
+    layout.modebar = {orientation: 'v'};
     await Plotly.react($('methods'), traces, layout, {displaylogo: false});
   }
 

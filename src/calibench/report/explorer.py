@@ -269,9 +269,14 @@ def plotly_js():
 
 
 def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = None, demo: bool = False,
-                   threads: int = 4) -> Path:
+                   threads: int = 4, min_networks: int | None = None) -> Path:
     """Write the explorer of the run under ``results`` (every table, or ``tables``); returns
-    the page. Earlier data of the explorer is replaced, so nothing stale stays."""
+    the page. Earlier data of the explorer is replaced, so nothing stale stays.
+    ``min_networks``: Kendall cells on fewer networks are marked (default: the config schema's)."""
+    if min_networks is None:
+        from calibench.config.check import schema_default
+
+        min_networks = schema_default("analysis", "min_networks")
     results = Path(results)
     paths = [Path(t) for t in tables] if tables else result_tables(results)
     from calibench.integrity import verify
@@ -295,6 +300,7 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
             entries.append(entry)
     has_kendall = export_kendall(results, staging)
     manifest = {"tables": entries, "kendall": has_kendall, "demo": bool(demo), "stages": list(STAGES),
+                "min_networks": int(min_networks),
                 "mantissa_bits": MANTISSA_BITS, "defaults": list(DEFAULT_AXES), "results": results.resolve().name}
     (staging / "manifest.js").write_text(script("manifest", manifest))
     old = root / "data.old"

@@ -288,8 +288,10 @@ def _explore(args: argparse.Namespace) -> int:
     from calibench.report.explorer import write_explorer
 
     try:
-        demo = args.demo or bool(json.loads(args.settings or "{}").get("demo"))
-        page = write_explorer(args.results, args.tables or None, demo=demo, threads=args.threads)
+        given = json.loads(args.settings or "{}")
+        demo = args.demo or bool(given.get("demo"))
+        page = write_explorer(args.results, args.tables or None, demo=demo, threads=args.threads,
+                              min_networks=given.get("min_networks"))
     except (OSError, KeyError, ValueError) as exc:
         print(f"calibench explore: {exc}", file=sys.stderr)
         return 2
