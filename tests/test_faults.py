@@ -105,7 +105,8 @@ def test_shards_and_tables_record_their_provenance_and_a_mixed_table_says_so(mea
     import pyarrow.parquet as pq
 
     from calibench.results import provenance
-    from calibench.results.tables import build_table, provenance_summary, table_metadata
+    from calibench.results.provenance import provenance_summary
+    from calibench.results.tables import build_table, table_metadata
 
     results, summary, _ = measured
     recorded = provenance.of_shard(pq.read_schema(layout.shard_path(results, "zoo", "", "cifar10", 0)).metadata)
@@ -150,7 +151,8 @@ def test_shards_and_tables_record_the_source_file_and_the_config(tmp_path, monke
     import pyarrow.parquet as pq
 
     from calibench.results import provenance
-    from calibench.results.tables import build_table, provenance_summary, table_metadata
+    from calibench.results.provenance import provenance_summary
+    from calibench.results.tables import build_table, table_metadata
 
     rng = np.random.default_rng(1)
     labels = rng.integers(0, K, N)

@@ -163,7 +163,8 @@ def test_query_help_names_the_views(capsys):
     with pytest.raises(SystemExit):
         cli_main(["query", "--help"])
     out = capsys.readouterr().out
-    assert "networks  one row per network" in out and "metrics   one row per shard value" in out
+    assert "networks      one row per measured network" in out and "metrics       one row per shard value" in out
+    assert "networks_all  the same plus every TSS isomorph copy (is_copy: true)" in out
     assert "DESCRIBE networks" in out
 
 

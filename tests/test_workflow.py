@@ -128,7 +128,8 @@ def test_every_shard_exists_with_the_spec_metric_names_and_its_logits(finished_r
                 assert set(shard["stage"]) == set(STAGES)
                 for stage, rows in shard.groupby("stage"):
                     got = {f"{m}_{int(b)}" if not pd.isna(b) else m for m, b in zip(rows["metric"], rows["bins"])}
-                    assert {g for g in got if not g.startswith("fit_")} == names | ood, (space, dataset, index, stage)
+                    searched = {"search_worse_than_identity"} if stage in ("ms", "dir") else set()  # the lambda, mu search's flag
+                    assert {g for g in got if not g.startswith("fit_")} == names | ood | searched, (space, dataset, index, stage)
                     fitted = {g for g in got if g.startswith("fit_")}
                     assert (not fitted) if stage == "pre" else {"fit_converged", "fit_iterations"} <= fitted
                 assert (shard["arch_index"] == index).all() and shard["config_hash"].nunique() == 1
@@ -140,7 +141,7 @@ def test_every_shard_exists_with_the_spec_metric_names_and_its_logits(finished_r
 
 
 def test_tables_count_networks_and_expand_tss(finished_run):
-    from calibench.results.tables import provenance_summary
+    from calibench.results.provenance import provenance_summary
 
     def table_name(space, table):
         return f"{space}_{table['hp'].iloc[0]}_{dataset}"
@@ -330,12 +331,14 @@ def test_export_import_and_nas_commands(finished_run, tmp_path):
     for table in (finished_run / "results" / "tables").glob("*.parquet"):
         ours, back = pd.read_parquet(table), pd.read_parquet(imported / "tables" / table.name)
         # the layout's config is the NATS-Bench index: the mini benchmark's rows come back in its order
+        # each measurement once: the TSS isomorph copy is not exported (--expand-isomorphs writes it)
+        ours = ours[ours["arch_index"] == ours["measured_by"]]
         ours = ours.sort_values("nats_index", kind="stable").reset_index(drop=True)
         assert back["arch_index"].tolist() == back["nats_index"].tolist() == ours["nats_index"].tolist()
         np.testing.assert_allclose(back["pre_ece_15"], ours["pre_ece_15"], rtol=0, atol=1e-12)
         assert back["arch_str"].tolist() == ours["arch_str"].tolist()
     df = run_query("SELECT count(*) AS n FROM networks", results=imported)
-    assert df["n"][0] == 3 * (3 + 4)
+    assert df["n"][0] == 3 * (2 + 4)
     table = imported / "tables" / "sss_90_cifar10.parquet"
     assert main(["nas", str(table), "--budget", "3", "--repeats", "4", "--out", str(tmp_path / "nas")]) == 0
     nas = pd.read_csv(tmp_path / "nas" / "nas_sss_90_cifar10.csv")
@@ -349,10 +352,13 @@ def test_query_views(finished_run):
 
     df = run_query("SELECT space, dataset, count(*) AS n, max(hcs_1) AS best FROM networks GROUP BY ALL ORDER BY ALL",
                    results=finished_run / "results")
-    assert list(df["n"]) == [4, 4, 4, 3, 3, 3]
+    assert list(df["n"]) == [4, 4, 4, 2, 2, 2]  # measurements: TSS's third cell is an isomorph copy
+    every = run_query("SELECT space, count(*) AS n, sum(is_copy::INT) AS copies FROM networks_all GROUP BY ALL "
+                      "ORDER BY ALL", results=finished_run / "results")
+    assert list(every["n"]) == [12, 9] and list(every["copies"]) == [0, 3]
     long = run_query("SELECT count(DISTINCT metric) AS m FROM metrics WHERE bins IS NULL AND metric NOT LIKE 'fit_%'",
                      results=finished_run / "results")
-    assert long["m"][0] == len(metrics.UNBINNED_METRICS) + 2  # plus the two OoD AUROCs (CIFAR-10)
+    assert long["m"][0] == len(metrics.UNBINNED_METRICS) + 2 + 1  # the two OoD AUROCs (CIFAR-10), the search's flag
 
 
 def test_snakemake_lint_passes():

@@ -31,6 +31,7 @@ from calibench.report.findings import findings
 from calibench.report.page import SECTIONS, write_report
 from calibench.results.failures import html as failures_html
 from calibench.results.failures import underdetermined_counts
+from calibench.results.provenance import measured_and_copies
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +95,6 @@ def odir_flags(results: Path, tables: Sequence[str | Path]) -> str:
             "no recalibration: the stage is fitted with the grid's best pair all the same and its rows carry "
             f"<code>{{stage}}_{SEARCH_FLAG}</code> = 1 (the grid does not reach what these populations need; "
             "typically too few validation samples for K² parameters):</p><ul>" + "".join(lines) + "</ul>")
-
-
-def _measured_and_copies(table: str | Path) -> tuple[int, int]:
-    """(measured rows, TSS isomorph copies) of one table: every count in the report counts measurements."""
-    names = pq.read_schema(table).names
-    if "measured_by" not in names:
-        return pq.ParquetFile(table).metadata.num_rows, 0
-    keys = pq.read_table(table, columns=["arch_index", "measured_by"])
-    copies = int((keys["arch_index"].to_numpy() != keys["measured_by"].to_numpy()).sum())
-    return keys.num_rows - copies, copies
 
 
 def unstable_html(tables: Sequence[str | Path]) -> str:
@@ -171,7 +162,7 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
             pieces.setdefault(block["section"], []).append((block["order"], block["html"]))
     blocks = {sid: "\n".join(text for _, text in sorted(items, key=lambda item: item[0]) if text)
               for sid, items in pieces.items()}
-    n_rows = {Path(t).name: _measured_and_copies(t) for t in tables}
+    n_rows = {Path(t).name: measured_and_copies(t) for t in tables}
     page = write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks,
                         underdetermined=underdetermined_where(tables), n_tables=len(tables),
                         explorer=bool(settings.get("explorer")))

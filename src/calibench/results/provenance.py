@@ -6,7 +6,7 @@ Every shard carries its provenance as JSON in its parquet schema metadata (no co
 shard written before provenance existed stays valid); a table records how many of its rows
 came with each distinct provenance, and the table build warns when there is more than one
 (:func:`calibench.results.tables.build_table`). ``calibench provenance TABLE`` prints it
-(:func:`calibench.results.tables.provenance_summary`).
+(:func:`provenance_summary`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 PROVENANCE_KEY = b"calibench_provenance"
+TABLE_METADATA_KEY = b"calibench"  # a result table's schema metadata (calibench.results.tables)
 CONFIG_ENV = "CALIBENCH_CONFIG_PROVENANCE"  # set by the Snakefile for its jobs: config_record() as JSON
 UNKNOWN = {"calibench_version": None, "note": "written before shards recorded their provenance"}
 
@@ -113,3 +114,53 @@ def of_shard(schema_metadata: Mapping | None) -> dict:
     """The provenance a shard recorded (:data:`UNKNOWN` for one written without it)."""
     raw = (schema_metadata or {}).get(PROVENANCE_KEY)
     return json.loads(raw) if raw else dict(UNKNOWN)
+
+
+def measured_and_copies(table: str | Path) -> tuple[int, int]:
+    """(measured rows, TSS isomorph copies: arch_index != measured_by) of one result table."""
+    import pyarrow.parquet as pq
+
+    if "measured_by" not in pq.read_schema(table).names:
+        return pq.ParquetFile(table).metadata.num_rows, 0
+    keys = pq.read_table(table, columns=["arch_index", "measured_by"])
+    copies = int((keys["arch_index"].to_numpy() != keys["measured_by"].to_numpy()).sum())
+    return keys.num_rows - copies, copies
+
+
+def provenance_summary(table: str | Path) -> str:
+    """A table's provenance as text: its rows, and each distinct provenance with its row count."""
+    import pyarrow.parquet as pq
+
+    raw = pq.read_schema(table).metadata or {}
+    meta = json.loads(raw[TABLE_METADATA_KEY]) if TABLE_METADATA_KEY in raw else {}
+    groups = meta.get("provenance")
+    lines = [f"{table}"]
+    if groups is None:
+        return "\n".join(lines + ["  built before tables recorded provenance: rebuild it to see"])
+    # The table's rows (the groups count shards, one per measured network): TSS isomorph copies
+    # (arch_index != measured_by) included.
+    measured, copies = measured_and_copies(table)
+    total = measured + copies
+    copies = f" ({copies} of them copies of an isomorphic TSS cell's measurement)" if copies else ""
+    lines.append(f"  {total} rows{copies}; {len(groups)} distinct provenance{'s' if len(groups) != 1 else ''}"
+                 + (" (MIXED)" if len(groups) > 1 else ""))
+    built = meta.get("built_by")
+    if built:
+        lines.append("  table built by: " + ", ".join(f"{k} {v}" for k, v in built.items() if v is not None))
+    for g in groups:
+        lines.append(f"  {g['rows']} rows measured with:")
+        lines += [f"    {k}: {v}" for k, v in sorted(g["provenance"].items())]
+    for c in meta.get("configs", []):
+        record = c["config"]
+        if record is None:
+            lines.append(f"  {c['rows']} rows: config not recorded (measured outside the workflow or before it was)")
+            continue
+        files = ", ".join(f"{f['path']} (sha256 {str(f['sha256'])[:16]})" for f in record.get("files", []))
+        lines.append(f"  {c['rows']} rows under config {record.get('effective_sha256', '')[:16]}: {files or 'no file'}")
+    sources = meta.get("sources")
+    if sources:
+        lines.append(f"  source files (size and mtime per row: source_bytes, source_mtime columns): {sources['rows']} "
+                     f"rows recorded, {sources['missing']} without, modified {sources['first_mtime']} to "
+                     f"{sources['last_mtime']}")
+    lines.append("  per row: logits_key (the logits measured) and config_hash (the measurement settings) columns")
+    return "\n".join(lines)

@@ -33,7 +33,7 @@ from calibench import integrity, layout
 from calibench.results import shards
 from calibench.atomic import atomic_write
 from calibench.metrics import registry
-from calibench.results.provenance import PROVENANCE_KEY, environment, of_shard, split
+from calibench.results.provenance import PROVENANCE_KEY, TABLE_METADATA_KEY, environment, of_shard, split
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _STRINGS = ["space", "hp", "dataset", "stage", "metric", "arch_str", "config_has
 _COLUMNS = ["space", "hp", "dataset", "arch_index", "seed", "stage", "metric", "bins", "value", *PROVENANCE[:-1],
             "calibench_version"]
 _TYPES = {f.name: f.type for f in shards.SHARD_SCHEMA}
-METADATA_KEY = b"calibench"  # the wide table's schema metadata: JSON with its stages and per-stage constants
+METADATA_KEY = TABLE_METADATA_KEY  # the wide table's schema metadata: JSON with its stages and per-stage constants
 
 
 # ---------------------------------------------------------------- one shard, digested
@@ -568,45 +568,3 @@ def table_metadata(path: str | Path) -> dict:
     """The metadata a wide table was written with: ``stages``, ``constants`` ({stage: {fit_*: value}})."""
     meta = pq.read_schema(path).metadata or {}
     return json.loads(meta[METADATA_KEY]) if METADATA_KEY in meta else {}
-
-
-def provenance_summary(table: str | Path) -> str:
-    """A table's provenance as text: its rows, and each distinct provenance with its row count."""
-    meta = table_metadata(table)
-    groups = meta.get("provenance")
-    lines = [f"{table}"]
-    if groups is None:
-        return "\n".join(lines + ["  built before tables recorded provenance: rebuild it to see"])
-    import pyarrow.parquet as pq
-
-    # The table's rows (the groups count shards, one per measured network): TSS isomorph copies
-    # (arch_index != measured_by) included.
-    total = pq.ParquetFile(table).metadata.num_rows
-    names = set(pq.read_schema(table).names)
-    copies = 0
-    if {"arch_index", "measured_by"} <= names:
-        ids = pq.read_table(table, columns=["arch_index", "measured_by"]).to_pandas()
-        copies = int((ids["arch_index"] != ids["measured_by"]).sum())
-    copies = f" ({copies} of them copies of an isomorphic TSS cell's measurement)" if copies else ""
-    lines.append(f"  {total} rows{copies}; {len(groups)} distinct provenance{'s' if len(groups) != 1 else ''}"
-                 + (" (MIXED)" if len(groups) > 1 else ""))
-    built = meta.get("built_by")
-    if built:
-        lines.append("  table built by: " + ", ".join(f"{k} {v}" for k, v in built.items() if v is not None))
-    for g in groups:
-        lines.append(f"  {g['rows']} rows measured with:")
-        lines += [f"    {k}: {v}" for k, v in sorted(g["provenance"].items())]
-    for c in meta.get("configs", []):
-        record = c["config"]
-        if record is None:
-            lines.append(f"  {c['rows']} rows: config not recorded (measured outside the workflow or before it was)")
-            continue
-        files = ", ".join(f"{f['path']} (sha256 {str(f['sha256'])[:16]})" for f in record.get("files", []))
-        lines.append(f"  {c['rows']} rows under config {record.get('effective_sha256', '')[:16]}: {files or 'no file'}")
-    sources = meta.get("sources")
-    if sources:
-        lines.append(f"  source files (size and mtime per row: source_bytes, source_mtime columns): {sources['rows']} "
-                     f"rows recorded, {sources['missing']} without, modified {sources['first_mtime']} to "
-                     f"{sources['last_mtime']}")
-    lines.append("  per row: logits_key (the logits measured) and config_hash (the measurement settings) columns")
-    return "\n".join(lines)

@@ -164,7 +164,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _provenance(args: argparse.Namespace) -> int:
-    from calibench.results.tables import provenance_summary as summary
+    from calibench.results.provenance import provenance_summary as summary
 
     for table in args.tables:
         if not Path(table).is_file():
