@@ -80,6 +80,8 @@ def test_one_more_bin_count_is_listed_one_sided(workflow_run, tmp_path, capsys):
         frame["config_hash"] = "another-hash"  # settings: reported, never making the runs unequal
         meta = json.loads(pq.read_schema(path).metadata[METADATA_KEY])
         meta["provenance"][0]["provenance"]["git_commit"] = "another-commit"
+        assert meta["settings"]["bins"] == [5, 15, 50]  # what each chunk was measured with
+        meta["settings"]["bins"] = [5, 15, 20, 50]
         table = pa.Table.from_pandas(frame, preserve_index=False)
         table = table.replace_schema_metadata({**table.schema.metadata, METADATA_KEY: json.dumps(meta).encode()})
         target = layout.table_path(tmp_path / "b", *path.stem.rsplit("_", 1))
@@ -91,6 +93,7 @@ def test_one_more_bin_count_is_listed_one_sided(workflow_run, tmp_path, capsys):
     verdict = out.strip().splitlines()[-2]
     assert verdict.startswith("verdict: DIFFERENT: 48 data columns only in B (and "), verdict
     assert "  software.git_commit: " in out and " -> another-commit [every table]" in out
+    assert "  settings.bins: 5, 15, 50 -> 5, 15, 20, 50 [every table]" in out, out  # the key, both values
     assert "  column config_hash (" in out
     csv = pd.read_csv(layout.compare_csv(tmp_path / "out"))
     for table, names in added.items():

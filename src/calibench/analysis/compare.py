@@ -249,9 +249,12 @@ def table_settings(meta: Mapping, odir: Mapping | None = None) -> dict[str, str]
     """A table's settings as ``key: value`` strings, from its schema metadata (as
     :func:`calibench.results.tables.build_table` or tao2024's reader writes it) and its lambda,
     mu search record (``odir``): software per provenance group (a key with several values
-    lists each with its rows), the config record (files by name with SHA-256), stages,
+    lists each with its rows), the measurement settings key by key, the config record (files by name
+    with SHA-256), stages,
     constants, coverage, sources, tao2024 source fields."""
     out: dict[str, str] = {}
+    if "settings" in meta:  # the measurement settings, key by key: the differences a reader looks for first
+        _flatten("settings", meta["settings"], out)
     groups = meta.get("provenance") or []
     for name in sorted({k for g in groups for k in g["provenance"]}):
         values = [(g["provenance"].get(name), g["rows"]) for g in groups]
@@ -272,8 +275,8 @@ def table_settings(meta: Mapping, odir: Mapping | None = None) -> dict[str, str]
         several = len(records) > 1
         out["config.effective_sha256"] = "; ".join(r[0] + (f" ({r[2]} rows)" if several else "") for r in records)
         out["config.files"] = "; ".join(r[1] + (f" ({r[2]} rows)" if several else "") for r in records)
-    for name in ("settings", "stages", "constants", "coverage", "sources", "built_by", "source", "source_file",
-                 "source_sha256", "imported_by", "converted"):
+    for name in ("settings_by_chunks", "stages", "constants", "coverage", "sources", "built_by", "source",
+                 "source_file", "source_sha256", "imported_by", "converted"):
         if name in meta:
             value = meta[name]
             if name == "coverage" and isinstance(value, Mapping):
