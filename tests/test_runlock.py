@@ -101,7 +101,8 @@ def wait_for_locks(workdir: Path, p: subprocess.Popen) -> list[Path]:
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         locks = snakemake_lock_files(workdir)
-        if locks and (workdir / ".snakemake" / "incomplete").exists():
+        incomplete = workdir / ".snakemake" / "incomplete"
+        if locks and incomplete.is_dir() and any(incomplete.iterdir()):  # its job started: marked incomplete
             return locks
         assert p.poll() is None, f"process exited early with {p.returncode}"
         time.sleep(0.05)

@@ -270,21 +270,30 @@ def test_a_finished_run_with_its_archives_moved_plans_nothing_and_says_so(workfl
                     "resources/minibench/datasets; ood.svhn = resources/minibench/datasets/svhn/test_32x32.mat; "
                     "networks already in the logits store need none (any other fails, naming the file)"], said
 
-    # The config pointed at the new place (or anywhere): params name inputs, not paths: nothing to do,
-    # no job run, no manifest lost (issue 34)
+    # The config pointed at the new place: params name inputs, not paths. The mini benchmark this run
+    # built was the population's input, so its set of inputs changes once (a user's archive never is
+    # one): the population is written again, but no network is inferred or measured again, no manifest
+    # is lost and every table is the same (issue 34)
     import yaml
 
     config = yaml.safe_load((run / "tiny.yaml").read_text())
     new = str(tmp_path / "elsewhere" / "minibench")
-    config["archives"] = {s: f"{new}/{Path(p).name}" for s, p in config["archives"].items()}
+    config["archives"] = {"tss": f"{new}/NATS-tss-v1_0-3ffb9-full", "sss": f"{new}/NATS-sss-v1_0-50262-full"}
     config["datasets_root"] = f"{new}/datasets"
     config.setdefault("ood", {})["svhn"] = f"{new}/datasets/svhn/test_32x32.mat"
     (run / "tiny.yaml").write_text(yaml.safe_dump(config))
     manifests = sorted((run / "results" / "chunks").rglob("*.json"))
+    stored = {p: p.stat().st_mtime_ns for sub in ("logits", "shards") for p in (run / "results" / sub).rglob("arch=*")}
+    tables = {p.name: pd.read_parquet(p) for p in (run / "results" / "tables").glob("*.parquet")}
     proc = _snakemake(run)
-    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
-    assert not [line for line in proc.stderr.splitlines() if line.startswith("calibench: ")], proc.stderr[-2000:]
+    assert not [line for line in proc.stderr.splitlines() if line.startswith("calibench: not found")], proc.stderr[-2000:]
     assert sorted((run / "results" / "chunks").rglob("*.json")) == manifests
+    assert {p: p.stat().st_mtime_ns for p in stored} == stored  # nothing inferred or measured again
+    for name, before in tables.items():
+        after = pd.read_parquet(run / "results" / "tables" / name)
+        pd.testing.assert_frame_equal(before.drop(columns=["config_hash"]), after.drop(columns=["config_hash"]))
+    proc = _snakemake(run, "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr, (proc.stdout + proc.stderr)[-3000:]
 
 
 # ---------------------------------------------------------------- a terminal a person can follow

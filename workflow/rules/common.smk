@@ -147,8 +147,11 @@ def population_input(wildcards):
     """What a population's members are read from: a NATS archive's meta, a logits directory's
     models.csv; a torch population's callables enter through its settings (module hashes)."""
     if wildcards.space in ("tss", "sss"):
-        # ancient: an archive copied or moved (new mtimes, the same files) reruns nothing
-        return [ancient(f"{config['archives'][wildcards.space]}/meta.pickle.pbz2")]
+        # Only the mini benchmark is an input (its rule comes first when this run builds it; ancient:
+        # a copy with new mtimes reruns nothing). A user's archive is read from where the config says
+        # (CALIBENCH_INPUT_PATHS), by its name in params: pointing the config elsewhere reruns nothing.
+        meta = f"{config['archives'][wildcards.space]}/meta.pickle.pbz2"
+        return [ancient(meta)] if stage.under_minibench(config, meta) else []
     spec = POPULATIONS[wildcards.space]
     if spec["source"] == "logits" and Path(spec["path"], "models.csv").is_file():
         return [str(Path(spec["path"], "models.csv"))]
