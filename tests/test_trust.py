@@ -222,6 +222,8 @@ def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_
     assert proc.returncode == 0, proc.stderr
     assert "to run    results/tables/tss_200_cifar10.parquet  (settings changed: bins: 5, 15, 50 → 5, 15)" \
         in proc.stdout.splitlines(), proc.stdout
+    assert "a measurement setting changed: the measure job of each chunk of those tables reruns from the stored " \
+           "logits" in proc.stdout, proc.stdout
 
     bad = subprocess.run(status + ["--space", "tsss"], cwd=run, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip() == (

@@ -129,7 +129,7 @@ def _status(args: argparse.Namespace) -> int:
         for target in {str(t) for t in [path, *with_it, *repair.affected_tables(results, [(m, []) for m in with_it])]}:
             damaged.setdefault(target, []).insert(0, f"{path}: {cause}")
     counts = {"complete": 0, "to run": 0}
-    tables_to_run = False
+    tables_to_run = settings_changed = False
     for target in targets:
         status, plan = rows.get(target, ("not planned", "?"))
         why_damaged = damaged.get(target)
@@ -141,10 +141,15 @@ def _status(args: argparse.Namespace) -> int:
         why = ("damaged: " + "; ".join(why_damaged[:2]) if why_damaged
                else status if status != "ok" else "a job before it reruns: a setting or an input changed")
         if word != "complete" and target.endswith(".parquet") and not why_damaged:
-            why = _settings_changed(config, target) or why
+            said = _settings_changed(config, target)
+            why, settings_changed = said or why, settings_changed or bool(said)
         if word == "complete":  # a complete table still says which networks failed
             why = _failed_networks(results, target) if target.endswith(".parquet") else ""
         print(f"{word:9s} {target}" + (f"  ({why})" if why else ""))
+    if settings_changed:  # what a measurement setting reruns (README, "Results follow the config")
+        print("a measurement setting changed: the measure job of each chunk of those tables reruns from the "
+              "stored logits (no archive is read; the lambda, mu search too where its settings changed), then "
+              "the tables, the analysis parts, the report and the explorer")
     for manifest, reasons in changed:
         print(f"repair: {repair.describe(manifest, reasons, planning=True)}")
     for path, cause, _ in broken:
