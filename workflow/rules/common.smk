@@ -147,8 +147,8 @@ def population_input(wildcards):
     """What a population's members are read from: a NATS archive's meta, a logits directory's
     models.csv; a torch population's callables enter through its settings (module hashes)."""
     if wildcards.space in ("tss", "sss"):
-        # Only the mini benchmark is an input (its rule comes first when this run builds it; ancient:
-        # a copy with new mtimes reruns nothing). A user's archive is read from where the config says
+        # Only the mini benchmark is an input (built first where this run builds it; ancient, so a
+        # copy with new mtimes reruns nothing). A user's archive is read from where the config says
         # (CALIBENCH_INPUT_PATHS), by its name in params: pointing the config elsewhere reruns nothing.
         meta = f"{config['archives'][wildcards.space]}/meta.pickle.pbz2"
         return [ancient(meta)] if stage.under_minibench(config, meta) else []
