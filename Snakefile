@@ -46,5 +46,4 @@ rule all:
     input:
         all_tables(),
         f"{RESULTS}/report.html",
-        [p for p in LOST_PARTS if Path(p).stem in ANALYSIS_PARTS],
         [results_path(layout.explorer_page)] if config["explorer"] else [],

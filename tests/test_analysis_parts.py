@@ -147,15 +147,23 @@ def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
 
 def test_a_deleted_part_manifest_is_made_again_with_the_report(parts_run, tmp_path):
     """Snakemake plans nothing for a missing output whose consumers are up to date; the repair
-    check asks for the part, and the report follows (issue 33). Nothing else runs."""
+    check sets the report aside (planning says so and moves nothing), and the run makes the
+    part and the report again (issue 33). Nothing else runs."""
     workdir = _clone(parts_run, tmp_path / "lost")
     results = workdir / "results"
     (results / "analysis" / "parts" / "nas.json").unlink()
-    assert _planned_jobs(workdir) == {"analysis_nas": 1, "assemble_report": 1, "all": 1}
-    assert not (results / "analysis" / "parts" / "nas.json").exists()  # planning moved nothing
+    plan = _snakemake(workdir, "-n")
+    said = plan.stdout + plan.stderr
+    assert "results/analysis/parts/nas.json: deleted since it was written: a run would make it again" in said, said
+    assert (results / "report.html").is_file() and not (results / "analysis" / "parts" / "nas.json").exists()
+    before = _files(results)
     _snakemake(workdir)
+    after = _files(results)
     assert json.loads((results / "analysis" / "parts" / "nas.json").read_text())["part"] == "nas"
-    assert (results / "report.html").is_file() and not (results / "report.html.changed").exists()
+    changed = {p for p in after if before.get(p, (None,))[0] != after[p][0]}
+    assert {Path("analysis/parts/nas.json"), Path("report.html")} <= changed
+    assert not {p for p in changed if p.parts[0] == "analysis" and p.name.endswith(".json")} - {
+        Path("analysis/parts/nas.json")}  # no other part ran
     check = subprocess.run(["sha256sum", "-c", "--quiet", "report.html.sha256"], cwd=results,
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr

@@ -56,7 +56,6 @@ RUNTIME = (
 # restored, run again (calibench.run.repair): their manifests and tables are set aside, so
 # Snakemake rebuilds them. Only the driving Snakemake checks, not its jobs.
 # A dry run, --lint, --summary, --report and the like only say what a run would redo.
-LOST_PARTS = []  # analysis parts' manifests gone while the report stands: asked for by rule all
 if not (workflow.remote_exec or workflow.subprocess_exec):
     from calibench.run import repair, runlock
 
@@ -73,7 +72,6 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
         print(f"calibench: {repair.describe_damaged(_path, _cause, planning=PLANNING)}", file=sys.stderr)
     if _damaged and not PLANNING:
         repair.set_aside_damaged(RESULTS, _damaged)
-    LOST_PARTS = [str(p) for p in repair.lost_parts(_damaged)]
     for _manifest, _reasons in _changed:
         print(f"calibench: {repair.describe(_manifest, _reasons, planning=PLANNING)}", file=sys.stderr)
     if not PLANNING:  # set aside by an earlier run whose rebuild succeeded: no longer needed

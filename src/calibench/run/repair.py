@@ -156,17 +156,18 @@ def lost_outputs(results: str | os.PathLike, logits: bool = True) -> list[tuple[
     if report.exists() and layout.plots_dir(results).is_dir():
         for folder in sorted(p for p in layout.plots_dir(results).iterdir() if p.is_dir()):
             manifest = layout.part_manifest(results, folder.name)  # every part has its plots folder
-            if not manifest.exists():  # nothing set aside: the run asks for it (:func:`lost_parts`)
-                out.append((manifest, gone, []))
+            if not manifest.exists():
+                out.append((manifest, gone, [report, layout.explorer_page(results)]))
     return out
 
 
 def lost_parts(damaged: list[tuple[Path, str, list[Path]]]) -> list[Path]:
-    """The analysis parts' manifests among :func:`damaged_outputs` that are gone: the run asks
-    for each as a target, so Snakemake makes the part again and then the report (its input
-    updated), and a part that fails again leaves the last good report in place."""
-    return [path for path, _, with_it in damaged if not with_it and not path.exists()
-            and path == layout.part_manifest(path.parents[2], path.stem)]
+    """The analysis parts' manifests among :func:`damaged_outputs` that are gone. A part that
+    failed in this run is one (Snakemake removed its outputs): it is not a repair for a second
+    pass, which would run the failing part again and set the last good report aside; the next
+    run sets the report aside and makes both again."""
+    return [path for path, _, _ in damaged
+            if not path.exists() and path == layout.part_manifest(path.parents[2], path.stem)]
 
 
 def damaged_outputs(results: str | os.PathLike, logits: bool = True) -> list[tuple[Path, str, list[Path]]]:
@@ -224,10 +225,8 @@ def damaged_outputs(results: str | os.PathLike, logits: bool = True) -> list[tup
     for page, sums in ((layout.report_path(results), layout.report_sums(results)),
                        (layout.explorer_page(results), layout.explorer_sums(results))):
         found = integrity.check_sums(sums, present_only="analysis/parts/") if page.exists() else None
-        if found:  # the page goes: Snakemake makes it again (it would not for another missing output);
-            # a part manifest it was made from that is gone is asked for instead (:func:`lost_parts`)
-            keep = found[0] in (page, layout.part_manifest(results, found[0].stem))
-            out.append((found[0], found[1], [] if keep else [page]))
+        if found:  # the page goes: Snakemake makes it again, with every part it was made from that is gone
+            out.append((found[0], found[1], [page] if found[0] != page else []))
     seen: set[Path] = set()  # one line per file (a lost part manifest is found two ways)
     return [entry for entry in out if not (entry[0] in seen or seen.add(entry[0]))]
 
