@@ -513,9 +513,10 @@ def compare_runs(path_a: str | Path, path_b: str | Path, patterns: Sequence[str]
         (frame_a, copies_a), (frame_b, copies_b) = measured_rows(frame_a), measured_rows(frame_b)
         networks, columns = compare_frames(frame_a, frame_b, chosen, atol, names_a, names_b)
         networks.update(copies_a=copies_a, copies_b=copies_b)
-        if not (_has(settings_a, "odir.") and _has(settings_b, "odir.")):  # one side without: unknown, not different
-            settings_a, settings_b = ({k: v for k, v in st.items() if not k.startswith("odir.")}
-                                      for st in (settings_a, settings_b))
+        for prefix in ("odir.", "settings."):  # one side without (an import, an older table): unknown, not different
+            if not (_has(settings_a, prefix) and _has(settings_b, prefix)):
+                settings_a, settings_b = ({k: v for k, v in st.items() if not k.startswith(prefix)}
+                                          for st in (settings_a, settings_b))
         settings = settings_differences(settings_a, settings_b) + column_settings(
             frame_a, frame_b, networks.pop("rows_a"), networks.pop("rows_b"))
         del frame_a, frame_b
