@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from calibench import integrity, layout
+from calibench.analysis.tables import measured
 from calibench.analysis.tau_b import kendall_tau
 from calibench.results import interop
 from calibench.results.tables import NATS_INDEX, PROVENANCE, table_metadata
@@ -190,10 +191,10 @@ def measured_rows(frame: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     compared on what each measured."""
     if "measured_by" not in frame.columns:
         return frame, 0
-    copy = (frame["measured_by"] != frame["arch_index"]).to_numpy()
-    if not copy.any():
+    kept = measured(frame)
+    if len(kept) == len(frame):
         return frame, 0
-    return frame[~copy].reset_index(drop=True), int(copy.sum())
+    return kept.reset_index(drop=True), len(frame) - len(kept)
 
 
 def union_order(cols_a: Sequence[str], cols_b: Sequence[str]) -> list[str]:
