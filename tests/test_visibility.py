@@ -19,6 +19,8 @@ from calibench.run import repair
 from fixtures import copy_workflow
 
 RUN = [sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml", "--cores", "2"]
+# The table only, no analysis: where a test is about measurement, the analysis parts would only cost time.
+RUN_TABLE = RUN + ["--space", "sss"]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--configfile", "tiny.yaml", "--cores", "2"]
 TINY = {
     "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 1, "n_sss": 3, "n_test": 60, "n_train": 30,
@@ -38,7 +40,7 @@ def _run(workdir: Path, cmd=RUN, **kw) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     workdir = copy_workflow(tmp_path_factory.mktemp("visible"), TINY)
-    proc = _run(workdir)
+    proc = _run(workdir, RUN_TABLE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "calibench:" not in proc.stderr  # nothing failed, nothing to say
     return workdir
@@ -92,7 +94,7 @@ def test_a_damaged_and_a_deleted_shard_are_noticed_by_query_and_table_and_measur
     assert "1 damaged shard(s) left out of metrics" in query.stderr and "arch=000000.parquet" in query.stderr
     assert query.stdout.split()[-1] == "1"
 
-    proc = _run(workdir)
+    proc = _run(workdir, RUN_TABLE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "arch=000000.parquet: changed since it was written" in proc.stderr
     assert "arch=000002.parquet: deleted" in proc.stderr
@@ -103,7 +105,7 @@ def test_a_damaged_and_a_deleted_shard_are_noticed_by_query_and_table_and_measur
     manifests = [json.loads(p.read_text()) for p in (workdir / "results/chunks/measure/sss_90_cifar10").glob("*.json")]
     assert sorted((m["skipped"], m["computed"]) for m in manifests) == [(0, 1), (1, 1)]
     pd.testing.assert_frame_equal(pd.read_parquet(workdir / TABLE), pd.read_parquet(finished / TABLE))
-    assert "Nothing to be done" in _run(workdir).stderr  # one run (the note goes to stderr)
+    assert "Nothing to be done" in _run(workdir, RUN_TABLE).stderr  # one run (the note goes to stderr)
 
 
 def test_a_table_built_over_a_damaged_shard_reports_it_and_goes_on(finished, tmp_path):
@@ -158,7 +160,7 @@ def test_config_errors_name_the_file_line_and_key_in_a_few_lines(finished, tmp_p
 
 def test_a_second_run_while_one_is_live_is_told_not_to_unlock(finished, tmp_path):
     workdir = _clone(finished, tmp_path / "busy", results=False)
-    live = subprocess.Popen(RUN, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    live = subprocess.Popen(RUN_TABLE, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:
         deadline = time.time() + 120
