@@ -48,6 +48,21 @@ def load_yaml(path: str | Path) -> dict:
     return data
 
 
+@functools.lru_cache(maxsize=4)
+def _read_schema(path: Path, mtime_ns: int) -> dict:
+    """A schema file parsed once per process and version (libyaml's loader where PyYAML has it:
+    the schema is parsed at each Snakemake start, BENCHMARKS.md "The test suite")."""
+    import yaml
+
+    return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def read_schema(path: str | Path) -> dict:
+    """The schema at ``path`` (a fresh copy: callers may change it)."""
+    path = Path(path).resolve()
+    return copy.deepcopy(_read_schema(path, path.stat().st_mtime_ns))
+
+
 def _key(path: Sequence) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
@@ -76,9 +91,8 @@ def check(config: Mapping, files: Sequence[str | Path] = (), schema: str | Path 
     """ConfigError listing each schema violation (at most 5) with its key, value, reason and
     the config file that set it."""
     import jsonschema
-    import yaml
 
-    schema_doc = yaml.safe_load(Path(schema).read_text())
+    schema_doc = read_schema(schema)
     validator = jsonschema.validators.validator_for(schema_doc)(schema_doc)
     errors = sorted(validator.iter_errors(config), key=lambda e: (list(e.absolute_path), e.message))
     if not errors:
@@ -121,11 +135,9 @@ def _defaults(node: Mapping) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _schema_defaults() -> dict:
-    import yaml
-
     for path in _SCHEMA_FILES:
         if path.is_file():
-            return _defaults(yaml.safe_load(path.read_text()))
+            return _defaults(read_schema(path))
     raise ConfigError(f"calibench's config schema ({SCHEMA}) is not beside the package nor in {Path.cwd()}")
 
 
