@@ -107,9 +107,13 @@ def clone_run(src: Path, dst: Path) -> Path:
 
 
 def workflow_run(tmp_path_factory) -> Path:
-    """WORKFLOW_TINY run to the end (report included), with the archive read log of every job."""
+    """WORKFLOW_TINY run to the end (report included), with the archive read log of every job.
+    Its mini benchmark is the session's (:func:`workflow_minibench`, the same spec) copied in
+    place, so Snakemake finds the minibench rule's outputs and does not build it a second time
+    (the rule's job is run by every other whole-run test)."""
     def build(workdir):
         copy_workflow(workdir, WORKFLOW_TINY)
+        shutil.copytree(workflow_minibench(tmp_path_factory), workdir / WORKFLOW_TINY["minibench"]["dir"])
         read_log = workdir / "archive_reads.log"
         run_snakemake(workdir, env={**os.environ, "CALIBENCH_READ_LOG": str(read_log)})
 

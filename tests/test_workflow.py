@@ -229,7 +229,7 @@ def test_report_and_plots_exist(finished_run):
     for image in images:
         assert image.read_bytes()[:4] == b"\x89PNG"
         assert image.relative_to(results).as_posix() in report
-    for job_log in ("logs/analysis/kendall.log", "logs/report.log", "logs/minibench.log", "logs/population/tss.log", "logs/labels/cifar10.log"):
+    for job_log in ("logs/analysis/kendall.log", "logs/report.log", "logs/population/tss.log", "logs/labels/cifar10.log"):
         assert (results / job_log).is_file()
     assert len(pd.read_csv(results / "analysis" / "top_hcs.csv")) > 0
     # question 4 with bootstrap intervals (analysis.bootstrap of config/config.yaml), one line each
