@@ -28,7 +28,7 @@ from calibench.measure.stages import split_indices
 from calibench.metrics.functional import ece
 from calibench.sources import SourceError
 from calibench.sources import logits_dir, torch_models
-from fixtures import copy_workflow
+from fixtures import copy_workflow, workflow_minibench
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 TEMPERATURES = {"t050": 0.5, "t100": 1.0, "t150": 1.5, "t250": 2.5, "t400": 4.0, "t600": 6.0}
@@ -124,8 +124,8 @@ def write_logits_population(root: Path) -> dict:
 
 CONFIG = {
     "spaces": [],
-    "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 1, "n_sss": 1, "n_test": 60, "n_train": 20,
-                  "seed": 0},
+    # The torch models' evaluation and OoD sets: the session's mini benchmark, copied in (its archives unused).
+    "minibench": {"build": False, "dir": "resources/minibench"},
     "populations": {
         "zoo": {"source": "logits", "path": "zoo", "group_by": ["family"], "chunk_size": 6},
         "tiny": {"source": "torch", "models": ["tinyzoo:build", "tinyzoo:more"], "python_path": ["code"],
@@ -150,6 +150,7 @@ def _snakemake(workdir: Path, *args, check=True):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     workdir = copy_workflow(tmp_path_factory.mktemp("populations"), CONFIG)
+    shutil.copytree(workflow_minibench(tmp_path_factory), workdir / "resources" / "minibench")
     base = write_logits_population(workdir / "zoo")
     (workdir / "code").mkdir()
     (workdir / "code" / "tinyzoo.py").write_text(TINY_ZOO)
