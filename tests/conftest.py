@@ -6,6 +6,10 @@ from pathlib import Path
 # wait (libgomp's default) took twice the time of passive ones here (three builds at once, 62 s
 # against 29 s). Set before torch is imported; the jobs the tests start inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# One thread per worker for what the tests compute in-process: three workers already fill the two
+# cores, and a second torch thread only adds CPU time (BENCHMARKS.md, "The test suite, where its CPU
+# goes"). Workflow jobs set their own (OMP_NUM_THREADS={threads}).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 import pytest
