@@ -159,6 +159,22 @@ def test_debug_shows_the_traceback(workflow_run, capsys):
         cli_main(["--debug", "query", "SELECT * FROM network", "--results", str(workflow_run / "results")])
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["run", "--cores", "0"], ["calibench run: error: argument --cores", "positive number of cores, got '0'"]),
+    (["run", "--cores", "two"], ["argument --cores", "got 'two'"]),
+    (["top", "--by", "hcs_1"], ["calibench top: error:", "--space, --dataset"]),
+    (["nosuch"], ["calibench: error:", "invalid choice: 'nosuch'"]),
+])
+def test_a_mistake_argparse_catches_is_two_lines_and_exit_2(capsys, argv, words):
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 2 and "usage:" not in err, err
+    assert err.strip().splitlines()[1].endswith("--help` lists the options)")
+    for word in words:
+        assert word in err, (word, err)
+
+
 def test_query_help_names_the_views(capsys):
     with pytest.raises(SystemExit):
         cli_main(["query", "--help"])

@@ -104,6 +104,25 @@ def _group_setting(value: str) -> int | str:
     return number
 
 
+class _Parser(argparse.ArgumentParser):
+    """A mistake on the command line in two lines and exit 2: what is wrong, and where the
+    options are (argparse's default prints the whole usage first)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options)\n")
+
+
+def _cores(value: str) -> int:
+    """``--cores``: a positive number of cores (Snakemake would take 0 and run nothing)."""
+    try:
+        cores = int(value)
+    except ValueError:
+        cores = 0
+    if cores < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of cores, got {value!r}")
+    return cores
+
+
 def _runtime(args: argparse.Namespace) -> dict:
     return {"device": args.device, "batch_size": args.batch_size, "loader_workers": args.loader_workers,
             "measure_group": args.measure_group, "networks_per_pass": args.networks_per_pass}
@@ -343,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     # for importing torch.
     from calibench.config.check import schema_default
 
-    parser = argparse.ArgumentParser(prog="calibench", description="Calibration of NATS-Bench populations.")
+    parser = _Parser(prog="calibench", description="Calibration of NATS-Bench populations.")
     parser.add_argument("--version", action="version", version=f"calibench {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or CALIBENCH_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -371,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--dataset", action="append", help="repeatable; default: every dataset of each space")
     run.add_argument("--configfile", default=DEFAULT_CONFIG, help="over config/config.yaml, as snakemake does")
     run.add_argument("--profile", default=None, help="a snakemake profile, e.g. profiles/slurm")
-    run.add_argument("--cores", type=int, default=2)
+    run.add_argument("--cores", type=_cores, default=2)
     run.add_argument("--verbose", "-v", action="store_true",
                      help="Snakemake's whole output on the terminal (it always goes to results/logs/snakemake/)")
     run.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake after --")
