@@ -92,16 +92,19 @@ def _odir_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def _group_setting(value: str) -> int | str:
-    if value == "auto":
-        return value
+def _positive(value: str, expected: str) -> int:
+    """``value`` as an integer of at least 1; argparse's error saying ``expected`` otherwise."""
     try:
         number = int(value)
     except ValueError:
         number = 0
     if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or auto, got {value!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
     return number
+
+
+def _group_setting(value: str) -> int | str:
+    return value if value == "auto" else _positive(value, "a positive integer or auto")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,13 +117,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _cores(value: str) -> int:
     """``--cores``: a positive number of cores (Snakemake would take 0 and run nothing)."""
-    try:
-        cores = int(value)
-    except ValueError:
-        cores = 0
-    if cores < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of cores, got {value!r}")
-    return cores
+    return _positive(value, "a positive number of cores")
 
 
 def _runtime(args: argparse.Namespace) -> dict:
