@@ -857,14 +857,15 @@ def main() -> int:
                         **phase.record(), "networks": len(found["networks"]), "folds": search_settings["folds"],
                         "grid_pairs": pairs, "stages": searched, "n_val": found["n_val"],
                         "per_network_fold_pair_stage_ms": round(phase.seconds / fits * 1e3, 4),
-                        "chosen": {s: (v["lambda"], v["mu"], v["fallback"]) for s, v in found["chosen"].items()},
+                        "chosen": {s: (v["lambda"], v["mu"], bool(v[f"{s}_{layout.SEARCH_FLAG}"]))
+                                   for s, v in found["chosen"].items()},
                         "iterations_max": {s: int(np.nanmax(np.asarray(g["iterations"], dtype=float)))
                                            for s, g in found["grid"].items()},
                     }
                     rec = doc["search"][key]
                     print(f"odir_search {key}: {phase.seconds:.1f} s ({rec['networks']} networks x {rec['folds']} folds "
                           f"x {pairs} pairs x {len(searched)} stages: {rec['per_network_fold_pair_stage_ms']:.3f} ms "
-                          f"each); chosen " + ", ".join(f"{s} lambda={v[0]:g} mu={v[1]:g}" + (" (fallback)" if v[2] else "")
+                          f"each); chosen " + ", ".join(f"{s} lambda={v[0]:g} mu={v[1]:g}" + (" (worse than identity)" if v[2] else "")
                                                         for s, v in rec["chosen"].items())
                           + f"; most iterations {rec['iterations_max']}; peak {rec['peak_gpu_memory_gib']} GiB, "
                           f"busy {rec['gpu_busy_fraction']}", flush=True)

@@ -183,3 +183,34 @@ def test_multiply_adds_match_the_recorded_flops(space, index):
         ours = multiply_adds(build_network(space, arch, num_classes), 16 if dataset == "ImageNet16-120" else 32) / 1e6
         # NATS-Bench also counts the classifier's bias additions (one per class); it records 5 decimals.
         assert flop == pytest.approx(ours + num_classes / 1e6, abs=1e-5), (arch, dataset)
+
+
+@pytest.mark.parametrize("space, arch", [
+    ("tss", "|nor_conv_3x3~0|+|nor_conv_3x3~0|nor_conv_3x3~1|+|nor_conv_3x3~0|nor_conv_3x3~1|nor_conv_3x3~2|"),
+    ("tss", "|avg_pool_3x3~0|+|none~0|avg_pool_3x3~1|+|nor_conv_1x1~0|skip_connect~1|none~2|"),
+    ("tss", "|none~0|+|none~0|none~1|+|none~0|none~1|none~2|"),  # every cell outputs zeros
+    ("sss", "8:8:8:8:8"), ("sss", "64:64:64:64:64"), ("sss", "24:16:8:40:40"),
+])
+def test_the_nchw_form_cuda_runs_gives_the_channels_last_logits(space, arch):
+    """CUDA runs the inference form in NCHW (engine.activation_format): same logits as the CPU's
+    channels-last form within float32 summation order, and NCHW throughout (no layout copies)."""
+    net = build_network(space, arch, 100)
+    _randomise(net, seed=3)
+    channels_last, nchw = inference_network(net), inference_network(net, torch.contiguous_format)
+    assert all(m.weight.stride() == torch.empty(m.weight.shape).stride()  # NCHW strides, 1x1 weights too
+               for m in nchw.modules() if isinstance(m, nn.Conv2d))
+    assert all(m.weight.is_contiguous(memory_format=torch.channels_last)
+               for m in channels_last.modules() if isinstance(m, nn.Conv2d) and m.weight.shape[1] > 1)
+    x = torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(4))
+    layouts = []
+    hooks = [cell.register_forward_hook(lambda _m, _i, out: layouts.append(out.is_contiguous()))
+             for cell in nchw.cells]
+    with torch.no_grad():
+        want = channels_last(x.contiguous(memory_format=torch.channels_last))
+        got = nchw(x)
+    for hook in hooks:
+        hook.remove()
+    assert layouts == [True] * len(nchw.cells)
+    assert float((got - want).abs().max()) <= 1e-6 * max(float(want.abs().max()), 1e-30)
+    with pytest.raises(ValueError, match="memory_format"):
+        inference_network(net, torch.preserve_format)

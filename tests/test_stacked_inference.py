@@ -354,3 +354,21 @@ def test_networks_per_pass_enters_no_inference_setting_or_logits_key():
     for per_pass in (1, 64, "auto"):
         assert settings.inference_settings({**config, "networks_per_pass": per_pass}, "sss") == plain
     assert "runtime" not in inspect.signature(key_fields).parameters  # the key is made of these settings alone
+
+
+def test_in_nchw_as_cuda_runs_them_each_network_still_gives_its_own_logits():
+    """CUDA stacks in NCHW (engine.activation_format): each network against itself alone in NCHW."""
+    assert inference.activation_format(torch.device("cuda")) == torch.contiguous_format
+    assert inference.activation_format("cpu") == torch.channels_last
+    nets = [_randomised("sss", arch, 10, seed) for seed, arch in enumerate(SSS_BUCKET)]
+    nets.append(_randomised("sss", "64:64:64:64:64", 10, 9))
+    x = _images().contiguous()
+    with torch.inference_mode():
+        stack = StackedNetwork(nets, channels_last=False)
+        assert all(m.weight.stride() == torch.empty(m.weight.shape).stride()  # NCHW strides, 1x1 weights too
+                   for m in stack.modules() if isinstance(m, nn.Conv2d))
+        together = stack(x)
+        for m, net in enumerate(nets):
+            alone = inference_network(net, torch.contiguous_format)(x)
+            error = float((together[m] - alone).abs().max() / alone.abs().max())
+            assert error <= TOLERANCE, (m, error)

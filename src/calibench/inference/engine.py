@@ -103,7 +103,7 @@ class EvalData:
     """An evaluation set, normalised and resident on the device, with its OoD sets."""
 
     dataset: str
-    images: torch.Tensor  # (N, 3, H, W) float32, normalised, channels-last
+    images: torch.Tensor  # (N, 3, H, W) float32, normalised, in the device's activation_format
     labels: torch.Tensor  # (N,) int64, on the device
     source: str
     ood: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> normalised images
@@ -113,9 +113,18 @@ class EvalData:
         return self.images.shape[0]
 
 
+def activation_format(device: torch.device | str) -> torch.memory_format:
+    """The layout of images, weights and activations of the forward pass on ``device``:
+    channels-last on the CPU (faster there, BENCHMARKS.md "Inference"), NCHW on CUDA, where
+    cuDNN's float32 channels-last convolutions of 8 to 64 channels ran 1.1x to 9.5x slower than
+    NCHW on an H200 (the TSS all-3x3 cell 4,282 against 40,574 images/s; BENCHMARKS.md, "GPU
+    session 2026-11-27")."""
+    return torch.contiguous_format if torch.device(device).type == "cuda" else torch.channels_last
+
+
 def _to_device(images_uint8: np.ndarray, dataset: str, device: torch.device) -> torch.Tensor:
     x = data_io.normalize(images_uint8, dataset, device=device)
-    return x.contiguous(memory_format=torch.channels_last)
+    return x.contiguous(memory_format=activation_format(device))
 
 
 def load_eval_data(

@@ -205,7 +205,7 @@ def multiply_adds(net: nn.Module, size: int) -> int:
 
 # --------------------------------------------------------------------------- #
 # Inference form: BatchNorm folded into convs, `none` edges and unused nodes
-# dropped, one ReLU per source node, in-place sums, channels_last throughout.
+# dropped, one ReLU per source node, in-place sums, one memory layout throughout.
 # --------------------------------------------------------------------------- #
 
 _CL = torch.channels_last
@@ -305,8 +305,9 @@ class _Node(nn.Module):
                 acc, fresh = acc + h, True
         if acc is None:  # every input is `none` or zero
             x = nodes[0]
-            acc = torch.zeros(x.shape[0], self.channels, *x.shape[2:], dtype=x.dtype, device=x.device)
-            acc, fresh = acc.contiguous(memory_format=_CL), True
+            acc, fresh = x.new_zeros(x.shape[0], self.channels, *x.shape[2:]), True
+            if not x.is_contiguous():  # channels-last, as the rest
+                acc = acc.contiguous(memory_format=_CL)
         if self.bias is not None:
             acc = acc.add_(self.bias) if fresh else acc + self.bias
         return acc
@@ -370,7 +371,7 @@ class _FastReduction(nn.Module):
 class InferenceNetwork(nn.Module):
     """Eval-only form of a :class:`TinyNetwork`; ``forward`` returns logits only."""
 
-    def __init__(self, net: TinyNetwork):
+    def __init__(self, net: TinyNetwork, memory_format: torch.memory_format = _CL):
         super().__init__()
         # CPU sub-batch size in bytes of the widest activation. Measured (BENCHMARKS.md): TSS's
         # many narrow cells run best at 4 MB, SSS's few wide convolutions at 16 MB.
@@ -390,6 +391,14 @@ class InferenceNetwork(nn.Module):
             scale *= 4 if isinstance(cell, ResidualReduction) else 1
             widths.append(cell.c_out / scale)
         self.width_per_pixel = max(widths)
+        if memory_format not in (_CL, torch.contiguous_format):
+            raise ValueError(f"memory_format: expected torch.channels_last or torch.contiguous_format, got {memory_format}")
+        self.memory_format = memory_format
+        if memory_format is torch.contiguous_format:
+            for module in self.modules():
+                if isinstance(module, nn.Conv2d):
+                    module.weight = nn.Parameter(module.weight.clone(memory_format=torch.contiguous_format),
+                                                  requires_grad=False)  # .contiguous() keeps a 1x1 weight's channels-last strides
         self.requires_grad_(False)
         self.eval()
 
@@ -404,15 +413,17 @@ class InferenceNetwork(nn.Module):
         return torch.cat([self._forward(part) for part in x.split(chunk)])
 
     def _forward(self, x: Tensor) -> Tensor:
-        x = self.stem(x.contiguous(memory_format=_CL))
+        x = self.stem(x.contiguous(memory_format=self.memory_format))
         for cell in self.cells:
             x = cell(x)
         x = torch.addcmul(self.head_shift, x, self.head_scale).relu_()
         return self.classifier(x.mean((2, 3)))
 
 
-def inference_network(net: TinyNetwork) -> InferenceNetwork:
-    """A faster eval-only copy of ``net`` (weights loaded) returning logits; BN uses running stats."""
+def inference_network(net: TinyNetwork, memory_format: torch.memory_format = _CL) -> InferenceNetwork:
+    """A faster eval-only copy of ``net`` (weights loaded) returning logits; BN uses running stats.
+    ``memory_format``: the layout of its weights and activations, ``torch.channels_last`` (the
+    CPU's) or ``torch.contiguous_format`` (NCHW, CUDA's: :func:`calibench.inference.engine.activation_format`)."""
     if not isinstance(net, TinyNetwork):
         raise TypeError(f"expected a network from build_network, got {type(net).__name__}")
-    return InferenceNetwork(net)
+    return InferenceNetwork(net, memory_format)

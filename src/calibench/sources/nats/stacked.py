@@ -390,7 +390,8 @@ class StackedNetwork(nn.Module):
         if not channels_last:
             for module in self.modules():
                 if isinstance(module, nn.Conv2d):
-                    module.weight = nn.Parameter(module.weight.contiguous(), requires_grad=False)
+                    module.weight = nn.Parameter(module.weight.clone(memory_format=torch.contiguous_format),
+                                                  requires_grad=False)  # .contiguous() keeps a 1x1 weight's channels-last strides
         self.requires_grad_(False)
         self.eval()
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from calibench.inference.engine import EvalData, Failure, module_logits
+from calibench.inference.engine import EvalData, Failure, activation_format, module_logits
 from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
 from calibench.inference.precision import with_precision
 from calibench.sources.nats.networks import TinyNetwork, build_network, inference_network
@@ -62,7 +62,7 @@ def network_logits(
     ``precision`` (:mod:`calibench.inference.precision`); ValueError with the reason if it fails."""
     if net is None:
         net = load_network(entry)
-    fast = with_precision(inference_network(net), precision).to(device)  # channels-last already
+    fast = with_precision(inference_network(net, activation_format(device)), precision).to(device)
     logits, ood = module_logits(fast, eval_data, entry.num_classes, batch_size)
     return NetworkLogits(entry, logits, ood)
 
@@ -155,7 +155,8 @@ def _run_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], eval_data: Eval
     if len(members) == 1:
         return [_alone(*members[0], eval_data, device, batch_size, precision)]
     try:
-        stack = with_precision(StackedNetwork([net for _, net in members]), precision).to(device)
+        channels_last = activation_format(device) == torch.channels_last
+        stack = with_precision(StackedNetwork([net for _, net in members], channels_last), precision).to(device)
         logits, ood = stacked_logits(stack, eval_data.images, eval_data.ood, batch_size)
         del stack
     except (ValueError, RuntimeError) as exc:  # out of memory, a network that does not stack, ...
