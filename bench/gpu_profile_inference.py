@@ -5,7 +5,7 @@ inference_network) in variants (cuDNN autotuning, memory format, TF32) and print
 images/s and TFLOP/s from the networks' multiply-adds, then torch.profiler's top kernels of the
 job's default variant. Random weights: timings only.
 
-    python bench/gpu_profile_inference.py [--device cuda] [--batch 2500] [--repeats 5]
+    python bench/gpu_profile_inference.py [--device cuda] [--batch 2500] [--repeats 5] [--profile]
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--batch", type=int, default=2500)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--profile", action="store_true",
+                        help="also torch.profiler's top kernels (its CUDA start-up took over 40 s on an H200)")
     args = parser.parse_args()
     device = torch.device(args.device)
     print(f"torch {torch.__version__}, device {torch.cuda.get_device_name(0) if device.type == 'cuda' else 'cpu'}")
@@ -79,7 +81,7 @@ def main() -> None:
         print(f"\n{label} ({space} {arch}; {flop / args.batch / 2e6:.0f} M multiply-adds per image)")
         for v in variants:
             print("   ", v)
-    if device.type != "cuda":
+    if device.type != "cuda" or not args.profile:
         return
     from torch.profiler import ProfilerActivity, profile
 

@@ -126,6 +126,13 @@ def test_the_search_records_its_device(tmp_path):
 # and the order of tied hist outputs move binned metrics by up to about 2e-2.
 EXACT_STAGES = ("pre", "post", "vs", "iso", "spline")
 LOOSE_STAGES = ("ms", "dir", "hist")
+# iso and spline map many scores to one value (a step, the last knot, a clip at 1): exact ties in the
+# recalibrated confidences, which a last-ulp difference of the fit (2e-15 measured, H200) can split
+# or join, and metrics that read ranks or bin edges move by a sample or so. Measured on an H200
+# (bench/gpu_cpu_agreement.py, 2026-11-27): spline ece_em_15 and ksce 2.1e-4, every other value of
+# these stages within 1e-15. Those metrics get 1e-3 there; everything else 1e-6.
+TIE_READING = ("ece", "ece_em", "mce", "cwce", "cwce_em", "ace", "tace", "ksce", "ks_top2", "ks_within_top2")
+TIED_OUTPUT_STAGES = ("iso", "spline")
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
@@ -144,7 +151,9 @@ def test_cuda_measurement_agrees_with_the_cpu_and_records_its_device(cpu_run, tm
         diff = (merged["value_cpu"] - merged["value_gpu"]).abs().where(finite, 0.0)
         scale = merged["value_cpu"].abs().clip(lower=1.0)
         exact = merged["stage"].isin(EXACT_STAGES) & ~merged["metric"].str.startswith("fit_")
+        tie_reading = merged["stage"].isin(TIED_OUTPUT_STAGES) & merged["metric"].isin(TIE_READING)
+        tolerance = np.where(tie_reading, 1e-3, 1e-6) * scale
         shown = ["stage", "metric", "bins", "value_cpu", "value_gpu"]
-        assert (diff[exact] <= 1e-6 * scale[exact]).all(), merged[exact & (diff > 1e-6 * scale)][shown].to_string()
+        assert (diff[exact] <= tolerance[exact]).all(), merged[exact & (diff > tolerance)][shown].to_string()
         loose = merged["stage"].isin(LOOSE_STAGES) & ~merged["metric"].str.startswith("fit_")
         assert (diff[loose] <= 2e-2 * scale[loose]).all(), merged[loose & (diff > 2e-2 * scale)][shown].to_string()
