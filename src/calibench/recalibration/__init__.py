@@ -6,11 +6,51 @@ returns a :class:`Fitted` whose ``probs(logits)`` gives full probability vectors
 ``info`` holds the per-network fitted parameters (:mod:`.base`).
 """
 
+import torch
+
 from calibench.layout import ODIR_STAGES, STAGES
 from calibench.recalibration.base import Fitted
 from calibench.recalibration.temperature import fit_temperature, fit_temperature_batch, fit_temperature_scaling
 
-__all__ = ["STAGES", "ODIR_STAGES", "fit_stage", "Fitted", "fit_temperature", "fit_temperature_batch", "fit_temperature_scaling"]
+__all__ = ["STAGES", "ODIR_STAGES", "fit_stage", "stage_transform", "STAGE_PARAMS", "Fitted", "fit_temperature",
+           "fit_temperature_batch", "fit_temperature_scaling"]
+
+# The parameters a stage's map is rebuilt from (:func:`stage_transform`): what a fit's
+# ``params`` holds, less what only describes the fit (spline ``knot_values``, iso ``n_knots``).
+STAGE_PARAMS = {"post": ("temperature",), "vs": ("w", "b"), "ms": ("W", "b"), "dir": ("W", "b"), "iso": ("x", "y"),
+                "hist": ("bin_values",), "spline": ("x", "y")}
+
+
+def stage_transform(stage: str, params):
+    """The recalibration map of ``stage`` rebuilt from its fitted parameters (a fit's
+    ``params``, e.g. read back from storage; arrays or tensors, first dimension M): a function
+    of logits (M, N, K) to recalibrated logits (float64), the same function the fit itself
+    returned, so on the same device and batch it gives the same bits."""
+    if stage not in STAGE_PARAMS:
+        raise ValueError(f"stage: {stage!r} has no fitted map; expected one of {sorted(STAGE_PARAMS)}")
+    missing = [name for name in STAGE_PARAMS[stage] if name not in params]
+    if missing:
+        raise ValueError(f"{stage}: parameters {missing} missing (have {sorted(params)})")
+    p = [torch.as_tensor(params[name], dtype=torch.float64) for name in STAGE_PARAMS[stage]]
+    if stage == "post":
+        from calibench.recalibration.temperature import temperature_transform
+
+        return temperature_transform(*p)
+    if stage in ("vs", "ms", "dir"):
+        from calibench.recalibration.scaling import ms_transform, vs_transform
+
+        return vs_transform(*p) if stage == "vs" else ms_transform(*p, dirichlet=stage == "dir")
+    if stage == "iso":
+        from calibench.recalibration.nonparametric import isotonic_transform
+
+        return isotonic_transform(*p)
+    if stage == "hist":
+        from calibench.recalibration.nonparametric import histogram_transform
+
+        return histogram_transform(*p)
+    from calibench.recalibration.spline import spline_transform
+
+    return spline_transform(*p)
 
 
 def fit_stage(stage: str, logits_val, labels_val, options=None) -> Fitted:

@@ -254,6 +254,19 @@ def isotonic_values(knots: dict[str, torch.Tensor], probs: torch.Tensor) -> torc
     return isotonic_columns(knots, probs).transpose(1, 2)
 
 
+def isotonic_transform(x: torch.Tensor, y: torch.Tensor):
+    """The map of stage ``iso`` from its padded knot tables ``x``, ``y`` (M, K, P): each
+    class's value, rows renormalised (all-zero rows uniform), as log-probabilities. The
+    segment slopes are recomputed from the knots, as the fit computes them."""
+    m, k, p = x.shape
+    knots = {"x": x, "y": y, "slope": segment_slopes(x.reshape(m * k, p), y.reshape(m * k, p)).reshape(m, k, p)}
+
+    def transform(logits: torch.Tensor) -> torch.Tensor:
+        return log_renormalised_(isotonic_columns(knots, _probs(logits)), dim=1).transpose(1, 2).contiguous()
+
+    return transform
+
+
 def fit_isotonic(logits_val: torch.Tensor, labels_val: torch.Tensor) -> Fitted:
     """One-vs-rest isotonic regression of M networks (stage ``iso``; recalibration-spec.md,
     "Isotonic regression, one-vs-rest").
@@ -277,11 +290,8 @@ def fit_isotonic(logits_val: torch.Tensor, labels_val: torch.Tensor) -> Fitted:
         "iterations": np.zeros(m),
     })
 
-    def transform(logits: torch.Tensor) -> torch.Tensor:
-        return log_renormalised_(isotonic_columns(knots, _probs(logits)), dim=1).transpose(1, 2).contiguous()
-
     params = {"x": knots["x"], "y": knots["y"]}
-    return Fitted(method="iso", transform=transform, info=info,
+    return Fitted(method="iso", transform=isotonic_transform(knots["x"], knots["y"]), info=info,
                   failures=non_finite_failures(params, [None] * m), params={**params, "n_knots": knots["n_knots"]})
 
 
@@ -331,6 +341,25 @@ def histogram_values(bin_values: torch.Tensor, probs: torch.Tensor) -> torch.Ten
     return _lookup(bin_values, _cells(probs, bin_values.shape[-1]))
 
 
+def histogram_transform(values: torch.Tensor):
+    """The map of stage ``hist`` from its bin values (M, K, B): each class's bin value, rows
+    renormalised (all-zero rows uniform), as log-probabilities."""
+    log_values = _log_nonnegative_(values.clone())
+
+    def transform(logits: torch.Tensor) -> torch.Tensor:
+        # log(v / sum v) = log v - log sum v, with log v looked up from the bins' table.
+        p = _probs(logits)
+        cell = _cells(p, values.shape[-1])
+        total = _lookup(values, cell).sum(dim=-1, keepdim=True)
+        out = _lookup(log_values, cell).sub_(torch.log(total))
+        zero_rows = total == 0
+        if bool(zero_rows.any()):
+            out = out.masked_fill_(zero_rows, -float(np.log(p.shape[-1])))
+        return out
+
+    return transform
+
+
 def fit_histogram_binning(logits_val: torch.Tensor, labels_val: torch.Tensor, n_bins: int = HIST_BINS) -> Fitted:
     """One-vs-rest histogram binning of M networks (stage ``hist``; recalibration-spec.md,
     "Histogram binning, one-vs-rest").
@@ -354,19 +383,6 @@ def fit_histogram_binning(logits_val: torch.Tensor, labels_val: torch.Tensor, n_
         "iterations": np.zeros(m),
     })
 
-    log_values = _log_nonnegative_(values.clone())
-
-    def transform(logits: torch.Tensor) -> torch.Tensor:
-        # log(v / sum v) = log v - log sum v, with log v looked up from the bins' table.
-        p = _probs(logits)
-        cell = _cells(p, values.shape[-1])
-        total = _lookup(values, cell).sum(dim=-1, keepdim=True)
-        out = _lookup(log_values, cell).sub_(torch.log(total))
-        zero_rows = total == 0
-        if bool(zero_rows.any()):
-            out = out.masked_fill_(zero_rows, -float(np.log(p.shape[-1])))
-        return out
-
     params = {"bin_values": values}
-    return Fitted(method="hist", transform=transform, info=info,
+    return Fitted(method="hist", transform=histogram_transform(values), info=info,
                   failures=non_finite_failures(params, [None] * m), params=params)

@@ -138,20 +138,31 @@ def _ms_info(W: torch.Tensor, b: torch.Tensor) -> dict[str, torch.Tensor]:
     }
 
 
-def _vs_fitted(w, b, info, failures) -> Fitted:
+def vs_transform(w: torch.Tensor, b: torch.Tensor):
+    """The map ``w * z + b`` of (M, K) parameters (stage ``vs``)."""
     def transform(z: torch.Tensor) -> torch.Tensor:
         return z * w.to(z.device)[:, None, :] + b.to(z.device)[:, None, :]
 
-    return Fitted(method="vs", transform=transform, info=as_info(info), failures=failures,
-                  params={"w": w, "b": b})
+    return transform
 
 
-def _ms_fitted(W, b, dirichlet: bool, info, failures) -> Fitted:
+def ms_transform(W: torch.Tensor, b: torch.Tensor, dirichlet: bool = False):
+    """The map ``W x + b`` of (M, K, K), (M, K) parameters, ``x = z`` (``ms``) or
+    ``x = log_softmax(z)`` (``dir``)."""
     def transform(z: torch.Tensor) -> torch.Tensor:
         x = torch.log_softmax(z, dim=-1) if dirichlet else z
         return torch.baddbmm(b.to(z.device)[:, None, :], x, W.to(z.device).transpose(1, 2))
 
-    return Fitted(method="dir" if dirichlet else "ms", transform=transform, info=as_info(info),
+    return transform
+
+
+def _vs_fitted(w, b, info, failures) -> Fitted:
+    return Fitted(method="vs", transform=vs_transform(w, b), info=as_info(info), failures=failures,
+                  params={"w": w, "b": b})
+
+
+def _ms_fitted(W, b, dirichlet: bool, info, failures) -> Fitted:
+    return Fitted(method="dir" if dirichlet else "ms", transform=ms_transform(W, b, dirichlet), info=as_info(info),
                   failures=failures, params={"W": W, "b": b})
 
 

@@ -159,6 +159,13 @@ def spline_logits(table: dict[str, torch.Tensor], logits: torch.Tensor) -> torch
     return out.scatter_(-1, top_idx, torch.log(gamma).unsqueeze(-1))
 
 
+def spline_transform(x: torch.Tensor, y: torch.Tensor):
+    """The map of stage ``spline`` from its interpolation table ``x``, ``y`` (M, P) (step 5);
+    the segment slopes recomputed from it, as the fit computes them."""
+    kept = {"x": x, "y": y, "slope": segment_slopes(x, y)}
+    return lambda logits: spline_logits(kept, logits)
+
+
 def fit_spline(logits_val: torch.Tensor, labels_val: torch.Tensor, n_knots: int = SPLINE_KNOTS) -> Fitted:
     """Spline recalibration of M networks (stage ``spline``; recalibration-spec.md,
     "Spline recalibration"; Gupta et al. 2021).
@@ -181,11 +188,6 @@ def fit_spline(logits_val: torch.Tensor, labels_val: torch.Tensor, n_knots: int 
         "converged": np.ones(m),
         "iterations": np.zeros(m),
     })
-    kept = {name: table[name] for name in ("x", "y", "slope")}
-
-    def transform(logits: torch.Tensor) -> torch.Tensor:
-        return spline_logits(kept, logits)
-
     params = {"knot_values": table["knot_values"], "x": table["x"], "y": table["y"]}
-    return Fitted(method="spline", transform=transform, info=info,
+    return Fitted(method="spline", transform=spline_transform(table["x"], table["y"]), info=info,
                   failures=non_finite_failures(params, [None] * m), params=params)

@@ -126,6 +126,13 @@ def fit_temperature(logits_val, labels_val, method: str = "nll") -> float:
     return float(_fit(z[None], y, method)[0][0])
 
 
+def temperature_transform(temperature: torch.Tensor):
+    """The map ``z / T`` of temperatures (M,): the fitted map of stage ``post``, also rebuilt
+    from stored parameters (:func:`calibench.recalibration.stage_transform`)."""
+    scale = temperature[:, None, None]
+    return lambda z: z / scale.to(z.device)
+
+
 def fit_temperature_scaling(logits_val: torch.Tensor, labels_val: torch.Tensor, method: str = "nll",
                             chunk_elements: int | None = None) -> Fitted:
     """Temperature scaling of M networks: ``softmax(z / T)``; ``info``: temperature,
@@ -133,10 +140,9 @@ def fit_temperature_scaling(logits_val: torch.Tensor, labels_val: torch.Tensor, 
     may be arrays or tensors (validated and converted, as every other stage)."""
     z, y = check_logits(logits_val, labels_val, batched=True)
     temperature, iterations, converged = _fit(z, y, method, chunk_elements)
-    scale = temperature[:, None, None]
     return Fitted(
         method="post",
-        transform=lambda z: z / scale.to(z.device),
+        transform=temperature_transform(temperature),
         info=as_info({"temperature": temperature, "converged": converged, "iterations": iterations}),
         failures=[None if ok else f"temperature: Newton did not reach |d beta| < {BETA_TOLERANCE:g} "
                   f"in {MAX_NEWTON_STEPS} steps" for ok in converged.tolist()],
