@@ -14,6 +14,7 @@ takes the results directory first; passing Snakemake wildcards as strings (``"{t
   chunks/infer/{target}/chunk{chunk:05d}.json               inference manifests
   chunks/measure/{target}_{dataset}/chunk{chunk:05d}.json   measurement manifests
   recalibration/odir_{target}_{dataset}.json                the ms/dir lambda, mu search
+  fits/space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet     the fit store
   shards/space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet   one per network
   tables/{target}_{dataset}.parquet                         the wide result tables
   failures/{target}_{dataset}.parquet                       what failed, per table
@@ -92,6 +93,15 @@ def logits_dir(results: str | Path) -> Path:
 
 def logits_path(results: str | Path, space: str, hp: str, dataset: str, index: int | str) -> Path:
     return logits_dir(results) / partition(space, hp) / f"dataset={dataset}" / member_file(index)
+
+
+def fits_dir(results: str | Path) -> Path:
+    return Path(results) / "fits"
+
+
+def fits_path(results: str | Path, space: str, hp: str, dataset: str, index: int | str) -> Path:
+    """One network's fitted recalibration maps, every seed and stage (the fit store)."""
+    return fits_dir(results) / partition(space, hp) / f"dataset={dataset}" / member_file(index)
 
 
 def labels_path(results: str | Path, dataset: str, space: str | None = None) -> Path:

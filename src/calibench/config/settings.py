@@ -297,6 +297,29 @@ def measurement_settings(config: Mapping) -> dict:
             "recalibration": recalibration_settings(config), "reliability_bins": 15, "fit_rules": FIT_RULES}
 
 
+def stage_fit_settings(settings: Mapping, stage: str) -> dict:
+    """What a fit of ``stage`` depends on besides the network's logits and labels (the key of
+    its entry in the fit store, :mod:`calibench.store.fits`): the split, the fits' rules and
+    the stage's own options, from :func:`measurement_settings` with the searched lambda, mu
+    filled in. Bins, metrics and the other stages' options are not in it: changing them
+    re-applies the stored map."""
+    temperature = settings["temperature"]
+    rec = settings.get("recalibration", {})
+    out = {"stage": stage, "split": {"val_fraction": temperature["val_fraction"], "seed": temperature["seed"]},
+           "fit_rules": settings.get("fit_rules")}
+    if stage == "post":
+        out["method"] = temperature["method"]
+    if stage in ("vs", *ODIR_STAGES):
+        out["max_iterations"], out["tolerance"] = rec.get("max_iterations"), rec.get("tolerance")
+    if stage in ODIR_STAGES:
+        out["lambda"], out["mu"] = rec[stage]["lambda"], rec[stage]["mu"]
+    if stage == "hist":
+        out["hist_bins"] = rec.get("hist_bins")
+    if stage == "spline":
+        out["spline_knots"] = rec.get("spline_knots")
+    return out
+
+
 def odir_searched_stages(config: Mapping) -> list[str]:
     """The ODIR stages (ms, dir) that run and whose lambda or mu the config leaves to the search."""
     rec = recalibration_settings(config)

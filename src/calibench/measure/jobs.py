@@ -30,6 +30,7 @@ import torch
 
 from calibench import integrity, layout
 from calibench.config.check import schema_default
+from calibench.store import fits as fit_store
 from calibench.store import logits as store
 from calibench.results import provenance as prov
 from calibench.results import shards
@@ -58,6 +59,7 @@ class StoredNetwork:
     logits_file: str
     written_by: str | None = None  # the calibench version that wrote the logits
     source: Mapping = field(default_factory=dict)  # source_bytes, source_mtime of the file they came from
+    fits: Mapping = field(default_factory=dict)  # stage -> its stored fit whose key matches (issue 35)
 
 
 def _stackable(network: StoredNetwork) -> tuple:
@@ -119,6 +121,7 @@ def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: M
         logits, labels, bins=settings["bins"], val_fraction=temp["val_fraction"], seed=temp["seed"],
         method=temp["method"], tace_threshold=settings["tace_threshold"], stages=stages,
         recalibration={"temperature": temp, **settings.get("recalibration", {})}, ood_logits=ood,
+        stored_fits={stage: [r.fits.get(stage) for r in group] for stage in stages},
     )
     temperature = out.get("temperature")
     results = []
@@ -134,7 +137,8 @@ def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: M
         per_stage = {stage: {k: v[i] for k, v in out[stage].items()} for stage in stages}
         failed = {stage: out["failures"][stage][i] for stage in stages if out["failures"][stage][i] is not None}
         reliability = {stage: {k: v[i] for k, v in out["reliability"][stage].items()} for stage in stages}
-        results.append((provenance, per_stage, failed, reliability))
+        made = {stage: out["fits"][stage][i] for stage in stages if i in out["fits"][stage]}
+        results.append((provenance, per_stage, failed, reliability, made))
     return results
 
 
@@ -247,6 +251,30 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
     return summary
 
 
+def fit_keys(settings: Mapping, logits_key: str, labels_sha256: str) -> dict[str, str]:
+    """Per fitted stage, the key its fit-store entry must have (:func:`calibench.store.fits.fit_key`)."""
+    from calibench.config.settings import stage_fit_settings
+
+    return {stage: fit_store.fit_key(stage_fit_settings(settings, stage), logits_key, labels_sha256)
+            for stage in settings["stages"] if stage != "pre"}
+
+
+def _with_stored_fits(results: Path, space: str, hp: str, dataset: str, index: int, networks: list[StoredNetwork],
+                      keys: Mapping[str, str], problems: list[dict]) -> list[StoredNetwork]:
+    """``networks`` (the seeds of one architecture) with their stored fits whose keys match; a
+    fit-store file that fails its check or cannot be read is set aside, named in ``problems``, and
+    every fit in it is made again."""
+    from dataclasses import replace
+
+    path = layout.fits_path(results, space, hp, dataset, index)
+    valid, problem = fit_store.read_valid_fits(path, {n.seed: keys for n in networks})
+    if problem is not None:
+        aside = integrity.set_aside(path) if path.exists() else None
+        log.warning("%s: %s: its fits are made again%s", path, problem, f" (set aside as {aside.name})" if aside else "")
+        problems.append({"file": str(path.relative_to(results)), "problem": problem})
+    return [replace(n, fits=valid.get(n.seed, {})) for n in networks]
+
+
 def shard_key(settings: Mapping, logits_key: str) -> str:
     """A shard's validity key: the measurement settings plus the key of the logits it measured."""
     return store.digest({"measurement": dict(settings), "logits": logits_key})
@@ -305,6 +333,9 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
              len(indices) - len(keys))
     measured: set[int] = set()
     stage_failures: list[dict] = []  # a stage of a network is NaN (its fit failed); the shard stands
+    fit_counts: dict[str, dict[str, int]] = {"made": {}, "reused": {}}  # per stage: fitted now, re-applied
+    fit_problems: list[dict] = []  # fit-store files that failed their check (set aside, fitted again)
+    fits_changed: set[int] = set()
     start = time.perf_counter()
     if todo:
         device = resolve_device(runtime.get("device", "cpu"))
@@ -314,21 +345,38 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
         group_size = None  # sized from the first network's logits (their N and K), once
         measured_on = device_name(device)
         pending: list[StoredNetwork] = []
+        labels_sha = labels_read.meta["labels_sha256"]
 
         def flush():
             written = {n.index: n.written_by for n in pending}
             by_index: dict[int, list] = {}
             reliability: dict[int, dict] = {}
-            for provenance, stages, failed, rel in _measure_isolating(pending, labels, settings, space, hp, dataset,
-                                                                      keys, failures):
+            fits_of: dict[int, dict] = {}
+            for n in pending:  # what is kept of the store; the fits made now are added below
+                fits_of.setdefault(n.index, {})[n.seed] = dict(n.fits)
+                for stage in n.fits:
+                    fit_counts["reused"][stage] = fit_counts["reused"].get(stage, 0) + 1
+            for provenance, stages, failed, rel, made in _measure_isolating(pending, labels, settings, space, hp,
+                                                                            dataset, keys, failures):
                 by_index.setdefault(provenance["arch_index"], []).append(shards.shard_table(provenance, stages))
                 reliability.setdefault(provenance["arch_index"], {})[provenance["seed"]] = rel
+                expected = fit_keys(settings, provenance["logits_key"], labels_sha)
+                for stage, (params, info, why) in made.items():
+                    fits_of[provenance["arch_index"]][provenance["seed"]][stage] = fit_store.StageFit(
+                        expected[stage], params, info, why)
+                    fit_counts["made"][stage] = fit_counts["made"].get(stage, 0) + 1
+                if made:
+                    fits_changed.add(provenance["arch_index"])
                 for stage, reason in failed.items():  # the network keeps its shard; this stage is NaN
                     log.warning("architecture %d seed %d: stage %s is NaN: %s", provenance["arch_index"],
                                 provenance["seed"], stage, reason)
                     stage_failures.append({"space": space, "hp": hp, "dataset": dataset,
                                            "arch_index": provenance["arch_index"], "seed": provenance["seed"],
                                            "source": provenance["logits_file"], "reason": reason, "stage": stage})
+            for index in sorted(fits_changed & set(by_index)):  # before the shards: a shard never lacks its fits
+                fit_store.write_network_fits(layout.fits_path(results, space, hp, dataset, index), index,
+                                             fits_of[index], {"space": space, "hp": hp, "dataset": dataset})
+            fits_changed.clear()
             for index, tables in by_index.items():
                 own = [f for f in stage_failures if f["arch_index"] == index]
                 table = shards.with_stage_failures(pa.concat_tables(tables), own)
@@ -344,6 +392,8 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
         for index in progress_bar(todo, progress, desc=f"{space}/{hp}/{dataset} chunk {chunk}", unit="net"):
             try:
                 networks = _read_stored(results, space, hp, dataset, index, logits_keys[index], labels_read)
+                networks = _with_stored_fits(results, space, hp, dataset, index, networks,
+                                             fit_keys(settings, logits_keys[index], labels_sha), fit_problems)
             except (store.StoreError, OSError, KeyError, ValueError) as exc:
                 source = layout.logits_path(results, space, hp, dataset, index)
                 if isinstance(exc, integrity.DamagedFile):  # set aside: the repair check sees it gone
@@ -382,9 +432,12 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                "files": {str(i): file_state(layout.shard_path(results, space, hp, dataset, i))
                          for i in keys if i not in failed},
                "logits_removed": removed, "odir": Path(odir_file).name if odir_file else None,
+               "fits": fit_counts, "fit_problems": fit_problems,
                "settings": settings,  # the measurement settings, searched lambda, mu filled in: what a table records
                "seconds": round(time.perf_counter() - start, 3)}
-    log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s", chunk, computed, skipped, len(failed),
-             summary["seconds"], f"; {removed} logits files removed (keep_logits: false)" if removed else "")
+    log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s; fits made %s, re-applied from the fit "
+             "store %s", chunk, computed, skipped, len(failed), summary["seconds"],
+             f"; {removed} logits files removed (keep_logits: false)" if removed else "",
+             sum(fit_counts["made"].values()), sum(fit_counts["reused"].values()))
     integrity.write_json(summary, manifest)
     return summary

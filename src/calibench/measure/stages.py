@@ -26,8 +26,8 @@ from calibench.metrics._arrays import check_bins, check_logits
 from calibench.metrics.reliability import RELIABILITY_BINS, reliability_from_logits
 from calibench.metrics.scores import auroc
 from calibench.metrics.suite import DEFAULT_BINS, DEFAULT_TACE_THRESHOLD, measure_validated
-from calibench.recalibration import fit_stage
-from calibench.recalibration.base import underdetermined
+from calibench.recalibration import STAGE_PARAMS, fit_stage, stage_transform
+from calibench.recalibration.base import Fitted, underdetermined
 from calibench.recalibration.temperature import T_MAX, T_MIN, fit_temperature, fit_temperature_batch  # noqa: F401 (API)
 
 log = logging.getLogger(__name__)
@@ -64,16 +64,67 @@ def _fit_isolated(stage: str, z_val: torch.Tensor, y_val: torch.Tensor, options:
             yield [i], fitted, reason
 
 
-def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold, chunk_elements, ood_logits):
+def _padded_stack(arrays: list[np.ndarray]) -> np.ndarray:
+    """Per-network parameters stacked; tables of different lengths (isotonic and spline knots)
+    padded by repeating their last entry, as a batched fit pads them (the map is unchanged)."""
+    width = max(a.shape[-1] for a in arrays) if arrays[0].ndim else 0
+    if arrays[0].ndim and any(a.shape[-1] != width for a in arrays):
+        arrays = [np.concatenate([a, np.repeat(a[..., -1:], width - a.shape[-1], axis=-1)], axis=-1) for a in arrays]
+    return np.stack(arrays)
+
+
+def _stored_groups(stage: str, indices: list[int], records: list, device: torch.device):
+    """(indices, Fitted or None, reason) of stored fits (issue 35): the networks whose fit
+    raised keep its reason; the others share one map rebuilt from their parameters
+    (:func:`calibench.recalibration.stage_transform`), their summaries and failures as stored."""
+    kept = [(i, r) for i, r in zip(indices, records) if r.params is not None]
+    for i, r in zip(indices, records):
+        if r.params is None:
+            yield [i], None, r.failure
+    if not kept:
+        return
+    params = {name: torch.from_numpy(_padded_stack([r.params[name] for _, r in kept])).to(device)
+              for name in STAGE_PARAMS[stage]}
+    info = {name: np.array([r.info.get(name, np.nan) for _, r in kept]) for name in kept[0][1].info}
+    yield ([i for i, _ in kept], Fitted(method=stage, transform=stage_transform(stage, params), info=info,
+                                         failures=[r.failure for _, r in kept], params=params), None)
+
+
+def _new_fit(fitted: Fitted | None, j: int, reason: str | None) -> tuple:
+    """Network ``j`` of a fresh fit as the fit store keeps it: (params, info, failure)."""
+    if fitted is None:
+        return None, {}, reason
+    params = {name: v[j].detach().cpu().numpy().astype(np.float64) for name, v in fitted.params.items()}
+    return params, {name: float(v[j]) for name, v in fitted.info.items()}, fitted.failures[j]
+
+
+def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold, chunk_elements, ood_logits,
+                   stored=None):
     """Metrics (test part), fitted-parameter summaries, failures and reliability-diagram bins
-    (:mod:`calibench.metrics.reliability`) of one stage for M networks."""
+    (:mod:`calibench.metrics.reliability`) of one stage for M networks, and the fits made
+    (network -> (params, info, failure)). ``stored``: per network a stored fit of this stage
+    (:class:`calibench.store.fits.StageFit`, its key checked) or None (fitted here)."""
     m = z.shape[0]
     names = None
     rel = {key: np.full((m, RELIABILITY_BINS), np.nan) for key in ("count", "confidence", "accuracy")}
     metrics: dict[str, np.ndarray] = {}
     info: dict[str, np.ndarray] = {}
     failures: list[str | None] = [None] * m
-    groups = [(list(range(m)), None, None)] if stage == "pre" else _fit_isolated(stage, z[:, val_idx], y[val_idx], options)
+    made: dict[int, tuple] = {}
+    if stage == "pre":
+        groups = [(list(range(m)), None, None)]
+    else:
+        stored = list(stored) if stored is not None else [None] * m
+        reuse = [i for i in range(m) if stored[i] is not None]
+        todo = [i for i in range(m) if stored[i] is None]
+        groups = list(_stored_groups(stage, reuse, [stored[i] for i in reuse], z.device)) if reuse else []
+        if todo:
+            z_val = z[:, val_idx] if len(todo) == m else z[torch.tensor(todo, device=z.device)][:, val_idx]
+            for local, fitted, reason in _fit_isolated(stage, z_val, y[val_idx], options):
+                indices = [todo[j] for j in local]
+                groups.append((indices, fitted, reason))
+                for j, i in enumerate(indices):
+                    made[i] = _new_fit(fitted, j, reason)
     for indices, fitted, reason in groups:
         idx = torch.tensor(list(indices), device=z.device)
         if fitted is None and stage != "pre":
@@ -123,7 +174,7 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
     searched = ((options or {}).get(stage) or {}).get(SEARCH_FLAG)
     if searched is not None:  # the population's lambda, mu search: recorded even where the fit failed
         metrics[SEARCH_FLAG] = np.full(m, float(searched))
-    return metrics, failures, rel
+    return metrics, failures, rel, made
 
 
 def measure_stages_batch(
@@ -138,6 +189,7 @@ def measure_stages_batch(
     stages: Sequence[str] = ("pre", "post"),
     recalibration: Mapping | None = None,
     ood_logits: Mapping[str, torch.Tensor] | None = None,
+    stored_fits: Mapping[str, Sequence] | None = None,
 ) -> dict:
     """Every stage's metrics for M networks on a shared evaluation set.
 
@@ -149,7 +201,9 @@ def measure_stages_batch(
     for the fitted parameters (``fit_temperature``, ``fit_w_norm``, ``fit_converged``,
     ``fit_underdetermined``, ...). ``recalibration``:
     the methods' options (:func:`calibench.recalibration.fit_stage`); ``method``: the
-    temperature fit.
+    temperature fit. ``stored_fits``: per stage, per network a stored fit to re-apply instead of
+    fitting (its key checked by the caller; :mod:`calibench.store.fits`) or None; the fits made
+    are returned under ``"fits"``: {stage: {network: (params, info, failure)}}.
     """
     z, y = check_logits(logits, labels, batched=True)
     bins = check_bins(bins)
@@ -163,10 +217,11 @@ def measure_stages_batch(
     test_idx = torch.from_numpy(test_idx).to(z.device)
     with torch.inference_mode():
         accuracy_full = (torch.argmax(z, dim=-1) == y).to(z.dtype).mean(dim=-1)  # argmax of logits = of softmax
-    out: dict = {"accuracy_full": accuracy_full.cpu().numpy(), "failures": {}, "reliability": {}}
+    out: dict = {"accuracy_full": accuracy_full.cpu().numpy(), "failures": {}, "reliability": {}, "fits": {}}
     for stage in stages:
-        metrics, failures, rel = _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold,
-                                                chunk_elements, ood_logits)
+        metrics, failures, rel, made = _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold,
+                                                      chunk_elements, ood_logits, (stored_fits or {}).get(stage))
+        out["fits"][stage] = made
         out[stage] = metrics
         out["failures"][stage] = failures
         out["reliability"][stage] = rel

@@ -108,8 +108,10 @@ def spline_table(logits_val: torch.Tensor, labels_val: torch.Tensor, n_knots: in
     a_sorted = hit.gather(1, order)
     diff = (torch.cumsum(a_sorted, dim=1) - torch.cumsum(s_sorted, dim=1)) / n  # h~ - h, (M, N)
     solve, deriv = _operators(n, n_knots)
-    knot_values = solve.to(device) @ diff.T  # (n_knots, M)
-    slope_d = (deriv.to(device) @ knot_values).T  # D'(t_i), (M, N)
+    # Products summed per network (not a matrix product over the batch, whose blocking would
+    # make a network's knots depend on the other networks in its batch in the last bits).
+    knot_values = (solve.to(device)[None] * diff[:, None, :]).sum(-1)  # (M, n_knots)
+    slope_d = (deriv.to(device)[None] * knot_values[:, None, :]).sum(-1)  # D'(t_i), (M, N)
     # N = 1: t and the factor are undefined; the score is kept (gamma = s), as before.
     gamma = s_sorted + slope_d * (n / (n - 1) if n > 1 else 0.0)
 
@@ -129,7 +131,7 @@ def spline_table(logits_val: torch.Tensor, labels_val: torch.Tensor, n_knots: in
         "x": xk,
         "y": yk,
         "slope": segment_slopes(xk, yk),
-        "knot_values": knot_values.T.contiguous(),
+        "knot_values": knot_values,
         "gamma": gamma,
         "s": s_sorted,
     }

@@ -1,0 +1,146 @@
+"""The fit store (issue 35): every network's fitted maps kept, so that a change of bins or
+metrics re-applies them and a change of one stage's fit settings refits that stage only.
+Through the measurement job itself, on a synthetic population (N = 300, K = 10, five
+networks, every stage)."""
+
+import copy
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibench import layout
+from calibench.config import settings as stage_settings
+from calibench.measure.jobs import measure_chunk_job
+from calibench.store import fits as fit_store
+from test_measure_device import M, _config, _population
+
+FITTED = ["post", "vs", "ms", "dir", "iso", "hist", "spline"]
+
+
+def _measure(results_root, config, name="m"):
+    results, manifest, labels_file = results_root
+    return measure_chunk_job(stage_settings.measurement_settings(config), {"device": "cpu", "measure_group": "auto"},
+                             "zoo", "", "cifar10", 0, results, manifest, labels_file,
+                             results.parent / f"{name}.json", progress=False)
+
+
+def _shards(results):
+    return {i: pd.read_parquet(layout.shard_path(results, "zoo", "", "cifar10", i)) for i in range(M)}
+
+
+@pytest.fixture(scope="module")
+def first(tmp_path_factory):
+    """Measured once with the test config: every fit made and stored."""
+    root = tmp_path_factory.mktemp("fits")
+    made = _population(root / "a")
+    summary = _measure(made, _config())
+    assert summary["fits"] == {"made": {s: M for s in FITTED}, "reused": {}}
+    return root, made
+
+
+def _copy(first, tmp_path):
+    import shutil
+
+    root, _ = first
+    shutil.copytree(root / "a", tmp_path / "a")
+    return tmp_path / "a" / "results", tmp_path / "a" / "infer.json", layout.labels_path(tmp_path / "a" / "results",
+                                                                                           "cifar10", space="zoo")
+
+
+def test_a_bins_change_refits_nothing_and_equals_a_measurement_from_scratch_bit_for_bit(first, tmp_path):
+    made = _copy(first, tmp_path)
+    fit_files = {i: layout.fits_path(made[0], "zoo", "", "cifar10", i) for i in range(M)}
+    before = {i: p.stat().st_mtime_ns for i, p in fit_files.items()}
+    config = _config()
+    config["bins"] = [5, 15, 50]
+    summary = _measure(made, config, "again")
+    assert summary["computed"] == M
+    assert summary["fits"] == {"made": {}, "reused": {s: M for s in FITTED}}
+    assert {i: p.stat().st_mtime_ns for i, p in fit_files.items()} == before  # nothing written again
+    scratch = _population(tmp_path / "scratch")
+    assert _measure(scratch, config)["fits"]["made"] == {s: M for s in FITTED}
+    served, fresh = _shards(made[0]), _shards(scratch[0])
+    assert any((s["bins"] == 50).any() for s in served.values())
+    for i in range(M):
+        pd.testing.assert_frame_equal(served[i], fresh[i], check_exact=True)
+
+
+def test_a_hist_bins_change_refits_hist_only_and_leaves_the_other_stages_bit_identical(first, tmp_path):
+    made = _copy(first, tmp_path)
+    before = _shards(made[0])
+    config = _config()
+    config["recalibration"]["hist_bins"] = 7
+    summary = _measure(made, config, "hist")
+    assert summary["fits"] == {"made": {"hist": M}, "reused": {s: M for s in FITTED if s != "hist"}}
+    after = _shards(made[0])
+    for i in range(M):
+        keep = ["stage", "metric", "bins", "value"]
+        a = before[i][before[i]["stage"] != "hist"][keep].reset_index(drop=True)
+        b = after[i][after[i]["stage"] != "hist"][keep].reset_index(drop=True)
+        pd.testing.assert_frame_equal(a, b, check_exact=True)
+        assert not before[i][before[i]["stage"] == "hist"]["value"].equals(after[i][after[i]["stage"] == "hist"]["value"])
+    stored = fit_store.read_network_fits(layout.fits_path(made[0], "zoo", "", "cifar10", 0))
+    assert stored[0]["hist"].params["bin_values"].shape == (10, 7)  # the new fit replaced the old one
+
+
+def test_a_damaged_fit_store_file_is_named_set_aside_and_refitted(first, tmp_path):
+    made = _copy(first, tmp_path)
+    path = layout.fits_path(made[0], "zoo", "", "cifar10", 2)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0xFF  # inside the column data, not the footer
+    path.write_bytes(bytes(data))
+    truncated = layout.fits_path(made[0], "zoo", "", "cifar10", 3)
+    truncated.write_bytes(truncated.read_bytes()[:100])  # what a torn write would leave
+    config = _config()
+    config["bins"] = [5, 15, 50]
+    summary = _measure(made, config, "damaged")
+    named = {p["file"]: p["problem"] for p in summary["fit_problems"]}
+    assert set(named) == {str(p.relative_to(made[0])) for p in (path, truncated)}
+    assert all(v.startswith(("damaged", "unreadable")) for v in named.values()), named
+    assert summary["fits"]["made"] == {s: 2 for s in FITTED}
+    assert path.with_name(path.name + ".damaged").is_file()
+    assert set(fit_store.read_network_fits(path)[0]) == set(FITTED)  # written again, whole
+    scratch = _population(tmp_path / "scratch")
+    _measure(scratch, config)
+    served, fresh = _shards(made[0]), _shards(scratch[0])
+    for i in range(M):
+        pd.testing.assert_frame_equal(served[i], fresh[i], check_exact=True)
+
+
+def test_the_format_round_trips_parameters_summaries_order_and_failures(tmp_path):
+    rng = np.random.default_rng(0)
+    fits = {0: {"iso": fit_store.StageFit("k1", {"x": rng.random((3, 4)), "y": rng.random((3, 4))},
+                                          {"knots": 2.5, "converged": 1.0, "absent_classes": 0.0}, None),
+                "ms": fit_store.StageFit("k2", None, {}, "ms fit failed: RuntimeError: boom")},
+            1: {"post": fit_store.StageFit("k3", {"temperature": np.float64(1.75)},
+                                           {"temperature": 1.75, "iterations": 4.0}, "did not converge")}}
+    path = fit_store.write_network_fits(tmp_path / "arch=000007.parquet", 7, fits)
+    back = fit_store.read_network_fits(path)
+    assert set(back) == {0, 1} and set(back[0]) == {"iso", "ms"}
+    np.testing.assert_array_equal(back[0]["iso"].params["x"], fits[0]["iso"].params["x"])
+    assert list(back[0]["iso"].info) == ["knots", "converged", "absent_classes"]  # the fit's own order
+    assert back[0]["ms"].params is None and back[0]["ms"].failure == "ms fit failed: RuntimeError: boom"
+    assert back[1]["post"].params["temperature"].shape == () and back[1]["post"].failure == "did not converge"
+    valid, problem = fit_store.read_valid_fits(path, {0: {"iso": "k1", "ms": "other"}, 1: {"post": "k3"}})
+    assert problem is None and set(valid[0]) == {"iso"} and set(valid[1]) == {"post"}
+    assert fit_store.read_valid_fits(tmp_path / "missing.parquet", {0: {}}) == ({}, None)
+    import duckdb
+
+    rows = duckdb.sql(f"SELECT arch_index, seed, stage, info_temperature FROM read_parquet('{path}') "
+                      "ORDER BY seed, stage").fetchall()
+    assert rows == [(7, 0, "iso", None), (7, 0, "ms", None), (7, 1, "post", 1.75)]
+
+
+def test_the_fit_key_follows_the_stage_settings_only():
+    config = _config()
+    base = stage_settings.measurement_settings(config)
+    other = copy.deepcopy(config)
+    other["bins"] = [5, 15, 50]
+    other["recalibration"]["hist_bins"] = 7
+    changed = stage_settings.measurement_settings(other)
+    for stage in FITTED:
+        same = stage_settings.stage_fit_settings(base, stage) == stage_settings.stage_fit_settings(changed, stage)
+        assert same == (stage != "hist"), stage
+    assert json.dumps(stage_settings.stage_fit_settings(base, "ms"), sort_keys=True).count("lambda") == 1
