@@ -116,7 +116,7 @@ def test_the_format_round_trips_parameters_summaries_order_and_failures(tmp_path
                 "ms": fit_store.StageFit("k2", None, {}, "ms fit failed: RuntimeError: boom")},
             1: {"post": fit_store.StageFit("k3", {"temperature": np.float64(1.75)},
                                            {"temperature": 1.75, "iterations": 4.0}, "did not converge")}}
-    path = fit_store.write_network_fits(tmp_path / "arch=000007.parquet", 7, fits)
+    path = fit_store.write_network_fits(tmp_path / "arch=000007.parquet", 7, fits, space="zoo", hp="", dataset="c10")
     back = fit_store.read_network_fits(path)
     assert set(back) == {0, 1} and set(back[0]) == {"iso", "ms"}
     np.testing.assert_array_equal(back[0]["iso"].params["x"], fits[0]["iso"].params["x"])
@@ -128,9 +128,9 @@ def test_the_format_round_trips_parameters_summaries_order_and_failures(tmp_path
     assert fit_store.read_valid_fits(tmp_path / "missing.parquet", {0: {}}) == ({}, None)
     import duckdb
 
-    rows = duckdb.sql(f"SELECT arch_index, seed, stage, info_temperature FROM read_parquet('{path}') "
+    rows = duckdb.sql(f"SELECT dataset, arch_index, seed, stage, info_temperature FROM read_parquet('{path}') "
                       "ORDER BY seed, stage").fetchall()
-    assert rows == [(7, 0, "iso", None), (7, 0, "ms", None), (7, 1, "post", 1.75)]
+    assert rows == [("c10", 7, 0, "iso", None), ("c10", 7, 0, "ms", None), ("c10", 7, 1, "post", 1.75)]
 
 
 def test_the_fit_key_follows_the_stage_settings_only():

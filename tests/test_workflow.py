@@ -359,6 +359,14 @@ def test_query_views(finished_run):
     long = run_query("SELECT count(DISTINCT metric) AS m FROM metrics WHERE bins IS NULL AND metric NOT LIKE 'fit_%'",
                      results=finished_run / "results")
     assert long["m"][0] == len(metrics.UNBINNED_METRICS) + 2 + 1  # the two OoD AUROCs (CIFAR-10), the search's flag
+    # the fit store (issue 35): one row per measured network, seed and fitted stage; its summaries are the tables'
+    fits = run_query("SELECT f.space, f.dataset, f.stage, count(*) AS n, max(abs(f.info_temperature - m.temperature)) "
+                     "AS gap FROM fits f LEFT JOIN networks m USING (space, hp, dataset, arch_index) "
+                     "GROUP BY ALL ORDER BY ALL", results=finished_run / "results")
+    assert set(fits["stage"]) == {"post", "vs", "ms", "dir", "iso", "hist", "spline"}
+    assert list(fits.groupby(["space", "dataset"])["n"].max()) == [4, 4, 4, 2, 2, 2]  # as the networks view
+    assert (fits["n"] == fits.groupby(["space", "dataset"])["n"].transform("max")).all()
+    assert fits.loc[fits["stage"] == "post", "gap"].max() == 0.0  # the stored temperature is the table's
 
 
 def test_snakemake_lint_passes():

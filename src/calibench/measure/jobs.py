@@ -375,7 +375,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                                            "source": provenance["logits_file"], "reason": reason, "stage": stage})
             for index in sorted(fits_changed & set(by_index)):  # before the shards: a shard never lacks its fits
                 fit_store.write_network_fits(layout.fits_path(results, space, hp, dataset, index), index,
-                                             fits_of[index], {"space": space, "hp": hp, "dataset": dataset})
+                                             fits_of[index], space=space, hp=hp, dataset=dataset)
             fits_changed.clear()
             for index, tables in by_index.items():
                 own = [f for f in stage_failures if f["arch_index"] == index]

@@ -62,6 +62,10 @@ def connect(results: str | Path = "results", betas=None):
     con.execute(f"CREATE VIEW networks_all AS SELECT *, {hcs}, coalesce(arch_index <> measured_by, false) AS is_copy "
                 f"FROM read_parquet([{files}], union_by_name = true)")
     con.execute("CREATE VIEW networks AS SELECT * EXCLUDE (is_copy) FROM networks_all WHERE NOT is_copy")
+    fits = layout.fits_dir(results)
+    if any(fits.rglob("*.parquet")):  # one row per network, seed and stage: the fits' summaries (issue 35)
+        con.execute(f"CREATE VIEW fits AS SELECT COLUMNS(c -> NOT regexp_matches(c, '^(param|shape)_')) "
+                    f"FROM read_parquet('{fits}/**/*.parquet', hive_partitioning = false, union_by_name = true)")
     if any(shards.rglob("*.parquet")):
         try:
             con.execute(f"CREATE VIEW metrics AS SELECT * FROM read_parquet('{shards}/**/*.parquet', "
@@ -130,8 +134,10 @@ def _sql(con, sql: str, results: Path):
 
 VIEWS_HELP = ("views: networks (one row per measured network and table: the tables' columns, e.g. space, hp, "
               "dataset, arch_index, arch_str, accuracy, {stage}_{metric}, and hcs_{beta}), networks_all (the same "
-              "with TSS isomorph copies, is_copy true: each repeats its measured_by's values) and metrics (one row per shard "
-              "value: space, hp, dataset, arch_index, seed, stage, metric, bins, value); README, \"Querying the results\"")
+              "with TSS isomorph copies, is_copy true: each repeats its measured_by's values), metrics (one row per shard "
+              "value: space, hp, dataset, arch_index, seed, stage, metric, bins, value) and fits (one row per network, "
+              "seed and fitted stage: fit_key, failure and the fit's summaries info_*, e.g. info_temperature, "
+              "info_iterations); README, \"Querying the results\"")
 
 
 class QueryError(ValueError):

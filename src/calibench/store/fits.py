@@ -1,5 +1,5 @@
 """The fit store: every network's fitted recalibration maps, kept between measurements
-(issue 35; docs/fit-store.md).
+(issue 35; README, "The fit store").
 
 A change of metrics or bin counts re-applies the stored maps instead of fitting again; a
 change of one stage's fit settings refits that stage only. One file per network and
@@ -7,7 +7,8 @@ dataset, beside the logits store (:func:`calibench.layout.fits_path`)::
 
     fits/space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet
 
-One row per (seed, stage): ``arch_index``, ``seed`` (int32), ``stage``, ``fit_key`` (what
+One row per (seed, stage): ``space``, ``hp``, ``dataset``, ``arch_index``, ``seed`` (int32),
+``stage``, ``fit_key`` (what
 the fit was made with: :func:`fit_key`), ``failure`` (why the fit is unusable, or null),
 ``info_{name}`` (float64: the fit's summaries, the ``fit_{name}`` columns of a shard, in the
 order of ``info_order``, the fit's own) and,
@@ -59,13 +60,16 @@ def fit_key(stage_settings: Mapping, logits_key: str, labels_sha256: str) -> str
     return digest({"fit": dict(stage_settings), "logits": logits_key, "labels": labels_sha256})
 
 
-def write_network_fits(path: str | Path, index: int, fits: Mapping[int, Mapping[str, StageFit]],
-                       meta: Mapping | None = None) -> Path:
+def write_network_fits(path: str | Path, index: int, fits: Mapping[int, Mapping[str, StageFit]], *,
+                       space: str, hp: str, dataset: str, meta: Mapping | None = None) -> Path:
     """Write one network's fits, ``{seed: {stage: StageFit}}``, sealed and atomically."""
     rows = [(int(seed), stage, fit) for seed, stages in sorted(fits.items()) for stage, fit in sorted(stages.items())]
     info_names = sorted({name for _, _, f in rows for name in f.info})
     param_names = sorted({name for _, _, f in rows for name in (f.params or {})})
     columns: dict[str, pa.Array] = {
+        "space": pa.array([space] * len(rows), pa.string()),
+        "hp": pa.array([hp] * len(rows), pa.string()),
+        "dataset": pa.array([dataset] * len(rows), pa.string()),
         "arch_index": pa.array([int(index)] * len(rows), pa.int32()),
         "seed": pa.array([s for s, _, _ in rows], pa.int32()),
         "stage": pa.array([st for _, st, _ in rows], pa.string()),
