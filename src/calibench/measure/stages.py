@@ -90,12 +90,14 @@ def _stored_groups(stage: str, indices: list[int], records: list, device: torch.
                                          failures=[r.failure for _, r in kept], params=params), None)
 
 
-def _new_fit(fitted: Fitted | None, j: int, reason: str | None) -> tuple:
-    """Network ``j`` of a fresh fit as the fit store keeps it: (params, info, failure)."""
+def _new_fits(fitted: Fitted | None, reason: str | None, count: int) -> list[tuple]:
+    """Each network of a fresh fit as the fit store keeps it: (params, info, failure); the
+    parameters copied to the host once per fit, not per network."""
     if fitted is None:
-        return None, {}, reason
-    params = {name: v[j].detach().cpu().numpy().astype(np.float64) for name, v in fitted.params.items()}
-    return params, {name: float(v[j]) for name, v in fitted.info.items()}, fitted.failures[j]
+        return [(None, {}, reason)] * count
+    host = {name: v.detach().to("cpu", torch.float64).numpy() for name, v in fitted.params.items()}
+    return [({name: v[j] for name, v in host.items()}, {name: float(v[j]) for name, v in fitted.info.items()},
+             fitted.failures[j]) for j in range(count)]
 
 
 def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold, chunk_elements, ood_logits,
@@ -123,8 +125,7 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
             for local, fitted, reason in _fit_isolated(stage, z_val, y[val_idx], options):
                 indices = [todo[j] for j in local]
                 groups.append((indices, fitted, reason))
-                for j, i in enumerate(indices):
-                    made[i] = _new_fit(fitted, j, reason)
+                made.update(zip(indices, _new_fits(fitted, reason, len(indices))))
     for indices, fitted, reason in groups:
         idx = torch.tensor(list(indices), device=z.device)
         if fitted is None and stage != "pre":
