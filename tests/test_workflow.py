@@ -361,7 +361,7 @@ def test_query_views(finished_run):
     assert long["m"][0] == len(metrics.UNBINNED_METRICS) + 2 + 1  # the two OoD AUROCs (CIFAR-10), the search's flag
     # the fit store (issue 35): one row per measured network, seed and fitted stage; its summaries are the tables'
     fits = run_query("SELECT f.space, f.dataset, f.stage, count(*) AS n, max(abs(f.info_temperature - m.temperature)) "
-                     "AS gap FROM fits f LEFT JOIN networks m USING (space, hp, dataset, arch_index) "
+                     "AS gap FROM fits f LEFT JOIN networks m USING (space, hp, dataset, arch_index, seed) "
                      "GROUP BY ALL ORDER BY ALL", results=finished_run / "results")
     assert set(fits["stage"]) == {"post", "vs", "ms", "dir", "iso", "hist", "spline"}
     assert list(fits.groupby(["space", "dataset"])["n"].max()) == [4, 4, 4, 2, 2, 2]  # as the networks view

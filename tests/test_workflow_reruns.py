@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibench import layout
+from calibench import integrity, layout
 from calibench.recalibration import STAGES
 from calibench.store import logits as store
 from fixtures import copy_workflow, workflow_minibench
@@ -147,11 +148,22 @@ def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp
             assert row["logits_key"] == store.stored_key(layout.logits_path(results, "sss", "90", dataset,
                                                                            row["arch_index"]))
     assert _mtimes(results / "logits") == logits_before  # the store was read, not rewritten
+    # the fit store (issue 35): the bins changed, the temperature fits did not: none was made again
+    for dataset in DATASETS:
+        for chunk in (0, 1):
+            fits = integrity.read_json(layout.measure_manifest(results, "sss_90", dataset, chunk))["fits"]
+            assert fits["made"] == {} and set(fits["reused"]) == {"post"} and fits["reused"]["post"] >= 2, fits
 
     ece_before = pd.read_parquet(results / "tables" / "sss_90_cifar100.parquet")["post_ece_15"]
     _set_config(workdir, temperature={"method": "grid_ece", "val_fraction": 0.2, "seed": 42})
     assert set(_planned_jobs(workdir)) == {"measure", "table", *ANALYSIS_JOBS, "all"}
+    status = subprocess.run([sys.executable, "-m", "calibench.run.cli", "status", "--configfile", "tiny.yaml",
+                             "--space", "sss"], cwd=workdir, capture_output=True, text=True, timeout=300)
+    line = next(x for x in status.stdout.splitlines() if "sss_90_cifar100.parquet" in x)
+    assert "grid_ece" in line and "fits made again: post" in line and "re-applied" not in line, status.stdout
     _snakemake(workdir, "results/tables/sss_90_cifar100.parquet")  # one table: the others would measure alike
+    fits = integrity.read_json(layout.measure_manifest(results, "sss_90", "cifar100", 1))["fits"]
+    assert set(fits["made"]) == {"post"} and fits["reused"] == {}, fits
     ece_after = pd.read_parquet(results / "tables" / "sss_90_cifar100.parquet")["post_ece_15"]
     assert not np.allclose(ece_before, ece_after)  # a different temperature fit, measured from the same logits
     assert _mtimes(results / "benchmarks" / "infer") == infer_records  # no inference job ran

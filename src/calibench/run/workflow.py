@@ -90,6 +90,37 @@ def _settings_changed(config: dict, table: str) -> str:
     return "settings changed: " + "; ".join(changes) if changes else ""
 
 
+def _fit_plan(config: dict, table: str) -> str:
+    """Which fitted stages of ``table`` a measurement rerun fits again and which it re-applies
+    from the fit store (README, "The fit store"), from the settings the table recorded and the
+    config now; "" when nothing was recorded. Lambda, mu left to the search count as recorded."""
+    from calibench.config.settings import measurement_settings, stage_fit_settings
+    from calibench.results.tables import table_metadata
+
+    try:
+        recorded = table_metadata(table).get("settings")
+    except Exception:  # noqa: BLE001 - a missing or damaged table: its status says so
+        return ""
+    if not recorded:
+        return ""
+    new = measurement_settings(config)
+    for stage in layout.ODIR_STAGES:
+        given, before = new["recalibration"].get(stage), recorded.get("recalibration", {}).get(stage)
+        if given and before:
+            given.update({k: before.get(k) for k in ("lambda", "mu") if given.get(k) is None})
+    target, _, dataset = Path(table).stem.rpartition("_")
+    space, hp = layout.split_target(target)
+    stored = any(layout.fits_path(config["results"], space, hp, dataset, 0).parent.glob("*.parquet"))
+    fitted = [s for s in new["stages"] if s != "pre"]
+    same = [s for s in fitted if stored and s in recorded.get("stages", [])
+            and stage_fit_settings(recorded, s) == stage_fit_settings(new, s)]
+    refit = [s for s in fitted if s not in same]
+    if not fitted:
+        return ""
+    return (f"fits made again: {', '.join(refit) or 'none'}"
+            + (f"; re-applied from the fit store: {', '.join(same)}" if same else ""))
+
+
 def _failed_networks(results: Path, table: str) -> str:
     """"N network(s) failed: see results/failures/…" for a complete table; "" when none did."""
     import pyarrow.parquet as pq
@@ -143,6 +174,8 @@ def _status(args: argparse.Namespace) -> int:
         if word != "complete" and target.endswith(".parquet") and not why_damaged:
             said = _settings_changed(config, target)
             why, settings_changed = said or why, settings_changed or bool(said)
+            plan_of_fits = _fit_plan(config, target) if said else ""
+            why += f"; {plan_of_fits}" if plan_of_fits else ""
         if word == "complete":  # a complete table still says which networks failed
             why = _failed_networks(results, target) if target.endswith(".parquet") else ""
         print(f"{word:9s} {target}" + (f"  ({why})" if why else ""))
