@@ -19,9 +19,9 @@ from test_measure_device import M, _config, _population
 FITTED = ["post", "vs", "ms", "dir", "iso", "hist", "spline"]
 
 
-def _measure(results_root, config, name="m"):
+def _measure(results_root, config, name="m", group="auto"):
     results, manifest, labels_file = results_root
-    return measure_chunk_job(stage_settings.measurement_settings(config), {"device": "cpu", "measure_group": "auto"},
+    return measure_chunk_job(stage_settings.measurement_settings(config), {"device": "cpu", "measure_group": group},
                              "zoo", "", "cifar10", 0, results, manifest, labels_file,
                              results.parent / f"{name}.json", progress=False)
 
@@ -144,3 +144,49 @@ def test_the_fit_key_follows_the_stage_settings_only():
         same = stage_settings.stage_fit_settings(base, stage) == stage_settings.stage_fit_settings(changed, stage)
         assert same == (stage != "hist"), stage
     assert json.dumps(stage_settings.stage_fit_settings(base, "ms"), sort_keys=True).count("lambda") == 1
+
+
+def test_kill_9_while_fits_are_written_then_the_rerun_equals_an_uninterrupted_measurement(tmp_path):
+    """A job killed while it writes the fit store: every fit file left is whole (sealed, atomic),
+    the rerun makes only what is missing, and every shard equals an uninterrupted run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    made = _population(tmp_path / "killed")
+    results, manifest, labels_file = made
+    config = _config()
+    settings = stage_settings.measurement_settings(config)
+    (tmp_path / "settings.json").write_text(json.dumps(settings))
+    code = ("import json, sys; from calibench.measure.jobs import measure_chunk_job; "
+            f"measure_chunk_job(json.load(open({str(tmp_path / 'settings.json')!r})), "
+            "{'device': 'cpu', 'measure_group': 1}, 'zoo', '', 'cifar10', 0, "
+            f"{str(results)!r}, {str(manifest)!r}, {str(labels_file)!r}, {str(tmp_path / 'k.json')!r}, progress=False)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1] / "src"),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    job = subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
+    fits_dir = layout.fits_path(results, "zoo", "", "cifar10", 0).parent
+    deadline = time.monotonic() + 300
+    while job.poll() is None and time.monotonic() < deadline:
+        if len(list(fits_dir.glob("arch=*.parquet"))) >= 2:
+            os.killpg(job.pid, signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    job.wait(timeout=60)
+    assert job.returncode == -signal.SIGKILL, "the job ended before it was killed"
+    kept = sorted(fits_dir.glob("arch=*.parquet"))
+    assert 2 <= len(kept) < M
+    for path in kept:  # whole files only
+        assert set(fit_store.read_network_fits(path)[0]) == set(FITTED)
+    # the same group size as the killed job (a batched fit's last bits depend on its batch's size)
+    summary = _measure(made, config, "rerun", group=1)
+    assert summary["fit_problems"] == []
+    assert sum(summary["fits"]["made"].values()) <= (M - len(kept) + 1) * len(FITTED)  # at most the one in flight
+    scratch = _population(tmp_path / "scratch")
+    _measure(scratch, config, group=1)
+    served, fresh = _shards(results), _shards(scratch[0])
+    for i in range(M):
+        pd.testing.assert_frame_equal(served[i], fresh[i], check_exact=True)
