@@ -99,7 +99,8 @@ def test_a_damaged_fit_store_file_is_named_set_aside_and_refitted(first, tmp_pat
     named = {p["file"]: p["problem"] for p in summary["fit_problems"]}
     assert set(named) == {str(p.relative_to(made[0])) for p in (path, truncated)}
     assert all(v.startswith(("damaged", "unreadable")) for v in named.values()), named
-    assert summary["fits"]["made"] == {s: 2 for s in FITTED}
+    # a stage is refitted for its whole batch (the five networks), as its fits were made
+    assert summary["fits"] == {"made": {s: M for s in FITTED}, "reused": {}}
     assert path.with_name(path.name + ".damaged").is_file()
     assert set(fit_store.read_network_fits(path)[0]) == set(FITTED)  # written again, whole
     scratch = _population(tmp_path / "scratch")
@@ -190,3 +191,27 @@ def test_kill_9_while_fits_are_written_then_the_rerun_equals_an_uninterrupted_me
     served, fresh = _shards(results), _shards(scratch[0])
     for i in range(M):
         pd.testing.assert_frame_equal(served[i], fresh[i], check_exact=True)
+
+
+def test_a_deleted_fit_file_under_valid_shards_is_named_and_its_chunk_measured_again_bit_for_bit(first, tmp_path):
+    """No setting changed, every shard valid, one fit file gone (the repair check sees it gone from
+    the manifest's fit_files): the job measures the chunk again in its original batches, names the
+    file, and every shard comes out as it was."""
+    from calibench.run import repair
+
+    made = _copy(first, tmp_path)
+    results = made[0]
+    before = _shards(results)
+    path = layout.fits_path(results, "zoo", "", "cifar10", 3)
+    path.unlink()
+    manifest = results.parent / "m.json"  # the first measurement's manifest
+    assert any("arch=000003.parquet: deleted" in r for r in repair.changes(manifest, results))
+    summary = _measure(made, _config(), "again")
+    assert summary["fit_problems"] == [{"file": str(path.relative_to(results)), "problem": "missing"}]
+    assert summary["computed"] == M and summary["fits"]["made"] == {s: M for s in FITTED}
+    assert set(fit_store.read_network_fits(path)[0]) == set(FITTED)
+    after = _shards(results)
+    for i in range(M):
+        pd.testing.assert_frame_equal(before[i].drop(columns=["source_mtime"], errors="ignore"),
+                                      after[i].drop(columns=["source_mtime"], errors="ignore"), check_exact=True)
+    assert _measure(made, _config(), "third")["computed"] == 0  # nothing left to do

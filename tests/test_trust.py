@@ -236,8 +236,9 @@ def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_
     (run / "tiny.yaml").write_text(yaml.safe_dump(config))
     proc = subprocess.run(status, cwd=run, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "to run    results/tables/tss_200_cifar10.parquet  (settings changed: bins: 5, 15, 50 → 5, 15)" \
-        in proc.stdout.splitlines(), proc.stdout
+    assert ("to run    results/tables/tss_200_cifar10.parquet  (settings changed: bins: 5, 15, 50 → 5, 15; "
+            "fits made again: none; re-applied from the fit store: post, vs, ms, dir, iso, hist, spline)") \
+        in proc.stdout.splitlines(), proc.stdout  # the fit store (issue 35): a bins change refits nothing
     assert "a measurement setting changed: the measure job of each chunk of those tables reruns from the stored " \
            "logits" in proc.stdout, proc.stdout
 

@@ -327,6 +327,19 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
             todo.append(i)
             if problem.startswith(("damaged", "unreadable")):
                 log.warning("%s: %s: measured again", layout.shard_path(results, space, hp, dataset, i), problem)
+    fit_problems: list[dict] = []  # fit-store files missing or failing their check (set aside, fitted again)
+    if any(s != "pre" for s in settings["stages"]) and len(todo) < len(keys):
+        for i in sorted(set(keys) - set(todo)):  # valid shards: their fits must be in the store too
+            path = layout.fits_path(results, space, hp, dataset, i)
+            cause = "missing" if not path.is_file() else integrity.check(path)
+            if cause is not None:
+                if cause != "missing":
+                    aside = integrity.set_aside(path)
+                    cause = f"{cause}; set aside as {aside.name}"
+                log.warning("%s: %s: the chunk is measured again, its fits made again", path, cause)
+                fit_problems.append({"file": str(path.relative_to(results)), "problem": cause})
+        if fit_problems:  # all of it, in the batches its fits were made in (their last bits depend on the batch)
+            todo = [i for i in indices if i in keys]
     skipped = len(keys) - len(todo)
     log.info("%s hp=%s %s chunk %d: %d architectures, %d already measured (skipped), %d to measure, %d without "
              "logits (failed inference)", space, hp, dataset, chunk, len(indices), skipped, len(todo),
@@ -334,7 +347,6 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     measured: set[int] = set()
     stage_failures: list[dict] = []  # a stage of a network is NaN (its fit failed); the shard stands
     fit_counts: dict[str, dict[str, int]] = {"made": {}, "reused": {}}  # per stage: fitted now, re-applied
-    fit_problems: list[dict] = []  # fit-store files that failed their check (set aside, fitted again)
     fits_changed: set[int] = set()
     start = time.perf_counter()
     if todo:
@@ -352,15 +364,15 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
             by_index: dict[int, list] = {}
             reliability: dict[int, dict] = {}
             fits_of: dict[int, dict] = {}
-            for n in pending:  # what is kept of the store; the fits made now are added below
+            for n in pending:  # what is kept of the store; the fits made now replace theirs below
                 fits_of.setdefault(n.index, {})[n.seed] = dict(n.fits)
-                for stage in n.fits:
-                    fit_counts["reused"][stage] = fit_counts["reused"].get(stage, 0) + 1
             for provenance, stages, failed, rel, made in _measure_isolating(pending, labels, settings, space, hp,
                                                                             dataset, keys, failures):
                 by_index.setdefault(provenance["arch_index"], []).append(shards.shard_table(provenance, stages))
                 reliability.setdefault(provenance["arch_index"], {})[provenance["seed"]] = rel
                 expected = fit_keys(settings, provenance["logits_key"], labels_sha)
+                for stage in set(expected) - set(made):
+                    fit_counts["reused"][stage] = fit_counts["reused"].get(stage, 0) + 1
                 for stage, (params, info, why) in made.items():
                     fits_of[provenance["arch_index"]][provenance["seed"]][stage] = fit_store.StageFit(
                         expected[stage], params, info, why)
@@ -431,6 +443,8 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                "shards": {str(i): k for i, k in keys.items() if i not in failed},
                "files": {str(i): file_state(layout.shard_path(results, space, hp, dataset, i))
                          for i in keys if i not in failed},
+               "fit_files": {str(i): file_state(layout.fits_path(results, space, hp, dataset, i))
+                             for i in keys if i not in failed and any(s != "pre" for s in settings["stages"])},
                "logits_removed": removed, "odir": Path(odir_file).name if odir_file else None,
                "fits": fit_counts, "fit_problems": fit_problems,
                "settings": settings,  # the measurement settings, searched lambda, mu filled in: what a table records

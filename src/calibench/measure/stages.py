@@ -105,7 +105,9 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
     """Metrics (test part), fitted-parameter summaries, failures and reliability-diagram bins
     (:mod:`calibench.metrics.reliability`) of one stage for M networks, and the fits made
     (network -> (params, info, failure)). ``stored``: per network a stored fit of this stage
-    (:class:`calibench.store.fits.StageFit`, its key checked) or None (fitted here)."""
+    (:class:`calibench.store.fits.StageFit`, its key checked) or None. The stage is re-applied
+    for every network or fitted for every network: a batched fit's last bits can depend on its
+    batch, so a refit takes the whole batch, as the fits being replaced were made."""
     m = z.shape[0]
     names = None
     rel = {key: np.full((m, RELIABILITY_BINS), np.nan) for key in ("count", "confidence", "accuracy")}
@@ -117,6 +119,8 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
         groups = [(list(range(m)), None, None)]
     else:
         stored = list(stored) if stored is not None else [None] * m
+        if any(r is None for r in stored):
+            stored = [None] * m
         reuse = [i for i in range(m) if stored[i] is not None]
         todo = [i for i in range(m) if stored[i] is None]
         groups = list(_stored_groups(stage, reuse, [stored[i] for i in reuse], z.device)) if reuse else []

@@ -64,7 +64,7 @@ def connect(results: str | Path = "results", betas=None):
     con.execute("CREATE VIEW networks AS SELECT * EXCLUDE (is_copy) FROM networks_all WHERE NOT is_copy")
     fits = layout.fits_dir(results)
     if any(fits.rglob("*.parquet")):  # one row per network, seed and stage: the fits' summaries (issue 35)
-        con.execute(f"CREATE VIEW fits AS SELECT COLUMNS(c -> NOT regexp_matches(c, '^(param|shape)_')) "
+        con.execute("CREATE VIEW fits AS SELECT COLUMNS('^(space|hp|dataset|arch_index|seed|stage|fit_key|failure|info_.+)$') "
                     f"FROM read_parquet('{fits}/**/*.parquet', hive_partitioning = false, union_by_name = true)")
     if any(shards.rglob("*.parquet")):
         try:

@@ -32,6 +32,8 @@ def _written(summary: dict, results: Path, logits: bool) -> Iterable[tuple[Path,
         for index in summary["shards"]:
             yield (layout.shard_path(results, summary["space"], summary["hp"], summary["dataset"], int(index)),
                    files.get(index))
+        for index, state in (summary.get("fit_files") or {}).items():  # the fit store (issue 35)
+            yield layout.fits_path(results, summary["space"], summary["hp"], summary["dataset"], int(index)), state
     elif logits:  # an inference manifest
         for dataset, members in (summary.get("datasets") or {}).items():
             for index in members:

@@ -11,7 +11,7 @@ One row per (seed, stage): ``space``, ``hp``, ``dataset``, ``arch_index``, ``see
 ``stage``, ``fit_key`` (what
 the fit was made with: :func:`fit_key`), ``failure`` (why the fit is unusable, or null),
 ``info_{name}`` (float64: the fit's summaries, the ``fit_{name}`` columns of a shard, in the
-order of ``info_order``, the fit's own) and,
+order of ``summary_order``, the fit's own) and,
 per parameter, ``param_{name}`` (its values, float64, flattened in C order) with
 ``shape_{name}`` (int32). A fit that raised keeps its failure and no parameters. Files are
 sealed and written atomically (:mod:`calibench.integrity`): a damaged or partial file is
@@ -75,7 +75,7 @@ def write_network_fits(path: str | Path, index: int, fits: Mapping[int, Mapping[
         "stage": pa.array([st for _, st, _ in rows], pa.string()),
         "fit_key": pa.array([f.key for _, _, f in rows], pa.string()),
         "failure": pa.array([f.failure for _, _, f in rows], pa.string()),
-        "info_order": pa.array([list(f.info) for _, _, f in rows], _list(pa.string())),
+        "summary_order": pa.array([list(f.info) for _, _, f in rows], _list(pa.string())),
     }
     for name in info_names:
         columns[INFO + name] = pa.array([float(f.info[name]) if name in f.info else None for _, _, f in rows],
@@ -108,7 +108,7 @@ def read_network_fits(path: str | Path) -> dict[int, dict[str, StageFit]]:
             if column.startswith(PARAM) and data[column][r] is not None:
                 name = column[len(PARAM):]
                 params[name] = np.asarray(data[column][r], dtype=np.float64).reshape(data[SHAPE + name][r])
-        info = {name: float(data[INFO + name][r]) for name in data["info_order"][r]}
+        info = {name: float(data[INFO + name][r]) for name in data["summary_order"][r]}
         out.setdefault(int(data["seed"][r]), {})[data["stage"][r]] = StageFit(
             data["fit_key"][r], params or None, info, data["failure"][r])
     return out
