@@ -166,13 +166,15 @@ def _status(args: argparse.Namespace) -> int:
         why_damaged = damaged.get(target)
         if target.endswith(".html") and tables_to_run:  # the report and the explorer are built from every table
             plan, status = "update pending", "after its tables"
-        word = "complete" if plan == "no update" and not why_damaged else "to run"
+        # a setting only the measure jobs take (e.g. temperature.method) leaves the table's own rule as it
+        # was, so --summary calls it complete; its recorded settings say otherwise
+        said = _settings_changed(config, target) if target.endswith(".parquet") and not why_damaged else ""
+        word = "complete" if plan == "no update" and not why_damaged and not said else "to run"
         counts[word] += 1
         tables_to_run |= word == "to run" and target.endswith(".parquet")
         why = ("damaged: " + "; ".join(why_damaged[:2]) if why_damaged
                else status if status != "ok" else "a job before it reruns: a setting or an input changed")
         if word != "complete" and target.endswith(".parquet") and not why_damaged:
-            said = _settings_changed(config, target)
             why, settings_changed = said or why, settings_changed or bool(said)
             plan_of_fits = _fit_plan(config, target) if said else ""
             why += f"; {plan_of_fits}" if plan_of_fits else ""
