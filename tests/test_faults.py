@@ -411,9 +411,11 @@ def test_a_full_disk_names_the_file_leaves_no_partial_file_and_the_rerun_complet
 
 # ---------------------------------------------------------------- paths and columns named before any job
 
-def test_every_path_and_column_the_config_names_is_checked_by_its_key(tmp_path):
+def test_every_path_and_column_the_config_names_is_checked_by_its_key(tmp_path, monkeypatch):
     """Issue 34: calibench.config.inputs, as the Snakefile calls it before any job."""
     import yaml
+
+    monkeypatch.chdir(tmp_path)  # the config's relative paths: nothing there, whatever `make run` built in the checkout
 
     from calibench.config.check import schema_defaults
     from calibench.config.inputs import check_inputs
