@@ -93,6 +93,13 @@ def test_a_damaged_and_a_deleted_shard_are_noticed_by_query_and_table_and_measur
     assert query.returncode == 0, query.stderr
     assert "1 damaged shard(s) left out of metrics" in query.stderr and "arch=000000.parquet" in query.stderr
     assert query.stdout.split()[-1] == "1"
+    fit = workdir / "results/fits/space=sss/hp=90/dataset=cifar10/arch=000000.parquet"  # the fit store (issue 35)
+    fit.write_bytes(os.urandom(2000))
+    query = _run(workdir, [sys.executable, "-m", "calibench.run.cli", "query", "SELECT count(DISTINCT arch_index) AS n "
+                           "FROM fits"])
+    assert query.returncode == 0, query.stderr
+    assert "1 damaged fit-store file(s) left out of fits" in query.stderr and "arch=000000.parquet" in query.stderr
+    assert query.stdout.split()[-1] == "2"  # arch 2's fits stay beside its deleted shard
 
     proc = _run(workdir, RUN_TABLE)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -102,6 +109,7 @@ def test_a_damaged_and_a_deleted_shard_are_noticed_by_query_and_table_and_measur
         got = pd.read_parquet(shards / f"arch={i:06d}.parquet")
         pd.testing.assert_frame_equal(got, original[i])
     assert (shards / "arch=000001.parquet").stat().st_mtime_ns == kept  # nothing computed twice
+    assert fit.with_name(fit.name + ".damaged").is_file() and fit.stat().st_size > 2000  # set aside, fitted again
     manifests = [json.loads(p.read_text()) for p in (workdir / "results/chunks/measure/sss_90_cifar10").glob("*.json")]
     assert sorted((m["skipped"], m["computed"]) for m in manifests) == [(0, 1), (1, 1)]
     pd.testing.assert_frame_equal(pd.read_parquet(workdir / TABLE), pd.read_parquet(finished / TABLE))

@@ -40,13 +40,12 @@ def register_hcs(con) -> None:
 
 def connect(results: str | Path = "results", betas=None):
     """A DuckDB connection with the views ``networks`` (measurements), ``networks_all`` (with
-    isomorph copies) and ``metrics``; ValueError if no results.
+    isomorph copies), ``metrics`` and ``fits``; ValueError if no results.
     ``betas``: the ``hcs_{beta}`` columns (default: the config schema's ``analysis.hcs_betas``)."""
     import duckdb
 
     results = Path(results)
     tables = layout.result_tables(results)
-    shards = layout.shards_dir(results)
     if not tables:
         raise ValueError(f"no result tables under {layout.tables_dir(results)}: run the workflow first")
     from calibench.integrity import verify
@@ -62,39 +61,62 @@ def connect(results: str | Path = "results", betas=None):
     con.execute(f"CREATE VIEW networks_all AS SELECT *, {hcs}, coalesce(arch_index <> measured_by, false) AS is_copy "
                 f"FROM read_parquet([{files}], union_by_name = true)")
     con.execute("CREATE VIEW networks AS SELECT * EXCLUDE (is_copy) FROM networks_all WHERE NOT is_copy")
-    fits = layout.fits_dir(results)
-    if any(fits.rglob("*.parquet")):  # one row per network, seed and stage: the fits' summaries (issue 35)
-        con.execute("CREATE VIEW fits AS SELECT COLUMNS('^(space|hp|dataset|arch_index|seed|stage|fit_key|failure|info_.+)$') "
-                    f"FROM read_parquet('{fits}/**/*.parquet', hive_partitioning = false, union_by_name = true)")
-    if any(shards.rglob("*.parquet")):
-        try:
-            con.execute(f"CREATE VIEW metrics AS SELECT * FROM read_parquet('{shards}/**/*.parquet', "
-                        "hive_partitioning = false, union_by_name = true)")
-        except duckdb.Error as exc:
-            if not _leave_out_damaged(con, results, exc):
-                raise
+    for view, (_, folder_of, _) in _FILE_VIEWS.items():  # metrics, and the fit store's summaries (issue 35)
+        if any(folder_of(results).rglob("*.parquet")):
+            try:
+                _create(con, view, folder_of(results))
+            except duckdb.Error as exc:
+                if not _leave_out_damaged(con, results, exc):
+                    raise
     return con
 
 
+# The views over per-network files: the columns they show, the folder they read, what a file is.
+_FILE_VIEWS = {"metrics": ("*", layout.shards_dir, "shard"),
+               "fits": ("COLUMNS('^(space|hp|dataset|arch_index|seed|stage|fit_key|failure|info_.+)$')",
+                        layout.fits_dir, "fit-store file")}
+
+
+def _parquet_files(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.parquet"))
+
+
+def _create(con, view: str, files: Path | list[Path]) -> None:
+    """``view`` over every parquet file under a folder (a glob) or over the ``files`` listed."""
+    columns = _FILE_VIEWS[view][0]
+    source = f"'{files}/**/*.parquet'" if isinstance(files, Path) else "[" + ", ".join(f"'{p}'" for p in files) + "]"
+    con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {columns} FROM read_parquet({source}, "
+                "hive_partitioning = false, union_by_name = true)")
+
+
 def _leave_out_damaged(con, results: Path, exc: Exception) -> bool:
-    """After ``exc`` from the ``metrics`` view: redefine it without the damaged shards, naming
-    them on stderr; False if no shard is damaged (``exc`` has another cause)."""
+    """After ``exc`` from the ``metrics`` or ``fits`` view: redefine each without its damaged
+    files, naming them on stderr; False if none is damaged (``exc`` has another cause)."""
     import sys
 
-    bad = damaged_shards(results)
-    if not bad:
-        return False
-    print(f"calibench query: {len(bad)} damaged shard(s) left out of metrics ({type(exc).__name__}): "
-          + ", ".join(str(p) for p in bad[:5]) + (" ..." if len(bad) > 5 else "")
-          + "; `calibench run` measures them again", file=sys.stderr)
-    _without(con, results, bad)
-    return True
+    found = False
+    for view, (_, folder_of, noun) in _FILE_VIEWS.items():
+        folder = folder_of(results)
+        bad = damaged_files(folder)
+        if not bad:
+            continue
+        found = True
+        print(f"calibench query: {len(bad)} damaged {noun}(s) left out of {view} ({type(exc).__name__}): "
+              + ", ".join(str(p) for p in bad[:5]) + (" ..." if len(bad) > 5 else "")
+              + "; `calibench run` measures them again", file=sys.stderr)
+        _create(con, view, [p for p in _parquet_files(folder) if p not in set(bad)])
+    return found
 
 
 def damaged_shards(results: str | Path) -> list[Path]:
     """Shards that are not parquet files (no PAR1 magic at both ends): a damaged or foreign file."""
+    return damaged_files(layout.shards_dir(results))
+
+
+def damaged_files(folder: str | Path) -> list[Path]:
+    """Files under ``folder`` that are not parquet files (no PAR1 magic at both ends)."""
     bad = []
-    for path in sorted(layout.shards_dir(results).rglob("*.parquet")):
+    for path in _parquet_files(Path(folder)):
         try:
             with open(path, "rb") as f:
                 head = f.read(4)
@@ -106,15 +128,6 @@ def damaged_shards(results: str | Path) -> list[Path]:
         if head != b"PAR1" or tail != b"PAR1":
             bad.append(path)
     return bad
-
-
-def _without(con, results: Path, bad: list[Path]) -> None:
-    """The ``metrics`` view over every shard but ``bad``."""
-    bad = set(bad)
-    good = [p for p in sorted(layout.shards_dir(results).rglob("*.parquet")) if p not in bad]
-    files = ", ".join(f"'{p}'" for p in good)
-    con.execute(f"CREATE OR REPLACE VIEW metrics AS SELECT * FROM read_parquet([{files}], hive_partitioning = false, "
-                "union_by_name = true)")
 
 
 def _sql(con, sql: str, results: Path):
