@@ -66,18 +66,25 @@ def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
     return config, targets
 
 
+def _recorded_settings(table: str) -> dict | None:
+    """The measurement settings ``table`` recorded (its chunks'); None for a missing or damaged
+    table (its status says so) or one from before tables recorded them."""
+    from calibench.results.tables import table_metadata
+
+    try:
+        return table_metadata(table).get("settings")
+    except Exception:  # noqa: BLE001 - a missing or damaged table: its status says so
+        return None
+
+
 def _settings_changed(config: dict, table: str) -> str:
     """"settings changed: key: old → new; ..." between what ``table`` recorded (its chunks'
     measurement settings) and the config now; "" when none differs or nothing was recorded.
     Lambda, mu left to the search and the search's flag are not config keys."""
     from calibench.analysis.compare import flatten_settings
     from calibench.config.settings import measurement_settings
-    from calibench.results.tables import table_metadata
 
-    try:
-        recorded = table_metadata(table).get("settings")
-    except Exception:  # noqa: BLE001 - a missing or damaged table: its status says so
-        return ""
+    recorded = _recorded_settings(table)
     if not recorded:
         return ""
     old, new = flatten_settings(recorded), flatten_settings(measurement_settings(config))
@@ -95,12 +102,8 @@ def _fit_plan(config: dict, table: str) -> str:
     from the fit store (README, "The fit store"), from the settings the table recorded and the
     config now; "" when nothing was recorded. Lambda, mu left to the search count as recorded."""
     from calibench.config.settings import measurement_settings, stage_fit_settings
-    from calibench.results.tables import table_metadata
 
-    try:
-        recorded = table_metadata(table).get("settings")
-    except Exception:  # noqa: BLE001 - a missing or damaged table: its status says so
-        return ""
+    recorded = _recorded_settings(table)
     if not recorded:
         return ""
     new = measurement_settings(config)
