@@ -25,7 +25,8 @@ import time
 import torch
 from torch import nn
 
-from calibench.inference.precision import PRECISIONS, with_precision
+from calibench.inference.precision import with_precision
+from calibench.inference.precision_modes import PRECISIONS
 from calibench.sources.nats.minibench import sample_sss_archs, sample_tss_archs
 from calibench.sources.nats.networks import build_network, inference_network
 

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -54,7 +55,8 @@ def pytest_runtest_protocol(item, nextitem):
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
     fd = os.open(os.environ["CALIBENCH_SUITE_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    os.write(fd, f"test\\t{item.nodeid}\\t{cpu:.3f}\\t{time.time() - t0:.2f}\\n".encode())
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    os.write(fd, f"test\\t{item.nodeid}\\t{cpu:.3f}\\t{time.time() - t0:.2f}\\t{worker}\\t{t0:.2f}\\n".encode())
     os.close(fd)
 '''
 
@@ -105,6 +107,38 @@ def summarize(log: Path, top: int) -> str:
     return "\n".join(out)
 
 
+def timeline(log: Path, start: float, busy: list[tuple[float, float]]) -> str:
+    """Per xdist worker: when its last test ended and how long it spent in tests; and the
+    machine's busy cores per minute (from /proc/stat), to show where capacity idles."""
+    workers: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
+    for line in log.read_text().splitlines():
+        fields = line.split("\t")
+        if fields[0] == "test" and len(fields) >= 6:
+            w = workers[fields[4]]
+            w[0] += float(fields[3])
+            w[1] = max(w[1], float(fields[5]) + float(fields[3]) - start)
+            w[2] += 1
+    out = ["per worker: tests, wall in tests, last test ended at (s from the start)"]
+    out += [f"  {name:6s} {n:4d} {inside:7.0f} {end:7.0f}" for name, (inside, end, n) in sorted(workers.items())]
+    if busy:
+        out += ["", "busy cores per minute (/proc/stat):",
+                "  " + " ".join(f"{b:.1f}" for _, b in busy)]
+    return "\n".join(out)
+
+
+def _sample_busy(stop, out: list, period: float = 60.0) -> None:
+    def read():
+        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return sum(fields), fields[3] + fields[4]  # all, idle + iowait
+    ncpu = os.cpu_count() or 1
+    last = read()
+    while not stop.wait(period):
+        now = read()
+        total, idle = now[0] - last[0], now[1] - last[1]
+        out.append((time.time(), ncpu * (1 - idle / total) if total else 0.0))
+        last = now
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--top", type=int, default=25, help="rows per table")
@@ -120,13 +154,21 @@ def main(argv: list[str] | None = None) -> int:
         env = {**os.environ, "CALIBENCH_SUITE_LOG": str(log.resolve()),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp), os.environ.get("PYTHONPATH")]))}
         start, cpu0 = time.time(), os.times()
+        busy: list[tuple[float, float]] = []
+        stop = threading.Event()
+        sampler = threading.Thread(target=_sample_busy, args=(stop, busy), daemon=True)
+        if Path("/proc/stat").exists():
+            sampler.start()
         proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "calibench_suite_cpu", "-q",
                                *(args.pytest_args or MAKE_TEST)], cwd=ROOT, env=env)
         wall, cpu1 = time.time() - start, os.times()
+        stop.set()
         children = (cpu1.children_user - cpu0.children_user) + (cpu1.children_system - cpu0.children_system)
         print(f"\npytest exit {proc.returncode}; wall {wall:.0f} s; CPU of everything it waited for "
               f"{children:.0f} s ({children / wall:.2f} cores on average)\n")
         print(summarize(log, args.top))
+        print()
+        print(timeline(log, start, busy))
     return proc.returncode
 
 

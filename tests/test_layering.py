@@ -197,3 +197,28 @@ def test_the_folders_name_the_boxes_of_the_flow():
         assert (PACKAGE / folder / "__init__.py").is_file(), folder
     assert (PACKAGE / "layout.py").is_file()
     assert (PACKAGE / "analysis" / "nats" / "__init__.py").is_file()
+
+
+# What each job without a network to run imports at start (`python -m calibench <job>`, the CLI's
+# lazy imports): importing torch costs 1-1.5 s of every such job (BENCHMARKS.md, "The test suite").
+TORCH_FREE_JOBS = {
+    "population, labels": ["calibench.sources.nats.jobs", "calibench.sources.logits_dir"],
+    "build-table": ["calibench.results.tables"],
+    "analysis-part, report": ["calibench.analysis.parts", "calibench.report.assemble"]
+    + [f"calibench.analysis.{m}" for m in ("kendall", "overview", "hcs", "methods", "reliability", "groups",
+                                          "nats.nas", "nats.architecture", "nats.schedules", "nats.robustness")],
+    "run, status": ["calibench.run.cli", "calibench.run.workflow"],
+}
+
+
+@pytest.mark.parametrize("job", sorted(TORCH_FREE_JOBS))
+def test_jobs_without_a_network_start_without_torch(job):
+    import subprocess
+    import sys
+
+    code = ("import importlib, sys\n"
+            f"for m in {TORCH_FREE_JOBS[job]!r}:\n"
+            "    importlib.import_module(m)\n"
+            "    assert 'torch' not in sys.modules, m + ' imports torch'\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]

@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from calibench.inference.precision import PRECISIONS, precision_fields, round_to_tf32, split_tf32, with_precision
+from calibench.inference.precision import round_to_tf32, split_tf32, with_precision
+from calibench.inference.precision_modes import PRECISIONS, precision_fields
 from calibench.sources.nats.networks import inference_network
 
 

@@ -14,7 +14,8 @@
 On the CPU no TF32 unit exists: the modes *emulate* it (operands rounded to TF32 explicitly,
 products in float32), so the error of each mode can be measured anywhere
 (``bench/bench_precision.py``); only their speed needs a GPU. The modes change logits within
-their stated error, so the logits key records the mode (``precision_fields``).
+their stated error, so the logits key records the mode
+(:func:`calibench.inference.precision_modes.precision_fields`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-PRECISIONS = ("float32", "tf32x3", "tf32")
+from calibench.inference.precision_modes import check_precision
 _TF32_DROPPED_BITS = 13  # float32 keeps 23 mantissa bits, TF32 10
 
 
@@ -107,8 +108,7 @@ def with_precision(net: nn.Module, precision: str) -> nn.Module:
     float32 network, eval only). ``float32`` returns ``net`` unchanged. Functional convolutions
     inside the network (the exact 3x3 average pool of the inference form) stay in float32:
     TF32 is switched on only around the replaced products."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
+    check_precision(precision)
     if precision == "float32":
         return net
     for name, child in list(net.named_children()):
@@ -119,10 +119,3 @@ def with_precision(net: nn.Module, precision: str) -> nn.Module:
             with_precision(child, precision)
     return net
 
-
-def precision_fields(precision: str) -> dict:
-    """What the logits key records of the precision: nothing for ``float32`` (so logits stored
-    before the setting existed stay valid), else the mode."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision: expected one of {PRECISIONS}, got {precision!r}")
-    return {} if precision == "float32" else {"precision": precision}

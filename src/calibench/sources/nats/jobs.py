@@ -17,7 +17,7 @@ from calibench.sources import keys
 from calibench.store import logits as store
 from calibench.integrity import write_json
 from calibench.inference.jobs import store_chunk_logits
-from calibench.inference.precision import precision_fields
+from calibench.inference.precision_modes import precision_fields
 from calibench.layout import population_path
 from calibench.sources.nats import population as pop
 from calibench.sources.nats.indices import nats_indices
