@@ -52,7 +52,8 @@ WORKFLOW_TINY = {
     "bins": [5, 15, 50],
     "chunk_size": 2,
     "measure_group": 1,
-    "loader_workers": 2,  # archive loading in worker processes, as on a GPU node
+    # archive loading in the job's own thread (the CPU's default): the loader processes of a GPU
+    # node are run through the workflow by test_determinism, and would cost this run about 4 CPU s an inference job
     "analysis": {"hcs_betas": [1, 2], "top_k": [2], "top_n": 3},
     "explorer": True,
     # Every stage (the config's default); a small lambda, mu search keeps the test fast.
