@@ -86,6 +86,13 @@ def test_a_dry_run_and_lint_change_no_file_and_list_the_chunk_a_run_repairs(fini
         assert _snapshot(finished) == before, f"{planning} changed files"
         said = proc.stderr + proc.stdout
         assert f"{shard.relative_to(finished)}: deleted" in said and "a run would run this chunk again" in said, said[-2000:]
+    # a dry run through `calibench run` too: Snakemake's plan on the terminal, no run lock, no log file
+    proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml", "--", "-np"],
+                          cwd=finished, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and _snapshot(finished) == before, proc.stdout[-2000:] + proc.stderr[-2000:]
+    said = proc.stdout + proc.stderr  # Snakemake's own words, on the terminal (no log file)
+    assert "Job stats" in said or "Nothing to be done" in said, said[-2000:]
+    assert f"{shard.relative_to(finished)}: deleted" in said and "a run would run this chunk again" in said, said[-2000:]
     assert table.is_file() and not list(results.rglob(f"*{repair.SET_ASIDE}"))
     # the next real run repairs it (only the table is asked for: the rest is tested elsewhere)
     proc = _snakemake(finished, str(table.relative_to(finished)))

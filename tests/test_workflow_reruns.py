@@ -161,6 +161,11 @@ def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp
                              "--space", "sss"], cwd=workdir, capture_output=True, text=True, timeout=300)
     line = next(x for x in status.stdout.splitlines() if "sss_90_cifar100.parquet" in x)
     assert "grid_ece" in line and "fits made again: post" in line and "re-applied" not in line, status.stdout
+    dry = subprocess.run(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "1", "--space", "sss", "--", "-n"],
+                         cwd=workdir, capture_output=True, text=True, timeout=300)  # a dry run says the same
+    assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
+    said = next(x for x in dry.stdout.splitlines() if x.startswith("dry run: ") and "sss_90_cifar100.parquet" in x)
+    assert "grid_ece" in said and "fits made again: post" in said and "re-applied" not in said, said
     _snakemake(workdir, "results/tables/sss_90_cifar100.parquet")  # one table: the others would measure alike
     fits = integrity.read_json(layout.measure_manifest(results, "sss_90", "cifar100", 1))["fits"]
     assert set(fits["made"]) == {"post"} and fits["reused"] == {}, fits

@@ -124,6 +124,25 @@ def _fit_plan(config: dict, table: str) -> str:
             + (f"; re-applied from the fit store: {', '.join(same)}" if same else ""))
 
 
+def _is_dry_run(snakemake_args: list[str]) -> bool:
+    """``-n`` (alone or among short flags, ``-np``), ``--dry-run`` or ``--dryrun``."""
+    return any(a in ("--dry-run", "--dryrun") or (a[:1] == "-" and a[1:2] != "-" and a[1:].isalpha() and "n" in a)
+               for a in snakemake_args)
+
+
+def _measurement_plan(config: dict, tables: list[str]) -> list[str]:
+    """For a dry run of ``calibench run``: each table whose recorded measurement settings differ
+    from the config's, with the fitted stages its rerun fits again and those it re-applies from
+    the fit store (what ``calibench status`` says of it)."""
+    out = []
+    for table in tables:
+        said = _settings_changed(config, table)
+        if said:
+            plan = _fit_plan(config, table)
+            out.append(f"{table}: {said}" + (f"; {plan}" if plan else ""))
+    return out
+
+
 def _failed_networks(results: Path, table: str) -> str:
     """"N network(s) failed: see results/failures/…" for a complete table; "" when none did."""
     import pyarrow.parquet as pq
@@ -231,6 +250,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.profile:
         cmd += ["--profile", args.profile]
     cmd += targets + args.snakemake_args
+    if _is_dry_run(args.snakemake_args):
+        return _dry_run(cmd, config, targets)
     try:
         with run_guard(Path.cwd(), Path(results), cmd) as guard:
             print("+", " ".join(cmd), flush=True)
@@ -274,7 +295,18 @@ def _run(args: argparse.Namespace) -> int:
     return 128 + stop[0] if stopped else code
 
 
-def _follow(cmd: list[str], pass_fds, results: Path, verbose: bool, grace_s: float = 30.0):
+def _dry_run(cmd: list[str], config: dict, targets: list[str]) -> int:
+    """``calibench run -- -n``: Snakemake's plan on the terminal, then per table the fits its
+    measurement makes again and those it re-applies. Like any planning it changes no file: no
+    run lock, no log file, no repair (a dry run of the Snakefile only lists the repairs)."""
+    code, _, _, stop = _follow(cmd, (), Path(config["results"]), verbose=True, keep_log=False)
+    if code == 0:
+        for line in _measurement_plan(config, [t for t in targets if t.endswith(".parquet")]):
+            print(f"dry run: {line}", flush=True)
+    return 128 + stop[0] if stop is not None and code != 0 else code
+
+
+def _follow(cmd: list[str], pass_fds, results: Path, verbose: bool, grace_s: float = 30.0, keep_log: bool = True):
     """Run Snakemake with its output going whole to ``logs/snakemake/run-*.log`` (and the
     terminal if ``verbose``), one progress line per rule on the terminal otherwise.
 
@@ -291,7 +323,9 @@ def _follow(cmd: list[str], pass_fds, results: Path, verbose: bool, grace_s: flo
     killed; Snakemake has counted the job failed, and it would go on writing outputs that
     Snakemake removed) is killed at once, and whatever is left when Snakemake exits is killed then.
 
-    Returns (exit status, progress, log file, stop): ``stop`` is None, or (the signal's number,
+    ``keep_log=False``: no log file (a dry run changes no file).
+
+    Returns (exit status, progress, log file or None, stop): ``stop`` is None, or (the signal's number,
     the line that says how the run stopped) when a signal stopped it.
     """
     import os
@@ -301,8 +335,9 @@ def _follow(cmd: list[str], pass_fds, results: Path, verbose: bool, grace_s: flo
 
     from calibench.run.progress import RunProgress
 
-    log_file = layout.log_path(results, f"snakemake/run-{time.strftime('%Y%m%dT%H%M%S')}")
-    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file = layout.log_path(results, f"snakemake/run-{time.strftime('%Y%m%dT%H%M%S')}") if keep_log else None
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
     progress = RunProgress(lambda text: print(text, flush=True), lambda text: print(text, file=sys.stderr, flush=True))
     tail: deque[str] = deque(maxlen=12)
     received: list[int] = []  # stop signals, in order
@@ -444,7 +479,7 @@ def _follow(cmd: list[str], pass_fds, results: Path, verbose: bool, grace_s: flo
         handlers = {s: signal.signal(s, lambda signum, frame: received.append(signum)) for s in signals}
     before = subreaper(True)
     try:
-        with open(log_file, "w") as log, subprocess.Popen(cmd, pass_fds=pass_fds, stdout=subprocess.PIPE,
+        with open(log_file or os.devnull, "w") as log, subprocess.Popen(cmd, pass_fds=pass_fds, stdout=subprocess.PIPE,
                                                           stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
             reader = threading.Thread(target=read, args=(proc, log), name="snakemake-output", daemon=True)
             reader.start()
