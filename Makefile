@@ -25,7 +25,7 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e '.[dev]'
 	# Test oracle for the network definitions; it pins numpy<=1.19.5, so no deps.
 	$(BIN)/pip install --quiet --no-deps xautodl==1.0.0
-	# Test oracle for Dirichlet calibration (recalibration-spec.md). 0.5.3 declares
+	# Test oracle for Dirichlet calibration (docs/recalibration.md). 0.5.3 declares
 	# Python >= 3.12 but runs on 3.11 (tested); it needs jax on the CPU.
 	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt --ignore-requires-python dirichletcal==0.5.3
 	touch $@

@@ -1,4 +1,4 @@
-"""Speed of the post-hoc stages (recalibration-spec.md): calibench against the public code.
+"""Speed of the post-hoc stages (docs/recalibration.md): calibench against the public code.
 
 For one network (default CIFAR-100-sized: N = 10,000, K = 100; ImageNet16-120: --n 6000
 --k 120), fits on the 20 % validation part and the whole metric suite (9 bin counts) on
@@ -108,7 +108,7 @@ def _nll_and_grad(u: np.ndarray, y: np.ndarray):
 
 def fair_fits(z_val: np.ndarray, y_val: np.ndarray, z_test: np.ndarray, lam: float, mu: float) -> dict[str, float]:
     """Seconds per method for fit + map of the test part by the fastest correct public route to
-    the SAME model and stopping rule (recalibration-spec.md): scipy's bounded scalar search of
+    the SAME model and stopping rule (docs/recalibration.md): scipy's bounded scalar search of
     the NLL over T in [0.05, 20] (post); scipy L-BFGS-B with the analytic gradient to a
     gradient of 1e-6 (vs, ms, dir: the spec's objective, raw logits, W = I, b = 0 start);
     scikit-learn's isotonic regression per class (iso); NumPy histogram binning, 15 equal-width

@@ -1,4 +1,4 @@
-"""Direct, loop-by-loop transcriptions of metrics-spec.md, written for the tests.
+"""Direct, loop-by-loop transcriptions of docs/metrics.md, written for the tests.
 
 Deliberately naive: per-sample and per-bin Python loops, no prefix sums, no
 sorting tricks, so that they share no code or idea with the engine beyond the

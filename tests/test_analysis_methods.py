@@ -617,7 +617,7 @@ def test_the_closing_summary_counts_flagged_fits_per_table(tmp_path):
 
 
 def test_the_closing_summary_names_searches_worse_than_identity(tmp_path):
-    """recalibration-spec.md, "Choosing lambda and mu": a table whose search chose a pair worse
+    """docs/recalibration.md, "Choosing lambda and mu": a table whose search chose a pair worse
     than identity carries {stage}_search_worse_than_identity = 1; the run's summary names it."""
     from calibench.results import failures
 

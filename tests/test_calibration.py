@@ -1,4 +1,4 @@
-"""Split and temperature scaling (metrics-spec.md, "Temperature scaling")."""
+"""Split and temperature scaling (docs/metrics.md, "Temperature scaling")."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
 """Evaluation data (calibench.inference.data): real on-disk formats, normalisation, CIFAR-10-C
-Gaussian noise and the official splits (nats-bench-facts.md, "Evaluation data";
-metrics-spec.md, "OoD AUROC")."""
+Gaussian noise and the official splits (docs/nats-bench.md, "Evaluation data";
+docs/metrics.md, "OoD AUROC")."""
 
 import bz2
 import dataclasses

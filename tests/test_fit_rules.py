@@ -1,4 +1,4 @@
-"""The fits' common rules (recalibration-spec.md, "Common rules"): convergence by the gradient
+"""The fits' common rules (docs/recalibration.md, "Common rules"): convergence by the gradient
 or by an objective that has stopped moving, and the flags of fits on too little data, from
 the numeric rule through the measurement to the wide table's columns."""
 
@@ -92,7 +92,7 @@ def test_a_fit_that_reaches_the_tolerance_is_not_cut_short():
 
 
 def _around_validation(z_val, y_val, n, rng):
-    """Logits (n, K) and labels whose validation part (metrics-spec.md's split) is the given one."""
+    """Logits (n, K) and labels whose validation part (docs/metrics.md's split) is the given one."""
     k = z_val.shape[1]
     val_idx, test_idx = split_indices(n)
     z = np.empty((n, k))

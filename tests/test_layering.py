@@ -1,4 +1,4 @@
-"""The package's shape (architecture.md): imports follow the flow, read from the source by ``ast``.
+"""The package's shape (docs/architecture.md): imports follow the flow, read from the source by ``ast``.
 
 Layers, upstream first. A module imports its own layer and those before it; a stage's
 ``jobs`` module may also import the next layer (the box it writes into: inference jobs
@@ -191,7 +191,7 @@ def test_no_module_is_over_600_lines(module):
 
 
 def test_the_folders_name_the_boxes_of_the_flow():
-    """architecture.md's boxes, each found by its folder name."""
+    """docs/architecture.md's boxes, each found by its folder name."""
     for folder in ("sources", "inference", "store", "recalibration", "metrics", "measure", "results", "analysis",
                    "report", "run", "config"):
         assert (PACKAGE / folder / "__init__.py").is_file(), folder

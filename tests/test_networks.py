@@ -1,4 +1,4 @@
-"""NATS-Bench networks against xautodl and the sample archives (nats-bench-facts.md, "Networks")."""
+"""NATS-Bench networks against xautodl and the sample archives (docs/nats-bench.md, "Networks")."""
 
 import bz2
 import functools

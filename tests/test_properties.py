@@ -131,7 +131,7 @@ def test_cuda_equals_cpu():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_every_recalibration_stage_on_cuda_equals_cpu():
     """The same code on the GPU: every stage's fit, its parameters and the whole metric suite
-    (issue 10; recalibration-spec.md)."""
+    (issue 10; docs/recalibration.md)."""
     from calibench.measure.stages import measure_stages_batch
     from calibench.recalibration import STAGES
 

@@ -1,4 +1,4 @@
-"""Isotonic regression, histogram binning and spline recalibration (recalibration-spec.md,
+"""Isotonic regression, histogram binning and spline recalibration (docs/recalibration.md,
 "Isotonic regression, one-vs-rest", "Histogram binning, one-vs-rest", "Spline
 recalibration"), against scikit-learn, netcal 1.4.0 and a plain transcription of Gupta et
 al.'s algorithm."""

@@ -1,5 +1,5 @@
 """Vector scaling, matrix scaling / Dirichlet calibration with ODIR and the lambda/mu search
-(recalibration-spec.md: "Vector scaling", "Matrix scaling with ODIR", "Dirichlet calibration
+(docs/recalibration.md: "Vector scaling", "Matrix scaling with ODIR", "Dirichlet calibration
 with ODIR", "Choosing lambda and mu"), against dirichletcal 0.5.3 and netcal 1.4.0 and by
 their defining properties."""
 
@@ -164,7 +164,7 @@ def test_vector_scaling_equals_netcal_on_log_probabilities(netcal_scaling):
 
 
 def test_vector_scaling_on_raw_logits_differs_from_netcal(netcal_scaling):
-    """The spec's vs acts on the raw logits (recalibration-spec.md, "Vector scaling"): it is
+    """The spec's vs acts on the raw logits (docs/recalibration.md, "Vector scaling"): it is
     not invariant to a per-sample offset of the logits (w * (z + c) = w * z + c w), netcal's
     log-probability input is. With offsets the two fits differ; without them they agree."""
     rng = np.random.default_rng(1)
@@ -280,7 +280,7 @@ def test_odir_canonical_keeps_the_probabilities_and_lowers_the_regulariser():
 
 @pytest.mark.parametrize("method", ["vs", "ms", "dir"])
 def test_constant_logits_give_finite_constant_outputs(method):
-    """A network whose logits do not depend on the image (recalibration-spec.md, "Common
+    """A network whose logits do not depend on the image (docs/recalibration.md, "Common
     rules"), next to an ordinary one; with and without a class absent from the labels."""
     rng = np.random.default_rng(7)
     n, k = 200, 5
@@ -322,7 +322,7 @@ def test_per_network_lambda_mu():
 @pytest.mark.parametrize("method", ["vs", "ms", "dir"])
 def test_failures_are_flagged_per_network(method):
     """Non-finite logits and a non-finite objective are flagged, with NaN parameters, while
-    the other networks are fitted as on their own (recalibration-spec.md, "Common rules")."""
+    the other networks are fitted as on their own (docs/recalibration.md, "Common rules")."""
     rng = np.random.default_rng(10)
     z, y = _batch(rng, 3, 200, 5)
     z = z.clone()
@@ -400,7 +400,7 @@ def _identity_cv_nll(z, y, assign):
 
 
 def test_search_keeps_its_best_pair_when_it_is_worse_than_identity_and_flags_it():
-    """recalibration-spec.md ("Choosing lambda and mu"): 30 calibrated samples of 10 classes (4
+    """docs/recalibration.md ("Choosing lambda and mu"): 30 calibrated samples of 10 classes (4
     per class and fold to fit the free diagonal of W): on the default grid every pair overfits,
     the best (lambda=1e3, mu=1e1) is worse than no recalibration on the same folds; the search
     still takes it (never the "strongest pair", whose CV NLL is worse still) and flags it."""

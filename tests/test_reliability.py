@@ -1,4 +1,4 @@
-"""Reliability diagrams: the bins equal a loop transcription of metrics-spec.md's binning,
+"""Reliability diagrams: the bins equal a loop transcription of docs/metrics.md's binning,
 reproduce the ECE, and are stored in every shard for every stage (issue 11)."""
 
 import math

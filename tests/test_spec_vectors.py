@@ -1,4 +1,4 @@
-"""Every public test vector of metrics-spec.md, to 1e-6."""
+"""Every public test vector of docs/metrics.md, to 1e-6."""
 
 import numpy as np
 import pytest

@@ -1,7 +1,7 @@
 """calibench: calibration of whole populations of neural architectures (NATS-Bench).
 
 The numeric core lives in :mod:`calibench.metrics` (calibration metrics, see
-``metrics-spec.md``) and :mod:`calibench.measure.stages` (split and temperature scaling).
+``docs/metrics.md``) and :mod:`calibench.measure.stages` (split and temperature scaling).
 """
 
 __version__ = "0.1.0"

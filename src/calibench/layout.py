@@ -1,7 +1,7 @@
 """Where everything lives under a results directory, and the stage names: defined here once.
 
 The Snakefile, the jobs, the queries, the repair check, the interop commands and the CLI all
-build their paths with these functions (architecture.md, "every results path, once"). Each
+build their paths with these functions (docs/architecture.md, "every results path, once"). Each
 takes the results directory first; passing Snakemake wildcards as strings (``"{target}"``,
 ``"{chunk}"``) gives the rules' patterns, so rules and code cannot disagree.
 
@@ -37,13 +37,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-# The post-hoc stages (recalibration-spec.md, "Common rules"): ``pre`` is the network's own
+# The post-hoc stages (docs/recalibration.md, "Common rules"): ``pre`` is the network's own
 # softmax, ``post`` temperature scaling. They prefix the columns of shards and tables.
 STAGES = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")
 # The stages whose off-diagonal and intercept regularisation (lambda, mu) is searched.
 ODIR_STAGES = ("ms", "dir")
 # 1 where a stage's lambda, mu search chose a pair whose CV NLL is worse than identity's
-# (recalibration-spec.md, "Choosing lambda and mu"): a shard's metric, a table's
+# (docs/recalibration.md, "Choosing lambda and mu"): a shard's metric, a table's
 # {stage}_search_worse_than_identity, the search JSON's chosen.{stage}.{stage}_search_...
 SEARCH_FLAG = "search_worse_than_identity"
 # The columns of every shard row (calibench.results.shards gives their types); a table adds

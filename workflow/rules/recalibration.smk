@@ -1,7 +1,7 @@
 rule odir_search:
     """The ODIR lambda, mu of matrix scaling and Dirichlet calibration, once per (space, hp,
     dataset): 5-fold cross-validated NLL on the validation parts of a seeded sample of the
-    population's networks, from the logits store (recalibration-spec.md). Runs only for the
+    population's networks, from the logits store (docs/recalibration.md). Runs only for the
     stages whose lambda, mu the config leaves null."""
     # one thread: the fits are per-network matrix-vector products that a second thread barely
     # speeds up (112 % CPU with two), so two searches side by side finish sooner

@@ -1,4 +1,4 @@
-"""The HCS part: HCS_beta rankings (metrics-spec.md, "Harmonic Calibration Score"; Tao et
+"""The HCS part: HCS_beta rankings (docs/metrics.md, "Harmonic Calibration Score"; Tao et
 al., ICLR 2024, Fig. 8 right) and the top n per table.
 
 Outputs: ``analysis/hcs.parquet`` (every measured network with HCS_beta and its rank per

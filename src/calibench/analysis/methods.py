@@ -1,4 +1,4 @@
-"""The methods part: the post-hoc methods compared (recalibration-spec.md, "What the
+"""The methods part: the post-hoc methods compared (docs/recalibration.md, "What the
 analysis asks of these stages").
 
 * ``analysis/methods_summary.parquet``/``.csv``: the distribution of each metric per
@@ -10,7 +10,7 @@ analysis asks of these stages").
 * the report's methods section (the summary and the win shares; question 4 per method
   comes from the Kendall part).
 
-Fits on too little data (recalibration-spec.md, "Common rules": ``{stage}_fit_underdetermined``
+Fits on too little data (docs/recalibration.md, "Common rules": ``{stage}_fit_underdetermined``
 = 1) are counted per table and stage (``n_underdetermined``) and, by default, left out of
 the rankings: the bold best medians and the win shares. Their numbers describe a fit on too
 little data, not the method. ``n_worse_than_pre`` counts the networks on which a stage is
@@ -44,7 +44,7 @@ TOO_LITTLE = ("their numbers describe a fit on too little data, not the method")
 
 def underdetermined(part: pd.DataFrame, stage: str) -> np.ndarray:
     """Per row of ``part``, whether ``stage``'s fit was flagged as having too little data
-    (recalibration-spec.md, "Common rules"); False where the tables carry no flag."""
+    (docs/recalibration.md, "Common rules"); False where the tables carry no flag."""
     col = f"{stage}_{FLAG}"
     if col not in part.columns:
         return np.zeros(len(part), dtype=bool)
@@ -81,7 +81,7 @@ def _quantile(sorted_values: np.ndarray, q: float) -> float:
 def describe_values(values) -> dict:
     """n, n_nan, n_inf, mean, median, q25, q75, iqr of one metric over networks.
 
-    NaN values (a failed fit, recalibration-spec.md "Common rules") are counted in
+    NaN values (a failed fit, docs/recalibration.md "Common rules") are counted in
     ``n_nan`` and left out of every statistic. Infinite values (an NLL of +inf where a
     method gave the true class probability 0) are counted in ``n_inf`` and kept: the
     mean is then inf, and the quartiles are rank statistics (linear interpolation
@@ -414,13 +414,13 @@ def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int
     intro = ("<p>Stages in these tables: " + ", ".join(
                  f"<b>{html.escape(s)}</b> ({html.escape(STAGE_NAMES.get(s, s))})" for s in stages)
              + ". Every method is fitted on the validation part of each network's split and measured on the "
-               "test part (recalibration-spec.md), so the stages of a network are compared sample for sample. "
+               "test part (docs/recalibration.md), so the stages of a network are compared sample for sample. "
                "A failed fit gives NaN for its stage and network: it is counted under <i>failed</i> and left "
                "out of the statistics; an infinite NLL (a probability 0 on the true class) is noted as <i>inf</i> "
                "and kept (the mean is then infinite; the median stays finite while fewer than half the networks "
                "are infinite).</p>"
              "<p><i>too little data</i> counts the networks whose fit of the stage had fewer validation samples "
-             "than the method needs (recalibration-spec.md: vs, ms and dir with fewer than 10 per class on "
+             "than the method needs (docs/recalibration.md: vs, ms and dir with fewer than 10 per class on "
              "average, iso and hist with fewer than 10 positives in some class): "
              f"{TOO_LITTLE}, so {ranked}. <i>NLL worse than pre</i> counts the networks on which the stage's "
              "NLL on the test part is worse than the network's own softmax (pre).</p>")

@@ -6,7 +6,7 @@ tables (640 columns at full size) in memory. Selecting columns keeps each table'
 column order and row order, so the concatenation is the one of the full tables restricted
 to those columns.
 
-Stages are those of recalibration-spec.md ("Common rules"): ``pre`` (the network's own
+Stages are those of docs/recalibration.md ("Common rules"): ``pre`` (the network's own
 softmax), ``post`` (temperature scaling) and ``vs, ms, dir, iso, hist, spline``; a part
 uses the stages whose ``{stage}_accuracy`` column is in the tables.
 """
@@ -35,7 +35,7 @@ STAGE_NAMES = {"pre": "no recalibration: the network's softmax", "post": "temper
                "ms": "matrix scaling, ODIR", "dir": "Dirichlet calibration, ODIR",
                "iso": "isotonic regression, one-vs-rest", "hist": "histogram binning, one-vs-rest",
                "spline": "spline recalibration, Gupta et al. 2021"}
-HCS_ECE = "pre_ece_15"  # the ECE of HCS (metrics-spec.md, "Harmonic Calibration Score")
+HCS_ECE = "pre_ece_15"  # the ECE of HCS (docs/metrics.md, "Harmonic Calibration Score")
 # A network's identity in a table (results/tables.py, FIRST, its string and its NATS-Bench index).
 KEYS = ("space", "hp", "dataset", "arch_index", "measured_by", "seed", "arch_str", "nats_index")
 # The method-comparison metrics; the binned ones at the bin count nearest 15 (see summary_metrics).

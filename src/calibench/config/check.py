@@ -3,7 +3,7 @@ a YAML syntax error with its file, line and column; a value the schema rejects (
 missing required key) with the config file that set it, instead of Snakemake's dump of
 schema and config. Used by ``calibench run`` before Snakemake starts, and by the Snakefile.
 
-The schema's defaults are the only defaults (architecture.md): Snakemake fills them into the
+The schema's defaults are the only defaults (docs/architecture.md): Snakemake fills them into the
 workflow's config, and code that reads a setting a config may leave out takes its default
 from :func:`schema_defaults`, never from a literal of its own.
 """

@@ -1,5 +1,5 @@
-"""Which configuration values each stage's outputs depend on (architecture.md: "every
-stage's outputs carry a key made from exactly the settings that change them").
+"""Which configuration values each stage's outputs depend on (docs/architecture.md, "The
+workflow": every stage's outputs carry a key made from exactly the settings that change them).
 
 The workflow hands each rule exactly its stage's settings as ``params``, so Snakemake's
 ``params`` rerun trigger reruns exactly the jobs a config change affects; the jobs hash
@@ -258,7 +258,7 @@ def labels_settings(config: Mapping, space: str | None = None) -> dict:
 
 def recalibration_settings(config: Mapping) -> dict:
     """The options of the configured post-hoc methods that change their numbers
-    (recalibration-spec.md); a method that does not run contributes nothing. ``ms`` / ``dir``
+    (docs/recalibration.md); a method that does not run contributes nothing. ``ms`` / ``dir``
     lambda and mu are ``None`` where the search chooses them (:func:`odir_search_settings`);
     an option the config leaves out takes the schema's default."""
     stages = list(config["stages"])
@@ -279,7 +279,7 @@ def recalibration_settings(config: Mapping) -> dict:
     return out
 
 
-# The version of the fits' rules of recalibration-spec.md ("Common rules": convergence by
+# The version of the fits' rules of docs/recalibration.md ("Common rules": convergence by
 # gradient or by a flat objective, the underdetermined flags); in the keys of shards and of
 # the lambda, mu search, so that those made under earlier rules are made again. 3: the
 # spline's factor N/(N-1) and the search's fallback when its best pair is worse than identity.
@@ -329,7 +329,7 @@ def odir_searched_stages(config: Mapping) -> list[str]:
 def odir_search_settings(config: Mapping) -> dict:
     """What the lambda, mu search of one (space, hp, dataset) depends on besides the logits:
     the searched stages, the sample, folds and grid, the split (validation parts), the fit's
-    iteration limits and rules (recalibration-spec.md, "Choosing lambda and mu"); what the config
+    iteration limits and rules (docs/recalibration.md, "Choosing lambda and mu"); what the config
     leaves out takes the schema's default."""
     search = {**schema_default("recalibration", "odir", "search"),
               **config.get("recalibration", {}).get("odir", {}).get("search", {})}

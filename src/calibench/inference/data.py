@@ -1,8 +1,8 @@
 """Evaluation data: the test sets in their real on-disk formats, NATS-Bench's
 normalisation, CIFAR-10-C Gaussian noise and the official test-set halves.
 
-Formats and constants: nats-bench-facts.md, "Evaluation data". The OoD sets:
-metrics-spec.md, "OoD AUROC". Dataset keys are NATS-Bench's: ``"cifar10"``,
+Formats and constants: docs/nats-bench.md, "Evaluation data". The OoD sets:
+docs/metrics.md, "OoD AUROC". Dataset keys are NATS-Bench's: ``"cifar10"``,
 ``"cifar100"``, ``"ImageNet16-120"``.
 
 Images are uint8 arrays ``N x 3 x H x W`` (the CHW order the pickles store);
@@ -49,7 +49,7 @@ EVAL_FILES = {
 }
 SVHN_TEST_FILE = "test_32x32.mat"
 
-# Per-channel (mean, std) in 0..255 units (nats-bench-facts.md, "Evaluation data");
+# Per-channel (mean, std) in 0..255 units (docs/nats-bench.md, "Evaluation data");
 # NATS-Bench normalises with these / 255 after ToTensor.
 MEAN_STD: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
     "cifar10": ((125.3, 123.0, 113.9), (63.0, 62.1, 66.7)),
@@ -61,10 +61,10 @@ NUM_CLASSES = {"cifar10": 10, "cifar100": 100, "ImageNet16-120": 120}
 IMAGE_SIZE = {"cifar10": 32, "cifar100": 32, "ImageNet16-120": 16}
 IMAGENET16_ALL_CLASSES = 1000  # val_data labels are 1-based in 1..1000
 
-# CIFAR-10-C Gaussian noise standard deviations for severities 1-5 (metrics-spec.md, "OoD AUROC").
+# CIFAR-10-C Gaussian noise standard deviations for severities 1-5 (docs/metrics.md, "OoD AUROC").
 GAUSSIAN_NOISE_STD = (0.04, 0.06, 0.08, 0.09, 0.10)
 
-# Official x-valid / x-test halves (nats-bench-facts.md, "Evaluation data").
+# Official x-valid / x-test halves (docs/nats-bench.md, "Evaluation data").
 SPLIT_FILES = {"cifar100": "cifar100-test-split.txt", "ImageNet16-120": "imagenet-16-120-test-split.txt"}
 
 
@@ -177,7 +177,7 @@ def _label_vector(labels: object, key: str, n: int, lo: int, hi: int, path: Path
 
 
 def load_eval_set(dataset: str, root: str | os.PathLike) -> EvalSet:
-    """Read a dataset's evaluation set from under ``root`` (nats-bench-facts.md, "Evaluation data").
+    """Read a dataset's evaluation set from under ``root`` (docs/nats-bench.md, "Evaluation data").
 
     ``cifar10``: ``cifar-10-batches-py/test_batch`` (10,000 images); ``cifar100``:
     ``cifar-100-python/test`` (``fine_labels``); ``ImageNet16-120``: ``ImageNet16/val_data``,
@@ -256,7 +256,7 @@ def svhn_subset_rows(total: int, subset: int | None, seed: int = 0, source: obje
 
 
 def load_svhn_test(path: str | os.PathLike, subset: int | None = None, seed: int = 0) -> EvalSet:
-    """Read SVHN's ``test_32x32.mat`` (metrics-spec.md, "OoD AUROC"); a directory means the file in it.
+    """Read SVHN's ``test_32x32.mat`` (docs/metrics.md, "OoD AUROC"); a directory means the file in it.
 
     MATLAB v5 file: ``X`` uint8 ``32 x 32 x 3 x N``, ``y`` ``N x 1`` in 1..10 where 10 is the digit 0.
     Returns ``dataset="svhn"``, images ``N x 3 x 32 x 32``, labels = digits 0..9. ``subset``
@@ -465,7 +465,7 @@ def normalize(
     dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """NATS-Bench's input transform: ToTensor (``x / 255``) then Normalize with the
-    dataset's mean / 255 and std / 255 (nats-bench-facts.md, "Evaluation data").
+    dataset's mean / 255 and std / 255 (docs/nats-bench.md, "Evaluation data").
 
     The same operations in the same precision as torchvision (divide by 255, subtract
     the mean, divide by the std, constants cast to ``dtype``), so float32 results match
@@ -489,7 +489,7 @@ def normalize(
 
 
 def gaussian_noise(images_uint8: np.ndarray, severity: int = 5, seed: int = 0, *, _chunk: int = 1024) -> np.ndarray:
-    """CIFAR-10-C Gaussian noise (metrics-spec.md, "OoD AUROC"; Hendrycks & Dietterich 2019).
+    """CIFAR-10-C Gaussian noise (docs/metrics.md, "OoD AUROC"; Hendrycks & Dietterich 2019).
 
     ``np.uint8(clip(x / 255 + N(0, s^2), 0, 1) * 255)`` with s = 0.04, 0.06, 0.08, 0.09, 0.10
     for severities 1-5. The conversion truncates like ``np.uint8`` on their saved images
@@ -518,7 +518,7 @@ def gaussian_noise(images_uint8: np.ndarray, severity: int = 5, seed: int = 0, *
 
 def official_split(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     """Read a NATS-Bench split file (``cifar100-test-split.txt``, ``imagenet-16-120-test-split.txt``;
-    nats-bench-facts.md, "Evaluation data"): JSON ``{"xvalid": ["int", [...]], "xtest": ["int", [...]]}``
+    docs/nats-bench.md, "Evaluation data"): JSON ``{"xvalid": ["int", [...]], "xtest": ["int", [...]]}``
     with the indices as strings. Returns ``(xvalid, xtest)`` int64 index arrays into the full test set."""
     path = Path(path)
     what = "official split"

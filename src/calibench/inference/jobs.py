@@ -42,7 +42,7 @@ def progress_bar(iterable, enabled: bool, **kwargs):
 
 class BackgroundWriter:
     """Store writes on one background thread, so the device computes the next network meanwhile
-    (architecture.md: on a GPU node the store is written in the background). At most
+    (docs/architecture.md: on a GPU node the store is written in the background). At most
     ``pending`` writes wait (their logits held in memory); a write that fails raises in the
     caller at the next submit or on leaving the ``with`` block, which waits for every write,
     so a manifest is written only after all of its files are (each file itself atomic)."""

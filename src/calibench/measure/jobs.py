@@ -183,7 +183,7 @@ def resolve_odir(settings: Mapping, odir_file: str | Path | None) -> dict:
         for name in ("lambda", "mu"):
             if rec[stage][name] is None:
                 rec[stage][name] = float(chosen[name])
-        # measured as the stage's {stage}_search_worse_than_identity (recalibration-spec.md)
+        # measured as the stage's {stage}_search_worse_than_identity (docs/recalibration.md)
         rec[stage][layout.SEARCH_FLAG] = int(chosen.get(f"{stage}_{layout.SEARCH_FLAG}", 0))
     return settings
 
@@ -191,7 +191,7 @@ def resolve_odir(settings: Mapping, odir_file: str | Path | None) -> dict:
 def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, results: str | Path,
                     infer_manifests: list[str | Path], labels_file: str | Path, out: str | Path,
                     device: str = "cpu") -> dict:
-    """The ODIR lambda, mu of one (space, hp, dataset), once (recalibration-spec.md, "Choosing
+    """The ODIR lambda, mu of one (space, hp, dataset), once (docs/recalibration.md, "Choosing
     lambda and mu"): cross-validated NLL on the validation parts of a seeded sample of the
     population's networks, read from the logits store, fitted on ``device`` (config ``device``:
     ``auto`` takes CUDA where the job has a GPU). ``settings``:

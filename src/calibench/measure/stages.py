@@ -1,5 +1,5 @@
 """Every stage of one evaluation set, measured on the same test part
-(metrics-spec.md, "Temperature scaling"; recalibration-spec.md, "Common rules").
+(docs/metrics.md, "Temperature scaling"; docs/recalibration.md, "Common rules").
 
 ``measure_stages_batch`` is what a measurement job calls: split the evaluation set once,
 fit every configured post-hoc method (:mod:`calibench.recalibration`) on the validation

@@ -1,4 +1,4 @@
-"""Calibration metrics, exact to ``metrics-spec.md``.
+"""Calibration metrics, exact to ``docs/metrics.md``.
 
 Single-network functions on probabilities (``ece``, ``cwce``, ``kdece``, ...), the
 whole suite in one pass (:func:`measure`) and its batched form over many networks

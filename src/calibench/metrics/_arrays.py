@@ -1,7 +1,7 @@
 """Input conversion and checks shared by the numeric core.
 
 Every public entry point accepts numpy arrays or torch tensors, converts them to
-float64 torch tensors (metrics-spec.md, preamble: probabilities in float64) on the
+float64 torch tensors (docs/metrics.md, preamble: probabilities in float64) on the
 input's device, and raises ``ValueError`` naming the offending argument and index.
 """
 

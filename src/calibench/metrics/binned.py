@@ -1,4 +1,4 @@
-"""Binned calibration errors on sorted rows with prefix sums (metrics-spec.md).
+"""Binned calibration errors on sorted rows with prefix sums (docs/metrics.md).
 
 A *row* is one 1-D problem: scores ``v`` (top-label confidences, or one class's
 probabilities) and targets ``t`` (hits, or the indicator ``y = k``). Each row is
@@ -105,7 +105,7 @@ def equal_width_segments(rows: SortedRows, bins: tuple[int, ...]) -> Segments:
 
 
 def equal_mass_segments(rows: SortedRows, bins: tuple[int, ...]) -> Segments:
-    """Kumar et al. 2019 equal-mass bins (metrics-spec.md, "Equal-mass bins").
+    """Kumar et al. 2019 equal-mass bins (docs/metrics.md, "Equal-mass bins").
 
     ``array_split`` of the sorted values into ``min(B, N)`` chunks; edges at the
     midpoints between neighbouring chunks; right-closed, so ties never straddle.
@@ -132,7 +132,7 @@ def equal_mass_segments(rows: SortedRows, bins: tuple[int, ...]) -> Segments:
 
 
 def adaptive_segments(rows: SortedRows, bins: tuple[int, ...], threshold: float) -> tuple[Segments, torch.Tensor]:
-    """Nixon et al. 2019 rank ranges over the values ``> threshold`` (metrics-spec.md, ACE/TACE).
+    """Nixon et al. 2019 rank ranges over the values ``> threshold`` (docs/metrics.md, ACE/TACE).
 
     Returns the ranges and the number of kept values per row. The rows must come
     from a stable sort so that tied values keep sample order.

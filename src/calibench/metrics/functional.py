@@ -1,4 +1,4 @@
-"""One metric, one network: the functional API (metrics-spec.md).
+"""One metric, one network: the functional API (docs/metrics.md).
 
 Each function takes probabilities (N, K), numpy or torch, rows summing to 1, and
 integer labels (N,), and returns a float. They share their cores with the batched

@@ -7,7 +7,7 @@ import numpy as np
 
 
 def hcs(accuracy, ece, beta: float) -> np.ndarray:
-    """Harmonic Calibration Score (metrics-spec.md, "Harmonic Calibration Score"; Tao et al.
+    """Harmonic Calibration Score (docs/metrics.md, "Harmonic Calibration Score"; Tao et al.
     2024): ``(1 + beta) * acc * (1 - ece) / (beta * acc + (1 - ece))`` on float arrays,
     accuracy and ECE as fractions; a larger ``beta`` weighs calibration more."""
     acc = np.asarray(accuracy, dtype=float)

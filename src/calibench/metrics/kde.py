@@ -1,4 +1,4 @@
-"""KDE-based top-label ECE (Zhang et al. 2020, Mix-n-Match; metrics-spec.md, "KDE-ECE").
+"""KDE-based top-label ECE (Zhang et al. 2020, Mix-n-Match; docs/metrics.md, "KDE-ECE").
 
 The densities follow the public ``ece_kde_binary`` exactly as it computes them:
 KDEpy's ``FFTKDE`` with a triweight kernel whose *standard deviation* is the

@@ -1,4 +1,4 @@
-"""Kolmogorov-Smirnov calibration error (Gupta et al. 2021; metrics-spec.md, "KS calibration error")."""
+"""Kolmogorov-Smirnov calibration error (Gupta et al. 2021; docs/metrics.md, "KS calibration error")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Maximum mean calibration error (Kumar et al. 2018; metrics-spec.md, "MMCE")."""
+"""Maximum mean calibration error (Kumar et al. 2018; docs/metrics.md, "MMCE")."""
 
 from __future__ import annotations
 

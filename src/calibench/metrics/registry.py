@@ -1,5 +1,5 @@
 """What each column of a result table means: one registry that ``top``, ``nas``, HCS, the
-analysis, the report, import, export and compare read (metrics-spec.md).
+analysis, the report, import, export and compare read (docs/metrics.md).
 
 For every metric: whether lower or higher is better (or neither: a property such as a fitted
 temperature), its range where one exists, and where an estimator has none. A table column

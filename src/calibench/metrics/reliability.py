@@ -1,7 +1,7 @@
 """Reliability diagrams (Guo et al. 2017, Fig. 1): per bin of top-label confidence, the
 number of samples, their mean confidence and their accuracy.
 
-Bins as ``ece`` bins them (metrics-spec.md, "Bins"): equal width, right-closed
+Bins as ``ece`` bins them (docs/metrics.md, "Equal-width bins"): equal width, right-closed
 ``(lo, hi]``, the first bin ``[0, hi]``. An empty bin has count 0 and NaN confidence and
 accuracy. ``sum_b count_b |accuracy_b - confidence_b| / N`` is the ECE at that bin count.
 """

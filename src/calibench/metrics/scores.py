@@ -1,4 +1,4 @@
-"""Proper scores, accuracy and OoD AUROC (metrics-spec.md, "NLL, Brier, accuracy", "OoD AUROC")."""
+"""Proper scores, accuracy and OoD AUROC (docs/metrics.md, "NLL, Brier, accuracy", "OoD AUROC")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The whole metric suite for many networks in one pass (metrics-spec.md).
+"""The whole metric suite for many networks in one pass (docs/metrics.md).
 
 ``measure_batch`` takes logits of M networks on one shared evaluation set and
 returns every metric for each network. Each network's top-label row is sorted

@@ -1,4 +1,4 @@
-"""Post-hoc recalibration, every method of recalibration-spec.md (numeric core: arrays in,
+"""Post-hoc recalibration, every method of docs/recalibration.md (numeric core: arrays in,
 fitted maps out; batched over networks; CPU or CUDA).
 
 Each ``fit_*`` takes validation logits (M, N_val, K) and shared labels (N_val,) and

@@ -1,4 +1,4 @@
-"""What every post-hoc method returns (recalibration-spec.md, "Common rules").
+"""What every post-hoc method returns (docs/recalibration.md, "Common rules").
 
 A method is a pure function ``fit_<method>(logits_val, labels_val, **hyper) -> Fitted``
 over M networks at once: ``logits_val`` float64 (M, N_val, K) on any device, shared
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-# Fits on too little data (recalibration-spec.md, "Common rules"): vs, ms and dir with fewer
+# Fits on too little data (docs/recalibration.md, "Common rules"): vs, ms and dir with fewer
 # than this many validation samples per class on average; iso and hist with fewer than this
 # many validation positives in some class.
 MIN_SAMPLES_PER_CLASS = 10
@@ -33,7 +33,7 @@ class Fitted:
     ``info``: per-network numbers a reader may want in the shard's provenance, each an
     (M,) float64 array (always ``converged`` as 1.0/0.0 and ``iterations``; then e.g.
     ``temperature``, ``w_norm``, ``lambda``). ``failures``: per network ``None`` or why
-    its fit is unusable (the stage is then NaN for that network, recalibration-spec.md
+    its fit is unusable (the stage is then NaN for that network, docs/recalibration.md
     "Common rules"). ``params``: the fitted parameters, first dimension M.
     """
 
@@ -79,7 +79,7 @@ def non_finite_failures(params: dict[str, torch.Tensor], failures: list[str | No
 
 def underdetermined(stage: str, labels_val, k: int) -> bool | None:
     """Whether ``stage``'s fit has fewer validation samples than it needs
-    (recalibration-spec.md, "Common rules"): ``vs``, ``ms``, ``dir`` when N_val < 10 K;
+    (docs/recalibration.md, "Common rules"): ``vs``, ``ms``, ``dir`` when N_val < 10 K;
     ``iso``, ``hist`` when some class has fewer than 10 positives among the labels (N_val,)
     (a class absent counts, with 0). None for a stage without the rule (pre, post, spline)."""
     y = labels_val.detach().cpu().numpy() if isinstance(labels_val, torch.Tensor) else np.asarray(labels_val)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 ARMIJO_C1 = 1e-4  # sufficient decrease of both solvers' line searches
-# Convergence (recalibration-spec.md, "Common rules"): a gradient norm below the tolerance, or
+# Convergence (docs/recalibration.md, "Common rules"): a gradient norm below the tolerance, or
 # an objective that has stopped moving: relative decrease below FLAT_RTOL over the last
 # FLAT_WINDOW iterations with a gradient norm below FLAT_GRADIENT.
 FLAT_WINDOW = 20
@@ -77,7 +77,7 @@ def push_objective(hist: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
 
 
 def convergence(gnorm: torch.Tensor, hist: torch.Tensor, tolerance: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(converged, by objective) per problem, recalibration-spec.md "Common rules": converged
+    """(converged, by objective) per problem, docs/recalibration.md "Common rules": converged
     when the gradient norm (B,) is below ``tolerance``, or when the objective has stopped
     moving: ``f[-21] - f[-1] < 1e-10 |f[-1]|`` over the last 20 iterations of ``hist`` (B, >= 21),
     with a gradient norm below 1e-3. ``by objective``: converged by the second rule only.

@@ -1,4 +1,4 @@
-"""The solver of matrix scaling and Dirichlet calibration with ODIR (recalibration-spec.md,
+"""The solver of matrix scaling and Dirichlet calibration with ODIR (docs/recalibration.md,
 "Matrix scaling with ODIR", "Dirichlet calibration with ODIR"), for
 :mod:`calibench.recalibration.scaling` and the lambda, mu search
 (:mod:`calibench.recalibration.odir_search`).
@@ -21,7 +21,7 @@ histories, directions and step lengths.
   cancellation (:func:`_softmax_nll`), which the line search needs once a weakly
   regularised fit drives the validation NLL towards 0.
 
-Convergence (recalibration-spec.md, "Common rules";
+Convergence (docs/recalibration.md, "Common rules";
 :func:`calibench.recalibration.batched.convergence`). A network stops as converged when the
 L2 norm of the objective's gradient in (W, b) is below ``tolerance`` (default 1e-6, as for
 ``vs``; at K = 100 the probabilities are then within about 1e-6 of the optimum's). Where it

@@ -1,10 +1,10 @@
 """One-vs-rest isotonic regression (stage ``iso``) and histogram binning (stage ``hist``)
-(recalibration-spec.md, "Isotonic regression, one-vs-rest" and "Histogram binning,
-one-vs-rest"; bins as metrics-spec.md, "Equal-width bins").
+(docs/recalibration.md, "Isotonic regression, one-vs-rest" and "Histogram binning,
+one-vs-rest"; bins as docs/metrics.md, "Equal-width bins").
 
 Both fit, per network m and class k, a map of ``p_k = softmax(z)_k`` to ``1[y = k]``,
 apply it to every column, then renormalise each row; a row that maps to all zeros becomes
-uniform (recalibration-spec.md, "Common rules": rows sum to 1). The fitted maps return
+uniform (docs/recalibration.md, "Common rules": rows sum to 1). The fitted maps return
 recalibrated logits ``log q`` (``-inf`` where ``q = 0``), as :class:`~.base.Fitted` asks.
 
 Isotonic regression reproduces scikit-learn's ``IsotonicRegression(y_min=0, y_max=1,
@@ -76,7 +76,7 @@ def _log_nonnegative_(values: torch.Tensor) -> torch.Tensor:
 
 def log_renormalised_(values: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """In place: ``log`` of non-negative values renormalised along ``dim``; a row of zeros
-    becomes uniform (recalibration-spec.md, "Isotonic regression ..." and "Histogram
+    becomes uniform (docs/recalibration.md, "Isotonic regression ..." and "Histogram
     binning ...")."""
     total = values.sum(dim=dim, keepdim=True)
     zero_rows = total == 0
@@ -268,7 +268,7 @@ def isotonic_transform(x: torch.Tensor, y: torch.Tensor):
 
 
 def fit_isotonic(logits_val: torch.Tensor, labels_val: torch.Tensor) -> Fitted:
-    """One-vs-rest isotonic regression of M networks (stage ``iso``; recalibration-spec.md,
+    """One-vs-rest isotonic regression of M networks (stage ``iso``; docs/recalibration.md,
     "Isotonic regression, one-vs-rest").
 
     ``logits_val`` (M, N_val, K), shared ``labels_val`` (N_val,). The map: per class k the
@@ -301,7 +301,7 @@ def fit_isotonic(logits_val: torch.Tensor, labels_val: torch.Tensor) -> Fitted:
 
 def _bin_index(p: torch.Tensor, n_bins: int) -> torch.Tensor:
     """Equal-width bins ``linspace(0, 1, B + 1)``, right-closed ``(lo, hi]``, first bin
-    ``[0, hi]`` (metrics-spec.md, "Equal-width bins"): the number of interior edges < p."""
+    ``[0, hi]`` (docs/metrics.md, "Equal-width bins"): the number of interior edges < p."""
     interior = torch.from_numpy(np.linspace(0.0, 1.0, n_bins + 1)[1:-1].copy()).to(p.device)
     return torch.bucketize(p, interior, right=False)
 
@@ -361,7 +361,7 @@ def histogram_transform(values: torch.Tensor):
 
 
 def fit_histogram_binning(logits_val: torch.Tensor, labels_val: torch.Tensor, n_bins: int = HIST_BINS) -> Fitted:
-    """One-vs-rest histogram binning of M networks (stage ``hist``; recalibration-spec.md,
+    """One-vs-rest histogram binning of M networks (stage ``hist``; docs/recalibration.md,
     "Histogram binning, one-vs-rest").
 
     Per class k, ``n_bins`` equal-width right-closed bins of ``p_k`` (one rule for fitting

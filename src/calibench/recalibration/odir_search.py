@@ -1,4 +1,4 @@
-"""Choosing lambda and mu of ``ms`` and ``dir`` (recalibration-spec.md, "Choosing lambda and
+"""Choosing lambda and mu of ``ms`` and ``dir`` (docs/recalibration.md, "Choosing lambda and
 mu", under "Dirichlet calibration with ODIR").
 
 Once per population: 5-fold cross-validated NLL on the validation parts of a sample of M

@@ -1,5 +1,5 @@
 """Vector scaling (``vs``), matrix scaling with ODIR (``ms``) and Dirichlet calibration with
-ODIR (``dir``): recalibration-spec.md, sections "Vector scaling", "Matrix scaling with
+ODIR (``dir``): docs/recalibration.md, sections "Vector scaling", "Matrix scaling with
 ODIR", "Dirichlet calibration with ODIR" and "Common rules".
 
 Pure functions, batched over M networks (float64 torch on the input's device; the same code
@@ -28,7 +28,7 @@ Solvers and convergence (per network):
   canonical points, batched over networks (:mod:`calibench.recalibration.lbfgs`: solver,
   line search, convergence).
 
-Failures (recalibration-spec.md, "Common rules"): a network whose validation logits hold
+Failures (docs/recalibration.md, "Common rules"): a network whose validation logits hold
 NaN or inf, or whose objective becomes non-finite, is listed in ``failures`` with NaN
 parameters; a network that did not converge keeps its last iterate and is listed too (its
 stage is NaN). ``info`` records ``iterations``, ``converged`` and ``converged_by_objective``
@@ -316,7 +316,7 @@ def _fit_vs(z, y, weight, max_iterations: int, tolerance: float):
 def fit_vector_scaling(logits_val, labels_val, max_iterations: int = DEFAULT_MAX_ITERATIONS,
                        tolerance: float = DEFAULT_TOLERANCE) -> Fitted:
     """Vector scaling of M networks, ``softmax(w * z + b)`` on the raw logits
-    (recalibration-spec.md, "Vector scaling"): logits (M, N, K), shared labels (N,); mean
+    (docs/recalibration.md, "Vector scaling"): logits (M, N, K), shared labels (N,); mean
     validation NLL, no regulariser, init w = 1, b = 0; Newton's method to a gradient norm
     below ``tolerance`` (module docstring).
 
@@ -361,7 +361,7 @@ def _fit_matrix(logits_val, labels_val, lam, mu, max_iterations, tolerance, diri
 
 def fit_matrix_scaling(logits_val, labels_val, lam, mu, max_iterations: int = DEFAULT_MAX_ITERATIONS,
                        tolerance: float = DEFAULT_TOLERANCE) -> Fitted:
-    """Matrix scaling with ODIR of M networks, ``softmax(W z + b)`` (recalibration-spec.md,
+    """Matrix scaling with ODIR of M networks, ``softmax(W z + b)`` (docs/recalibration.md,
     "Matrix scaling with ODIR"): logits (M, N, K), shared labels (N,); ``lam``, ``mu``
     scalars or (M,). Minimises ``mean NLL + lam/(K(K-1)) sum_{i!=j} W_ij^2 + mu/K sum_j b_j^2``
     from W = I, b = 0 by preconditioned L-BFGS (module docstring: solver, convergence).
@@ -374,7 +374,7 @@ def fit_matrix_scaling(logits_val, labels_val, lam, mu, max_iterations: int = DE
 
 def fit_dirichlet(logits_val, labels_val, lam, mu, max_iterations: int = DEFAULT_MAX_ITERATIONS,
                   tolerance: float = DEFAULT_TOLERANCE) -> Fitted:
-    """Dirichlet calibration with ODIR of M networks (recalibration-spec.md, "Dirichlet
+    """Dirichlet calibration with ODIR of M networks (docs/recalibration.md, "Dirichlet
     calibration with ODIR"): matrix scaling with ODIR applied to ``log_softmax(z)``; same
     objective, start, solver and ``info`` as :func:`fit_matrix_scaling`."""
     return _fit_matrix(logits_val, labels_val, lam, mu, max_iterations, tolerance, dirichlet=True)

@@ -1,5 +1,5 @@
 """Spline recalibration of the top score, stage ``spline`` (Gupta et al., ICLR 2021;
-recalibration-spec.md, "Spline recalibration").
+docs/recalibration.md, "Spline recalibration").
 
 The five steps of the spec, vectorised over M networks:
 
@@ -169,7 +169,7 @@ def spline_transform(x: torch.Tensor, y: torch.Tensor):
 
 
 def fit_spline(logits_val: torch.Tensor, labels_val: torch.Tensor, n_knots: int = SPLINE_KNOTS) -> Fitted:
-    """Spline recalibration of M networks (stage ``spline``; recalibration-spec.md,
+    """Spline recalibration of M networks (stage ``spline``; docs/recalibration.md,
     "Spline recalibration"; Gupta et al. 2021).
 
     ``logits_val`` (M, N_val, K), shared ``labels_val`` (N_val,). ``info``:

@@ -1,5 +1,5 @@
-"""Temperature scaling, stage ``post`` (metrics-spec.md, "Temperature scaling";
-recalibration-spec.md, "Temperature scaling").
+"""Temperature scaling, stage ``post`` (docs/metrics.md, "Temperature scaling";
+docs/recalibration.md, "Temperature scaling").
 
 ``nll``: the NLL-optimal T in [0.05, 20], solved in beta = 1/T by safeguarded Newton,
 vectorised over networks. ``grid_ece``: the reference benchmark's grid search.

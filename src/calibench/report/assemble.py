@@ -58,7 +58,7 @@ def _networks(tables: Sequence[str | Path], bins: Sequence[int]) -> pd.DataFrame
 
 def underdetermined_stages(tables: Sequence[str | Path]) -> list[str]:
     """The stages flagged ``{stage}_fit_underdetermined`` for some network of some table, in
-    stage order (recalibration-spec.md, "Common rules")."""
+    stage order (docs/recalibration.md, "Common rules")."""
     flagged = {stage for t in tables for stage, k in underdetermined_counts(t)[1].items() if k}
     return [s for s in STAGES if s in flagged] + sorted(flagged - set(STAGES))
 

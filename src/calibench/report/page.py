@@ -104,7 +104,7 @@ def scrollable_tables(text: str) -> str:
 
 def demo_banner(underdetermined: Sequence[str] | Mapping[str, Sequence[str]], n_tables: int | None = None) -> str:
     """The mini benchmark's warning; ``underdetermined``: the stages whose fits had too little
-    data in some table (recalibration-spec.md, "Common rules"), or stage -> those tables
+    data in some table (docs/recalibration.md, "Common rules"), or stage -> those tables
     (stages flagged on the same tables are named together, with the tables)."""
     text = ("<p class='warn'><b>Mini benchmark:</b> synthetic data and randomly initialised NATS networks "
             "with fitted heads. These are demo numbers, NOT NATS-Bench results.")

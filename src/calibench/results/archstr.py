@@ -1,5 +1,5 @@
 """NATS-Bench architecture strings as the result tables and the tao2024 files carry them
-(nats-bench-facts.md, "Networks", "TSS unique architectures"): parsed and checked, the six
+(docs/nats-bench.md, "Networks", "TSS unique architectures"): parsed and checked, the six
 edge operations of a TSS cell, and TSS cells keyed by isomorphism class. The one place
 downstream of the logits store that knows them: the tao2024 import and the NATS-Bench
 analyses (:mod:`calibench.analysis.nats`) read them here.
@@ -8,7 +8,7 @@ TSS: ``|op~0|+|op~0|op~1|+|op~0|op~1|op~2|``, node j (1..3) summing one edge ``o
 each earlier node i, in order. SSS: five channel counts ``c1:c2:c3:c4:c5``.
 
 :mod:`calibench.sources.nats` reads the same strings from the archives, upstream of the
-logits store; nothing downstream of the store imports a source (architecture.md), so the
+logits store; nothing downstream of the store imports a source (docs/architecture.md), so the
 few facts the results and the analysis need are stated here, on the results side.
 tests/test_interop.py checks that they agree with the source's on every TSS cell.
 """

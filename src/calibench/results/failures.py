@@ -116,7 +116,7 @@ FLAG_SUFFIX = "_fit_underdetermined"
 
 def underdetermined_counts(table: str | Path) -> tuple[int, dict[str, int]]:
     """(measured networks, {stage: networks whose fit had too little data}) of one result
-    table (recalibration-spec.md, "Common rules"); TSS isomorph copies are not counted."""
+    table (docs/recalibration.md, "Common rules"); TSS isomorph copies are not counted."""
     import pyarrow.parquet as pq
 
     flags = [c for c in pq.read_schema(table).names if c.endswith(FLAG_SUFFIX)]
@@ -146,14 +146,14 @@ def underdetermined_summary(tables: Sequence[str | Path], ranked: bool = False) 
         return ""
     rankings = ("the methods' rankings include them (analysis.include_underdetermined)" if ranked
                 else "the methods' rankings in the report leave them out")
-    return "\n".join([f"calibench: fits on too little data (recalibration-spec.md; vs/ms/dir: fewer than 10 "
+    return "\n".join([f"calibench: fits on too little data (docs/recalibration.md; vs/ms/dir: fewer than 10 "
                       f"validation samples per class, iso/hist: fewer than 10 positives in a class): their numbers "
                       f"describe a fit on too little data, not the method; {rankings}:"] + lines)
 
 
 def search_summary(tables: Sequence[str | Path]) -> str:
     """The run's closing lines on lambda, mu searches whose chosen pair is worse than identity
-    (a table's ``{stage}_search_worse_than_identity`` = 1; recalibration-spec.md, "Choosing
+    (a table's ``{stage}_search_worse_than_identity`` = 1; docs/recalibration.md, "Choosing
     lambda and mu"); "" when there are none."""
     import pyarrow.parquet as pq
 

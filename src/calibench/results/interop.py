@@ -13,7 +13,7 @@ architecture index), ``acc``, ``correct_confidence``, ``incorrect_confidence``, 
 ``post_ECE_10``, ... (pre and post temperature scaling, per bin count), and the other
 families (``ECE_em``, ``cwCE``, ``cwCE_em``, ...) in the same pattern. Values are
 fractions (``acc`` too). :data:`COLUMNS` records, per column, how sure that name is and
-how its definition differs from ours (metrics-spec.md); :func:`definitions_markdown`
+how its definition differs from ours (docs/metrics.md); :func:`definitions_markdown`
 renders it for the README.
 
 Export writes our columns under their names (a differing definition is documented, not

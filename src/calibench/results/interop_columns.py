@@ -1,6 +1,6 @@
 """The columns of the tao2024 exchange format (:mod:`calibench.results.interop`): each
 published column's name, how sure that name is, what calibench writes under it and where
-their definition differs from ours (metrics-spec.md), and the mapping between their names
+their definition differs from ours (docs/metrics.md), and the mapping between their names
 and ours. :func:`definitions_markdown` renders the table for the README.
 """
 
@@ -24,12 +24,12 @@ class Column:
     theirs: str  # name in the published layout; {stage} and {B} are placeholders
     ours: str | None  # our column (same placeholders); None: we do not measure it
     source: str  # README, ISSUE, CODE or ASSUMED
-    definition: str  # what calibench writes there (metrics-spec.md)
+    definition: str  # what calibench writes there (docs/metrics.md)
     difference: str  # where their definition differs from ours ("" if none known)
 
 
 _PRE_SET = ("ours on the test part (80 %) of the seeded 20/80 split; theirs on the whole test set")
-_POST = ("ours: T = argmin NLL on the validation part (20 %), T in [0.05, 20] (metrics-spec.md); theirs: T on the "
+_POST = ("ours: T = argmin NLL on the validation part (20 %), T in [0.05, 20] (docs/metrics.md); theirs: T on the "
          "grid 0.1..10.0 minimising 15-bin ECE. Both measure post on the 80 % test part")
 COLUMNS: tuple[Column, ...] = (
     Column("config", "nats_index", README, "the architecture's NATS-Bench index (export: a table without "

@@ -13,7 +13,7 @@ from pathlib import Path
 from calibench import layout
 from calibench.config.check import schema_default
 
-HCS_ECE = "pre_ece_15"  # the ECE of HCS (metrics-spec.md: the pre stage's 15-bin ECE)
+HCS_ECE = "pre_ece_15"  # the ECE of HCS (docs/metrics.md: the pre stage's 15-bin ECE)
 
 
 def _hcs_arrow(accuracy, ece, beta):
@@ -150,7 +150,7 @@ VIEWS_HELP = ("views: networks (one row per measured network and table: the tabl
               "with TSS isomorph copies, is_copy true: each repeats its measured_by's values), metrics (one row per shard "
               "value: space, hp, dataset, arch_index, seed, stage, metric, bins, value) and fits (one row per network, "
               "seed and fitted stage: fit_key, failure and the fit's summaries info_*, e.g. info_temperature, "
-              "info_iterations); README, \"Querying the results\"")
+              "info_iterations); docs/results.md, \"Querying\"")
 
 
 class QueryError(ValueError):

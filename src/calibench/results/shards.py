@@ -111,7 +111,7 @@ STAGE_FAILURES_KEY = b"calibench_stage_failures"
 
 def with_stage_failures(table: pa.Table, failures: list[dict]) -> pa.Table:
     """The shard with the reasons of its NaN stages in its schema metadata, so that a later
-    run that keeps the shard still reports them (recalibration-spec.md, "Common rules")."""
+    run that keeps the shard still reports them (docs/recalibration.md, "Common rules")."""
     metadata = dict(table.schema.metadata or {})
     metadata[STAGE_FAILURES_KEY] = json.dumps(failures).encode()
     return table.replace_schema_metadata(metadata)

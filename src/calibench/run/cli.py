@@ -208,7 +208,10 @@ def _top(args: argparse.Namespace) -> int:
 # a mistake (a bad value, a missing file) is one or two lines and exit 2; --debug or
 # CALIBENCH_DEBUG=1 shows the traceback.
 USER_COMMANDS = {"run", "query", "provenance", "top", "reliability", "nas", "export", "import", "logits",
-                 "screenshot", "make-minibench", "status", "compare"}
+                 "screenshot", "make-minibench", "status", "compare", "explore"}
+# The workflow's job steps: each rule's command; `calibench --help` names them apart from the user's.
+JOB_COMMANDS = ("population", "labels", "infer-chunk", "odir-search", "measure-chunk", "build-table", "analysis-part",
+                "report")
 
 
 def _n_test(text: str) -> int | dict[str, int]:
@@ -359,10 +362,12 @@ def build_parser() -> argparse.ArgumentParser:
     # for importing torch.
     from calibench.config.check import schema_default
 
-    parser = _Parser(prog="calibench", description="Calibration of NATS-Bench populations.")
+    parser = _Parser(prog="calibench", description="Calibration of NATS-Bench populations.",
+                     epilog="The workflow's job steps, run by its rules (not by hand): " + ", ".join(JOB_COMMANDS)
+                     + " (each with --help).")
     parser.add_argument("--version", action="version", version=f"calibench {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or CALIBENCH_DEBUG=1)")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     mb = sub.add_parser("make-minibench", help="write the embedded mini benchmark (NATS formats, synthetic data)")
     mb.add_argument("out", help="output directory, e.g. resources/minibench")
     # Unset sizes take MiniBenchSpec's defaults (6, 6, 300, 100, seed 0).
@@ -409,8 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  networks_all  the same plus every TSS isomorph copy (is_copy: true), which repeats the values\n"
                "                of the network it was measured as (measured_by)\n"
                "  metrics       one row per shard value: space, hp, dataset, arch_index, seed, stage, metric, bins, value\n"
-               "every column: `calibench query \"DESCRIBE networks\"`; metric definitions: README, \"Querying the "
-               "results\", and docs/metrics-spec.md\n"
+               "  fits          one row per network, seed and fitted stage: fit_key, failure, the fit's summaries info_*\n"
+               "every column: `calibench query \"DESCRIBE networks\"`; the data model: docs/results.md, \"Querying\"; "
+               "metric definitions: docs/metrics.md\n"
                "example: calibench query \"SELECT dataset, avg(pre_ece_15) FROM networks GROUP BY dataset\"")
     q.add_argument("sql")
     q.add_argument("--results", default="results")
@@ -514,8 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
             ("build-table", _build_table, "job: aggregate shards into a wide table"),
             ("analysis-part", _analysis_part, "job: one part of the analysis (tables, figures, report blocks)"),
             ("report", _report, "job: report.html, findings and claims from the analysis parts"))
+    assert tuple(name for name, _, _ in jobs) == JOB_COMMANDS
     for name, func, helptext in jobs:
-        p = sub.add_parser(name, help=helptext)
+        p = sub.add_parser(name, description=helptext)  # no help=: left out of the command list
         p.set_defaults(func=func)
         if name != "build-table":
             p.add_argument("--settings", required=True, help="the stage's settings as JSON (calibench.config.settings)")

@@ -24,7 +24,7 @@ tournament sample 5; local search from random starts; 100 repeats, repeat ``r`` 
 algorithm and objective). Objectives are maximised except the error-like columns (a name
 part ece, mce, cwce, ace, tace, ksce, ks, kdece, mmce, nll, brier, error or loss), which
 are minimised; ``maximize`` overrides. ``hcs_<beta>`` is
-``calibench.metrics.scores.hcs(accuracy, pre_ece_15, beta)`` (metrics-spec.md) unless the table holds a
+``calibench.metrics.scores.hcs(accuracy, pre_ece_15, beta)`` (docs/metrics.md) unless the table holds a
 column of that name.
 
 Architectures the table lacks: a mutation or neighbour that is not in the table (or
@@ -68,7 +68,7 @@ BUDGET, REPEATS, SEED, POPULATION, SAMPLE = 100, 100, 0, 20, 5
 # Per space: (number of positions, choices per position).
 _SHAPE = {"tss": (6, len(TSS_OPS)), "sss": (5, len(SSS_CHANNEL_CHOICES))}
 _HCS = re.compile(r"hcs_(\d+(?:\.\d*)?|\.\d+)")
-# Name parts (split at "_") of the error-like columns, which are minimised (metrics-spec.md names).
+# Name parts (split at "_") of the error-like columns, which are minimised (docs/metrics.md names).
 _MINIMISED_PARTS = {"ece", "mce", "cwce", "ace", "tace", "ksce", "ks", "kdece", "mmce", "nll", "brier", "error",
                     "loss"}
 _PERCENT_PARTS = {"accuracy", "ece", "mmce", "ksce", "ace", "tace", "cwce", "sce", "hcs"}

@@ -59,7 +59,7 @@ __all__ = ["COLUMNS", "schedules", "hp_pairs", "binned_columns", "paired", "comp
 COLUMNS = ["space", "dataset", "hp_a", "hp_b", "stage", "metric", "bins",
            "n_a", "median_a", "q25_a", "q75_a", "n_b", "median_b", "q25_b", "q75_b",
            "n", "median_diff", "q25_diff", "q75_diff", "share_b_lower", "tau", "lo", "hi", "interval"]
-# recalibration-spec.md's stages in report order (calibench.recalibration.STAGES); any other
+# docs/recalibration.md's stages in report order (calibench.recalibration.STAGES); any other
 # stage found in the columns follows, by name.
 STAGE_ORDER = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")
 DATASET_ORDER = ("cifar10", "cifar100", "ImageNet16-120")

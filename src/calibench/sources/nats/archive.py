@@ -2,7 +2,7 @@
 
 A ``-full`` archive holds one bz2-compressed pickle per architecture with every state
 dict of that architecture: every training schedule ``hp``, every dataset and every seed
-(nats-bench-facts.md, "Archives"). :meth:`NatsArchive.load` decompresses a file once and
+(docs/nats-bench.md, "Archives"). :meth:`NatsArchive.load` decompresses a file once and
 returns the entries of every requested dataset, so a run reads each file once.
 
 How a file is read. The official API (``nats_bench.create(dir, space, fast_mode=True)``

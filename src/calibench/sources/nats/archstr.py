@@ -1,4 +1,4 @@
-"""NATS-Bench architecture strings (nats-bench-facts.md, "Networks").
+"""NATS-Bench architecture strings (docs/nats-bench.md, "Networks").
 
 TSS: ``|op~0|+|op~0|op~1|+|op~0|op~1|op~2|``: node j (1..3) sums one edge from
 each earlier node i, labelled ``op~i``. SSS: five channel counts ``c1:c2:c3:c4:c5``.

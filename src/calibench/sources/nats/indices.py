@@ -1,4 +1,4 @@
-"""NATS-Bench indices of architectures (nats-bench-facts.md, "Archives"): an architecture's
+"""NATS-Bench indices of architectures (docs/nats-bench.md, "Archives"): an architecture's
 index is its position in the published ``meta_archs`` list of its space.
 
 * SSS: computable for any channel string: the position of ``c1:c2:c3:c4:c5`` in

@@ -2,7 +2,7 @@
 
 NOT NATS-Bench results. The real archives (~1 TB) cannot be fetched where this
 project is developed and tested, so the default run and the tests use a mini
-benchmark written in exactly the real on-disk formats (nats-bench-facts.md):
+benchmark written in exactly the real on-disk formats (docs/nats-bench.md):
 
 * ``NATS-tss-v1_0-3ffb9-full/`` and ``NATS-sss-v1_0-50262-full/``: ``meta.pickle.pbz2``
   plus one ``{index:06d}.pickle.pbz2`` per architecture, readable by
@@ -92,7 +92,7 @@ WEIGHTLESS = {("tss", "12"), ("sss", "01"), ("sss", "12")}
 EVAL_NAMES = {"cifar10": ["ori-test"], "cifar100": ["ori-test", "x-valid", "x-test"],
               "ImageNet16-120": ["ori-test", "x-valid", "x-test"], "cifar10-valid": ["x-valid", "ori-test"]}
 
-# Real-size archives: the real -full files' hps, datasets and seeds (nats-bench-facts.md).
+# Real-size archives: the real -full files' hps, datasets and seeds (docs/nats-bench.md).
 REAL_DATASETS = ("cifar10-valid", "cifar10", "cifar100", "ImageNet16-120")
 REAL_SCHEDULES = {  # hp -> (epochs, {dataset: seeds})
     "tss": {"12": (12, {"cifar10-valid": (111, 777), "cifar10": (111,), "cifar100": (111,), "ImageNet16-120": (111,)}),

@@ -1,4 +1,4 @@
-"""NATS-Bench networks (nats-bench-facts.md, "Networks").
+"""NATS-Bench networks (docs/nats-bench.md, "Networks").
 
 :func:`build_network` rebuilds ``infer.tiny`` (TSS) and ``infer.shape.tiny`` (SSS)
 with the state-dict keys and shapes of ``xautodl.models.get_cell_based_tiny_net``,

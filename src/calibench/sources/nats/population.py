@@ -1,4 +1,4 @@
-"""Which architectures to evaluate (nats-bench-facts.md, "Archives", "TSS unique architectures").
+"""Which architectures to evaluate (docs/nats-bench.md, "Archives", "TSS unique architectures").
 
 The population always comes from the archive's ``meta.pickle.pbz2`` (index order),
 never from a hard-coded list. TSS architectures fall into 6,466 isomorphism classes

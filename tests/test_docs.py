@@ -1,0 +1,121 @@
+"""The project documents itself (issue 36): its definitions live in ``docs/``, and every reference
+in the code, the workflow, the config and the documentation resolves inside the repository.
+
+Read from the tracked files (``git ls-files``, or a walk of the checkout without git): a page
+cited as ``docs/<page>.md`` exists, a section cited as ``docs/<page>.md, "Section"`` (or
+``("Section"``) is a heading of that page, a section cited as ``README, "Section"`` is a heading
+of the README, and nothing names a file outside the repository (the references the project was
+first written against)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT = (".py", ".md", ".smk", ".yaml", ".yml", ".rst", ".txt", ".toml", ".cfg", ".html", ".js", ".sh")
+PAGES = ("metrics", "recalibration", "results", "nats-bench", "architecture")
+# Files outside the repository that the code once cited: users never have them.
+OUTSIDE = re.compile(r"shared/docs|\b(?:metrics|recalibration)-spec\.md|nats-bench-facts|snakemake-notes")
+CITE_DOC = re.compile(r"docs/([A-Za-z0-9_-]+)\.md(?:`{0,2})(?:,\s*|\s*\(|:\s*)?(?:under\s+|sections?\s+)?\\?[\"“]([^\"”\\\n]{2,80})")
+CITE_README = re.compile(r"(?<!, )(?<!\w)README(?:\.md)?,\s*\\?[\"“]([^\"”\\\n]{2,80})")  # not README as a value
+
+
+def tracked_files() -> list[Path]:
+    try:
+        names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+        files = [ROOT / n for n in names]
+    except (OSError, subprocess.CalledProcessError):  # a copy without git
+        files = [p for p in ROOT.rglob("*") if ".git" not in p.parts and ".venv" not in p.parts]
+    return [p for p in files if p.is_file() and (p.suffix in TEXT or p.name in ("Snakefile", "Makefile"))]
+
+
+def _norm(text: str) -> str:
+    text = text.replace("λ", "lambda").replace("μ", "mu").replace("`", "").lower()
+    return re.sub(r"[^a-z0-9]+", " ", text).strip()
+
+
+def headings(path: Path) -> list[str]:
+    return [_norm(line.lstrip("#")) for line in path.read_text().splitlines() if line.startswith("#")]
+
+
+def _resolves(section: str, heads: list[str]) -> bool:
+    want = _norm(section)
+    return bool(want) and any(h.startswith(want) or want.startswith(h) and len(h) > 3 for h in heads)
+
+
+FILES = tracked_files()
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_each_reference_page_is_in_the_repository(page):
+    path = ROOT / "docs" / f"{page}.md"
+    assert path.is_file(), path
+    assert len(headings(path)) >= 4, f"{path}: fewer than four sections"
+    assert not OUTSIDE.search(path.read_text()), f"{path} cites a file outside the repository"
+
+
+def test_nothing_cites_a_file_outside_the_repository():
+    found = [f"{p.relative_to(ROOT)}:{i}: {line.strip()[:100]}" for p in FILES if p.name != "test_docs.py"
+             for i, line in enumerate(p.read_text(errors="replace").splitlines(), 1) if OUTSIDE.search(line)]
+    assert not found, "references to files users do not have:\n" + "\n".join(found)
+
+
+def test_every_cited_page_and_section_exists():
+    wrong = []
+    readme = headings(ROOT / "README.md")
+    for path in FILES:
+        text = path.read_text(errors="replace").replace("\n    ", " ").replace("\n", " ")
+        where = path.relative_to(ROOT)
+        for page in set(re.findall(r"docs/([A-Za-z0-9_-]+)\.md", text)):
+            if not (ROOT / "docs" / f"{page}.md").is_file():
+                wrong.append(f"{where}: docs/{page}.md does not exist")
+        for page, section in CITE_DOC.findall(text):
+            target = ROOT / "docs" / f"{page}.md"
+            if target.is_file() and not _resolves(section, headings(target)):
+                wrong.append(f"{where}: docs/{page}.md has no section {section!r}")
+        for section in CITE_README.findall(text):
+            if not _resolves(section, readme):
+                wrong.append(f"{where}: README has no section {section!r}")
+    assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def test_the_resolver_finds_a_wrong_section(tmp_path):
+    assert _resolves("Choosing lambda and mu", ["choosing lambda and mu"])
+    assert _resolves("Common rules", headings(ROOT / "docs" / "recalibration.md"))
+    assert not _resolves("No such section", headings(ROOT / "docs" / "recalibration.md"))
+    assert CITE_README.findall('see README, "The fit store")') == ["The fit store"]
+    assert CITE_DOC.findall('(docs/metrics.md, "OoD AUROC")') == [("metrics", "OoD AUROC")]
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+
+
+def test_the_readme_python_examples_run(tmp_path, monkeypatch):
+    """The README's Python blocks, on small inputs named as the blocks name them (in a temporary
+    directory); a block that reads a finished run's files (``results/``) is left to the workflow
+    tests."""
+    import numpy as np
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "zoo" / "cifar10").mkdir(parents=True)
+
+    g = torch.Generator().manual_seed(0)
+    n, k, m = 200, 10, 3
+    logits = torch.randn(n, k, generator=g, dtype=torch.float64) * 3
+    labels = torch.randint(0, k, (n,), generator=g)
+    names = {"logits": logits, "labels": labels, "probs": torch.softmax(logits, -1),
+             "logits_mnk": torch.randn(m, n, k, generator=g, dtype=torch.float64) * 3,
+             "logits_val_mnk": torch.randn(m, 40, k, generator=g, dtype=torch.float64) * 3,
+             "labels_val": torch.randint(0, k, (40,), generator=g),
+             "logits_test_mnk": torch.randn(m, 160, k, generator=g, dtype=torch.float64) * 3,
+             "np": np, "name": "model0", "z": logits.numpy().astype(np.float32), "y": labels.numpy()}
+    blocks = [b for b in python_blocks(ROOT / "README.md") if "results/" not in b]
+    assert blocks, "the README has no Python example to run"
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), dict(names))  # noqa: S102 - our own README
