@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # pull a CUDA build. Override for a GPU machine, e.g. TORCH_SPEC='torch==2.13.0+cu128'.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: run test install install-dev browser screenshot bench clean
+.PHONY: run test test-fast install install-dev browser screenshot bench clean
 
 # What a run needs (torch, the package and its dependencies).
 install: $(VENV)/.installed
@@ -37,6 +37,11 @@ run: install
 
 test: install-dev browser
 	$(BIN)/python -m pytest -n 3 --dist loadfile --no-loadscope-reorder
+
+# The quick subset (about a minute on 2 cores): the numeric core, config and CLI checks, the
+# package's shape and its documentation; no workflow run (tests/conftest.py, FAST_FILES).
+test-fast: install-dev
+	$(BIN)/python -m pytest -m fast -n 2
 
 # A headless browser for `make screenshot` and the report-rendering tests: Debian's
 # chromium-headless-shell (about 100 MB download, 300 MB installed, 20 s; needs root and apt).

@@ -74,6 +74,18 @@ SLOW_FILES = ["test_slurm.py", "test_workflow.py", "test_workflow_reruns.py", "t
               "test_analysis_parts.py", "test_archive_inference.py", "test_analysis_methods.py"]
 
 
+# `make test-fast` (pytest -m fast): the numeric core, the config and CLI checks, the package's
+# shape and its documentation; no workflow run (under a minute on 2 cores, BENCHMARKS.md).
+FAST_FILES = {"test_spec_vectors.py", "test_calibration.py", "test_recalibration_scaling.py",
+              "test_recalibration_nonparametric.py", "test_properties.py", "test_stats.py", "test_reliability.py",
+              "test_crosscheck.py", "test_fit_rules.py", "test_stage_transform.py", "test_layering.py", "test_docs.py",
+              "test_packaging.py", "test_layout.py", "test_precision.py", "test_nats_index.py", "test_query.py",
+              "test_inputs.py", "test_faults.py", "test_tables.py", "test_groups.py"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in FAST_FILES:
+            item.add_marker(pytest.mark.fast)
     rank = {name: i for i, name in enumerate(SLOW_FILES)}
     items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))  # stable: test order within a file kept

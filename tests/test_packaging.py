@@ -21,3 +21,11 @@ def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in ci
     assert "make test" in (ROOT / "README.md").read_text()
+
+
+def test_the_quick_subset_names_existing_test_files():
+    from conftest import FAST_FILES
+
+    missing = sorted(name for name in FAST_FILES if not (ROOT / "tests" / name).is_file())
+    assert not missing, missing
+    assert "test-fast:" in (ROOT / "Makefile").read_text() and "make test-fast" in (ROOT / "README.md").read_text()
