@@ -1,4 +1,4 @@
-"""Fault campaign on the mini benchmark (issue 13; README, "Reliability"): the README's command
+"""Fault campaign on the mini benchmark (issue 13; docs/running.md, "Reliability"): the README's command
 run to completion once (the reference), then again in a fresh directory with the same mini
 benchmark while faults are injected at random moments: ``kill -9`` of the whole run (the
 driver and every job: an OOM kill, a lost login node) and ``kill -9`` of one running job

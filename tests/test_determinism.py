@@ -37,7 +37,7 @@ def test_tables_are_bit_identical_across_chunking_cores_and_loaders(tmp_path, sm
 
 
 def test_batched_measurement_equals_alone_bit_for_bit_where_the_readme_says():
-    """README, "Reliability": pre, post (temperature scaling), vs, iso and hist measured in a batch of
+    """docs/running.md, "Reliability": pre, post (temperature scaling), vs, iso and hist measured in a batch of
     networks equal each network measured alone, bit for bit (ms, dir and spline: within 1e-9)."""
     import numpy as np
     import torch

@@ -97,10 +97,10 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-def test_the_readme_python_examples_run(tmp_path, monkeypatch):
-    """The README's Python blocks, on small inputs named as the blocks name them (in a temporary
+def test_the_python_examples_of_the_readme_and_docs_run(tmp_path, monkeypatch):
+    """The Python blocks of the README and docs/, on small inputs named as the blocks name them (in a temporary
     directory); a block that reads a finished run's files (``results/``) is left to the workflow
-    tests."""
+    tests, one that needs the real archives (``archive_dir``) to tests/test_archive_loading.py."""
     import numpy as np
     import torch
 
@@ -117,10 +117,12 @@ def test_the_readme_python_examples_run(tmp_path, monkeypatch):
              "labels_val": torch.randint(0, k, (40,), generator=g),
              "logits_test_mnk": torch.randn(m, 160, k, generator=g, dtype=torch.float64) * 3,
              "np": np, "name": "model0", "z": logits.numpy().astype(np.float32), "y": labels.numpy()}
-    blocks = [b for b in python_blocks(ROOT / "README.md") if "results/" not in b]
-    assert blocks, "the README has no Python example to run"
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"), dict(names))  # noqa: S102 - our own README
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    blocks = [(page, b) for page in pages for b in python_blocks(page)
+              if "results/" not in b and "archive_dir" not in b]  # a run's files, real archives: elsewhere
+    assert len(blocks) >= 2, "no Python example to run"
+    for page, block in blocks:
+        exec(compile(block, str(page.relative_to(ROOT)), "exec"), dict(names))  # noqa: S102 - our own pages
 
 
 def test_the_cli_help_lists_the_users_commands_and_names_the_job_steps_apart():

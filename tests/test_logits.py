@@ -64,7 +64,7 @@ def test_readable_with_pyarrow_and_numpy_as_the_readme_shows(tmp_path, rng):
     path, _ = _write(tmp_path, rng, seeds, labels, dataset="cifar100")
     labels_file = store.write_labels(layout.labels_path(tmp_path, "cifar100"), labels, dataset="cifar100", key="k",
                                      source="test")
-    # README, "The logits store": no calibench involved below.
+    # docs/running.md, "The logits store": no calibench involved below.
     t = pq.read_table(path, filters=[("set", "=", "test"), ("seed", "=", 777)])
     logits = np.column_stack([t[c].to_numpy() for c in t.column_names if c.startswith("logit_")])
     y = pq.read_table(labels_file)["label"].to_numpy()

@@ -255,7 +255,7 @@ def test_workflow_on_slurm_matches_a_local_run_and_survives_scancel(slurm, local
 def test_chunks_grouped_per_gpu_run_in_one_slurm_job(slurm, local_run, tmp_path):
     """--groups packs chunks into one SLURM job with one GPU (gpu is scoped local), run in series and
     in dependency order: here two chunks' inference and measurement in one group (this config gives
-    lambda, mu; with the search the README keeps them in two groups, which Snakemake schedules the same way)."""
+    lambda, mu; with the search docs/cluster.md keeps them in two groups, which Snakemake schedules the same way)."""
     cluster = _cluster_project(tmp_path / "grouped", local_run)
     # device: cpu asks for no GPU; the user's --set-resources asks for one anyway, to see it shared.
     group = ["--profile", "profiles/slurm", *LOCAL_PARTITION, "--set-resources", *SET_RESOURCES, "infer:gpu=1",

@@ -1,5 +1,5 @@
 """Every result file carries a content check, verified before the file is used (issue 33;
-README, "When something goes wrong").
+docs/running.md, "When something goes wrong").
 
 * **Parquet files** (shards, logits and labels, tables, failures, analysis tables) are
   *sealed*: the SHA-256 of every byte before the footer (all column data, page headers and

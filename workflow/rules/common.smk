@@ -249,7 +249,7 @@ def job_gpus(wildcards):
     return INFER_GPUS
 
 
-# SLURM partitions, set once by the user in the environment (README, "Running on a cluster"):
+# SLURM partitions, set once by the user in the environment (docs/cluster.md, "Running on a cluster"):
 # a job that asks for a GPU goes to CALIBENCH_SLURM_GPU_PARTITION, one of the same rules that
 # asks for none (device: cpu, a logits population's import) to CALIBENCH_SLURM_CPU_PARTITION
 # (the profile gives that one to every other rule), an unset one to the cluster's default.

@@ -99,7 +99,7 @@ def _settings_changed(config: dict, table: str) -> str:
 
 def _fit_plan(config: dict, table: str) -> str:
     """Which fitted stages of ``table`` a measurement rerun fits again and which it re-applies
-    from the fit store (README, "The fit store"), from the settings the table recorded and the
+    from the fit store (docs/running.md, "The fit store"), from the settings the table recorded and the
     config now; "" when nothing was recorded. Lambda, mu left to the search count as recorded."""
     from calibench.config.settings import measurement_settings, stage_fit_settings
 
@@ -203,7 +203,7 @@ def _status(args: argparse.Namespace) -> int:
         if word == "complete":  # a complete table still says which networks failed
             why = _failed_networks(results, target) if target.endswith(".parquet") else ""
         print(f"{word:9s} {target}" + (f"  ({why})" if why else ""))
-    if settings_changed:  # what a measurement setting reruns (README, "Results follow the config")
+    if settings_changed:  # what a measurement setting reruns (docs/running.md, "Results follow the config")
         print("a measurement setting changed: the measure job of each chunk of those tables reruns from the "
               "stored logits (no archive is read; the lambda, mu search too where its settings changed), then "
               "the tables, the analysis parts, the report and the explorer")

@@ -1,7 +1,7 @@
 """A population given as logits on disk: no inference, the models' logits are imported into
 the logits store (keyed by each file's content) and measured like any network's.
 
-Two layouts (README, "Your own population"):
+Two layouts (docs/populations.md, "Your own population"):
 
 * **npz** (three lines of numpy per model)::
 

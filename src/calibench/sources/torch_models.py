@@ -2,7 +2,7 @@
 engine as NATS-Bench's networks (batched, on the configured device, failures recorded per
 model).
 
-Config (README, "Your own population")::
+Config (docs/populations.md, "Your own population")::
 
     populations:
       zoo:

@@ -1,5 +1,5 @@
 """The fit store: every network's fitted recalibration maps, kept between measurements
-(issue 35; README, "The fit store").
+(issue 35; docs/running.md, "The fit store").
 
 A change of metrics or bin counts re-applies the stored maps instead of fitting again; a
 change of one stage's fit settings refits that stage only. One file per network and

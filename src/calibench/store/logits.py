@@ -16,7 +16,7 @@ provenance as JSON under the parquet schema metadata key ``calibench``; a logits
 ``key`` is made only from what changes logits (:func:`key_fields`), so a file whose key
 matches the configuration is valid and is never computed again. Writes are atomic.
 
-Reading without calibench (README, "The logits store")::
+Reading without calibench (docs/running.md, "The logits store")::
 
     t = pyarrow.parquet.read_table(path, filters=[("set", "=", "test")])
     logits = numpy.column_stack([t[c].to_numpy() for c in t.column_names if c.startswith("logit_")])

@@ -17,7 +17,7 @@ Neighbours (= mutations): TSS, one of the 6 edges takes another of the 5 operati
 (24 neighbours); SSS, one of the 5 layers takes another of the 8 channel counts
 (35 neighbours). The searcher reports the best architecture it queried.
 
-Protocol defaults (README): budget 100 queries, where the budget counts *distinct*
+Protocol defaults (docs/tools.md, "NAS on HCS"): budget 100 queries, where the budget counts *distinct*
 architectures (asking again for one already queried is free); evolution population 20,
 tournament sample 5; local search from random starts; 100 repeats, repeat ``r`` seeded
 ``numpy.random.default_rng(seed + r)`` with base seed 0 (the same seeds for every
