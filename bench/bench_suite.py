@@ -4,7 +4,7 @@ seconds per test (in the pytest worker and in the processes it started: Snakemak
 loaders), per test file and per kind of process.
 
     python bench/bench_suite.py                 # the whole suite, as make test runs it
-    python bench/bench_suite.py -- tests/test_visibility.py -p no:xdist
+    python bench/bench_suite.py -- tests/test_failure_reporting.py -p no:xdist
 
 On 2 cores the suite is CPU-bound: its wall time is about its CPU time over 1.75, so CPU
 seconds are what a cut must save (BENCHMARKS.md, "The test suite"). How: a ``sitecustomize``

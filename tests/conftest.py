@@ -69,9 +69,9 @@ def small_sss_run(tmp_path_factory):
 # Test files that take minutes (full Snakemake runs, a SLURM cluster), longest first. `make test`
 # hands files to its three workers in collection order (--dist loadfile --no-loadscope-reorder):
 # the longest start first, so no long file is left to run alone at the end.
-SLOW_FILES = ["test_slurm.py", "test_workflow.py", "test_workflow_reruns.py", "test_visibility.py",
-              "test_populations.py", "test_trust.py", "test_minibench.py", "test_archive_loading.py", "test_faults.py",
-              "test_analysis_parts.py", "test_archive_inference.py", "test_analysis_methods.py"]
+SLOW_FILES = ["test_slurm.py", "test_workflow.py", "test_workflow_reruns.py", "test_failure_reporting.py",
+              "test_own_populations.py", "test_workflow_contract.py", "test_minibench.py", "test_archive_loading.py",
+              "test_faults.py", "test_analysis_parts.py", "test_archive_inference.py", "test_analysis_methods.py"]
 
 
 # `make test-fast` (pytest -m fast): the numeric core, the config and CLI checks, the package's

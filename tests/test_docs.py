@@ -161,3 +161,14 @@ def test_the_docs_build_as_a_site_with_no_warning(tmp_path):
             listed |= {value} if isinstance(value, str) else {v for sub in value for v in sub.values()}
     assert listed == {p.name for p in (ROOT / "docs").glob("*.md")}, "a page missing from the navigation"
     assert all((tmp_path / name.removesuffix(".md") / "index.html").is_file() or name == "index.md" for name in listed)
+
+
+def test_every_cited_test_and_bench_file_exists():
+    """A file cited as ``tests/...py`` or ``bench/...py`` in the README, docs/ or the code exists
+    (a renamed test file leaves no dangling reference)."""
+    cited = set()
+    for path in FILES:
+        if path.name != "BENCHMARKS.md":  # its dated sections record what was, under the names of the time
+            cited |= set(re.findall(r"\b((?:tests|bench)/[A-Za-z0-9_]+\.py)\b", path.read_text(errors="replace")))
+    missing = sorted(c for c in cited if not (ROOT / c).is_file())
+    assert not missing, missing

@@ -23,9 +23,9 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / "README.md").read_text()
 
 
-def test_the_quick_subset_names_existing_test_files():
-    from conftest import FAST_FILES
+def test_the_quick_subset_and_the_slow_files_name_existing_test_files():
+    from conftest import FAST_FILES, SLOW_FILES
 
-    missing = sorted(name for name in FAST_FILES if not (ROOT / "tests" / name).is_file())
+    missing = sorted(name for name in {*FAST_FILES, *SLOW_FILES} if not (ROOT / "tests" / name).is_file())
     assert not missing, missing
     assert "test-fast:" in (ROOT / "Makefile").read_text() and "make test-fast" in (ROOT / "README.md").read_text()

@@ -29,7 +29,7 @@ INFERENCE_VERSION = 1
 
 
 # The training schedules (hp) whose weights the embedded mini benchmark stores
-# (calibench.sources.nats.minibench.WEIGHTLESS is the complement; tests/test_hp_compare.py checks the two
+# (calibench.sources.nats.minibench.WEIGHTLESS is the complement; tests/test_schedules.py checks the two
 # agree): TSS hp 12 only with ``minibench.tss_hp12_weights``, every schedule of a real-size
 # mini benchmark. Kept here so the Snakefile can check a config without importing torch.
 MINIBENCH_WEIGHTED_HPS = {"tss": ("200",), "sss": ("90",)}
