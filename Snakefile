@@ -45,5 +45,5 @@ rule all:
     default_target: True
     input:
         all_tables(),
-        f"{RESULTS}/report.html",
+        results_path(layout.report_path),
         [results_path(layout.explorer_page)] if config["explorer"] else [],

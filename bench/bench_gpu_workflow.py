@@ -668,6 +668,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from calibench import layout
+    from calibench import vocabulary
     from calibench.config import settings as stage
     from calibench.inference.engine import resolve_device
     from calibench.measure.jobs import measure_chunk_job, odir_search_job
@@ -857,7 +858,7 @@ def main() -> int:
                         **phase.record(), "networks": len(found["networks"]), "folds": search_settings["folds"],
                         "grid_pairs": pairs, "stages": searched, "n_val": found["n_val"],
                         "per_network_fold_pair_stage_ms": round(phase.seconds / fits * 1e3, 4),
-                        "chosen": {s: (v["lambda"], v["mu"], bool(v[f"{s}_{layout.SEARCH_FLAG}"]))
+                        "chosen": {s: (v["lambda"], v["mu"], bool(v[f"{s}_{vocabulary.SEARCH_FLAG}"]))
                                    for s, v in found["chosen"].items()},
                         "iterations_max": {s: int(np.nanmax(np.asarray(g["iterations"], dtype=float)))
                                            for s, g in found["grid"].items()},

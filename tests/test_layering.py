@@ -5,22 +5,25 @@ Layers, upstream first. A module imports its own layer and those before it; a st
 write the store, measurement jobs write shards). On top of that: sources import nothing
 downstream of the logits store, nothing downstream of the store imports a source (the CLI
 reaches sources only through ``calibench.sources``' entry points), the numeric core imports
-no other calibench layer and no I/O library, and there is no import circle, between modules
-or between packages.
+no other calibench layer (only calibench.vocabulary's names) and no I/O library, and there is
+no import circle, between modules or between packages.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
 PACKAGE = SRC / "calibench"
 
 LAYERS = [
-    ("foundation", ("calibench", "calibench.atomic", "calibench.runtime", "calibench.layout", "calibench.config")),
+    ("foundation", ("calibench", "calibench.atomic", "calibench.runtime", "calibench.vocabulary", "calibench.layout",
+                    "calibench.config")),
     ("core", ("calibench.metrics", "calibench.recalibration")),
     ("inference", ("calibench.inference",)),
     ("store", ("calibench.store",)),
@@ -124,7 +127,7 @@ def test_the_numeric_core_knows_no_files_and_no_other_layer():
     for module, (ours, theirs) in GRAPH.items():
         if layer_of(module) != "core":
             continue
-        wrong += [f"{module} imports {dep}" for dep in ours if layer_of(dep) != "core" and dep != "calibench.layout"]
+        wrong += [f"{module} imports {dep}" for dep in ours if layer_of(dep) != "core" and dep != "calibench.vocabulary"]
         wrong += [f"{module} imports the I/O library {lib}" for lib in theirs & IO_LIBRARIES]
     assert not wrong, "\n".join(sorted(wrong))
 
@@ -222,3 +225,41 @@ def test_jobs_without_a_network_start_without_torch(job):
             "    assert 'torch' not in sys.modules, m + ' imports torch'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+# Fragments of results paths (calibench.layout builds them all): a string of code elsewhere that
+# holds one spells a path that layout.py alone should (issue 36). Docstrings and comments may show them.
+PATH_FRAGMENT = re.compile(r"arch=|dataset=|space=|(?<![ %\w])hp=|report\.html|(?:^|/)odir_(?!search)|failures/|chunks/|shards/"
+                           r"|tables/|fits/|logits/|explorer/index")
+
+
+def _code_strings(path: Path):
+    import ast
+
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.body
+                  and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+
+
+def test_results_paths_are_spelled_in_layout_only():
+    package = ROOT / "src" / "calibench"
+    found = [f"{p.relative_to(ROOT)}:{line}: {text[:80]!r}" for p in sorted(package.rglob("*.py"))
+             if p.name != "layout.py" for line, text in _code_strings(p) if PATH_FRAGMENT.search(text)]
+    for rules in [ROOT / "Snakefile", *sorted((ROOT / "workflow" / "rules").glob("*.smk"))]:
+        in_docstring = False
+        for i, line in enumerate(rules.read_text().splitlines(), 1):
+            quotes = line.count('"""')
+            if in_docstring or quotes:
+                in_docstring = in_docstring ^ (quotes % 2 == 1)
+                continue
+            code = line.split("#", 1)[0]
+            if "log_file(" in code or "benchmark_file(" in code:  # names of job records under logs/, benchmarks/
+                continue
+            literals = [a or b for a, b in re.findall(r'"([^"\n]*)"|\'([^\'\n]*)\'', code)]
+            if any(PATH_FRAGMENT.search(text) for text in literals):
+                found.append(f"{rules.relative_to(ROOT)}:{i}: {line.strip()[:80]}")
+    assert not found, "results paths spelled outside calibench.layout:\n" + "\n".join(found)

@@ -91,7 +91,7 @@ def test_top_puts_the_best_first_and_says_in_which_order(tmp_path, capsys, by, l
 
 def test_nas_and_top_agree_on_every_registry_column():
     from calibench.analysis.nats import nas
-    from calibench.layout import STAGES
+    from calibench.vocabulary import STAGES
     from calibench.metrics import registry
 
     checked = 0

@@ -1,4 +1,4 @@
-"""Where everything lives under a results directory, and the stage names: defined here once.
+"""Where everything lives under a results directory: defined here once (the names: calibench.vocabulary).
 
 The Snakefile, the jobs, the queries, the repair check, the interop commands and the CLI all
 build their paths with these functions (docs/architecture.md, "every results path, once"). Each
@@ -37,24 +37,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-# The post-hoc stages (docs/recalibration.md, "Common rules"): ``pre`` is the network's own
-# softmax, ``post`` temperature scaling. They prefix the columns of shards and tables.
-STAGES = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")
-# The stages whose off-diagonal and intercept regularisation (lambda, mu) is searched.
-ODIR_STAGES = ("ms", "dir")
-# 1 where a stage's lambda, mu search chose a pair whose CV NLL is worse than identity's
-# (docs/recalibration.md, "Choosing lambda and mu"): a shard's metric, a table's
-# {stage}_search_worse_than_identity, the search JSON's chosen.{stage}.{stage}_search_...
-SEARCH_FLAG = "search_worse_than_identity"
-# The columns of every shard row (calibench.results.shards gives their types); a table adds
-# ``measured_by`` and widens (stage, metric, bins) into ``{stage}_{metric}[_{bins}]`` columns.
-ROW_COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "stage", "metric", "bins", "value",
-               "params", "flops", "temperature", "accuracy", "recorded_accuracy", "n_eval", "config_hash",
-               "logits_key", "logits_file", "source_bytes", "source_mtime", "calibench_version")
-TABLE_EXTRA_COLUMNS = ("measured_by",)
-# The spaces of NATS-Bench; other names are populations from config ``populations``.
-NATS_SPACES = ("tss", "sss")
-
 
 def _chunk(chunk: int | str) -> str:
     return f"chunk{chunk}" if isinstance(chunk, str) else f"chunk{int(chunk):05d}"
@@ -81,6 +63,30 @@ def member_file(index: int | str) -> str:
     return f"arch={index}.parquet" if isinstance(index, str) else f"arch={int(index):06d}.parquet"
 
 
+MEMBER_GLOB = member_file("*")
+
+
+def member_index(path: str | Path) -> int:
+    """The index of a member file (``arch=000123.parquet`` -> 123); ValueError naming the file."""
+    name = Path(path).name
+    match = re.fullmatch(r"arch=(\d+)\.parquet", name)
+    if match is None:
+        raise ValueError(f"{path}: not a member file (expected {member_file(0)})")
+    return int(match.group(1))
+
+
+def partition_of(name: str | Path) -> tuple[str, str] | None:
+    """``("dataset", "cifar10")`` of a partition's folder or file name (``dataset=cifar10``,
+    ``dataset=cifar10.parquet``, ``space=zoo``, ``hp=200``); None for any other name."""
+    key, sep, value = Path(name).name.removesuffix(".parquet").partition("=")
+    return (key, value) if sep and key in ("space", "hp", "dataset") else None
+
+
+def dataset_partition(dataset: str) -> str:
+    """``dataset=cifar10``: the folder of one dataset's member files under a partition."""
+    return f"dataset={dataset}"
+
+
 # ---------------------------------------------------------------- upstream: populations, logits
 
 def population_path(results: str | Path, space: str) -> Path:
@@ -92,7 +98,7 @@ def logits_dir(results: str | Path) -> Path:
 
 
 def logits_path(results: str | Path, space: str, hp: str, dataset: str, index: int | str) -> Path:
-    return logits_dir(results) / partition(space, hp) / f"dataset={dataset}" / member_file(index)
+    return logits_dir(results) / partition(space, hp) / dataset_partition(dataset) / member_file(index)
 
 
 def fits_dir(results: str | Path) -> Path:
@@ -101,13 +107,18 @@ def fits_dir(results: str | Path) -> Path:
 
 def fits_path(results: str | Path, space: str, hp: str, dataset: str, index: int | str) -> Path:
     """One network's fitted recalibration maps, every seed and stage (the fit store)."""
-    return fits_dir(results) / partition(space, hp) / f"dataset={dataset}" / member_file(index)
+    return fits_dir(results) / partition(space, hp) / dataset_partition(dataset) / member_file(index)
 
 
 def labels_path(results: str | Path, dataset: str, space: str | None = None) -> Path:
     """NATS-Bench's labels are shared by its spaces (``space`` None); a population has its own."""
-    base = logits_dir(results) / "labels"
-    return (base / f"space={space}" if space else base) / f"dataset={dataset}.parquet"
+    return store_labels_path(logits_dir(results), dataset, space)
+
+
+def store_labels_path(store: str | Path, dataset: str, space: str | None = None) -> Path:
+    """:func:`labels_path` inside a logits store folder ``store`` (``results/logits``)."""
+    base = Path(store) / "labels"
+    return (base / f"space={space}" if space else base) / f"{dataset_partition(dataset)}.parquet"
 
 
 def chunks_dir(results: str | Path) -> Path:
@@ -132,12 +143,18 @@ def odir_path(results: str | Path, target: str, dataset: str) -> Path:
     return Path(results) / "recalibration" / f"odir_{target}_{dataset}.json"
 
 
+def odir_key(path: str | Path) -> tuple[str, str]:
+    """(target, dataset) of an :func:`odir_path` file."""
+    target, _, dataset = Path(path).stem.removeprefix("odir_").rpartition("_")
+    return target, dataset
+
+
 def shards_dir(results: str | Path) -> Path:
     return Path(results) / "shards"
 
 
 def shard_dir(results: str | Path, space: str, hp: str, dataset: str) -> Path:
-    return shards_dir(results) / partition(space, hp) / f"dataset={dataset}"
+    return shards_dir(results) / partition(space, hp) / dataset_partition(dataset)
 
 
 def shard_path(results: str | Path, space: str, hp: str, dataset: str, index: int | str) -> Path:

@@ -32,7 +32,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from calibench import integrity
-from calibench.layout import NATS_SPACES, analysis_dir, part_manifest, part_plots_dir  # noqa: F401 (part_manifest: used by the report)
+from calibench.layout import analysis_dir, part_manifest, part_plots_dir  # noqa: F401 (part_manifest: used by the report)
+from calibench.vocabulary import NATS_SPACES
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibench.layout import STAGES
+from calibench.vocabulary import STAGES
 
 DPI = 110  # every figure's PNG resolution
 # The width the report shows a figure at, at most (report/page.py: body max-width 1200 px

@@ -27,19 +27,19 @@ def _choices(found: Sequence[str]) -> str:
 def _measured(results: Path, space: str) -> dict[str, set[str]]:
     """{hp: datasets} with shards for ``space`` ("" for a population without schedules), read
     from the folder names only (never the shard files themselves)."""
-    base = layout.shards_dir(results) / f"space={space}"
+    base = layout.shards_dir(results) / layout.partition(space, "")
     out: dict[str, set[str]] = {}
     for part in (base.iterdir() if base.is_dir() else []):
-        key, _, value = part.name.partition("=")
+        key, value = layout.partition_of(part.name) or ("", "")
         if key == "hp" and part.is_dir():
-            out[value] = {d.name.split("=", 1)[1] for d in part.iterdir() if d.name.startswith("dataset=")}
+            out[value] = {kv[1] for d in part.iterdir() if (kv := layout.partition_of(d.name)) and kv[0] == "dataset"}
         elif key == "dataset":
             out.setdefault("", set()).add(value)
     return out
 
 
 def _hp_of(results: Path, space: str, dataset: str, hp: str | None) -> str:
-    spaces = sorted(p.name.split("=", 1)[1] for p in layout.shards_dir(results).glob("space=*"))
+    spaces = sorted(layout.partition_of(p.name)[1] for p in layout.shards_dir(results).glob(str(layout.partition("*", ""))))
     if space not in spaces:
         raise ValueError(f"--space {space}: no shards of it under {layout.shards_dir(results)} "
                          f"(spaces measured: {_choices(spaces)})")
@@ -56,7 +56,8 @@ def _hp_of(results: Path, space: str, dataset: str, hp: str | None) -> str:
         return ""  # a population beyond NATS-Bench: no schedule
     found = sorted(h for h, held in measured.items() if h and dataset in held)
     if len(found) != 1:
-        raise ValueError(f"{results}/shards/space={space}: {'no hp holds' if not found else f'hps {found} hold'} "
+        raise ValueError(f"{layout.shards_dir(results) / layout.partition(space, '')}: "
+                         f"{'no hp holds' if not found else f'hps {found} hold'} "
                          f"dataset {dataset}; give --hp")
     return found[0]
 

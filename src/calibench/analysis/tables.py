@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from calibench.layout import STAGES
+from calibench.vocabulary import STAGES
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calibench import layout
+
+from calibench import vocabulary
 from calibench.config import settings as stage
 
 
@@ -44,7 +46,7 @@ def check_inputs(config: Mapping, results: str | Path) -> InputCheck:
     results = Path(results)
     out = InputCheck()
     targets = stage.targets(config)
-    nats = sorted({space for space, _ in targets.values() if space in layout.NATS_SPACES})
+    nats = sorted({space for space, _ in targets.values() if space in vocabulary.NATS_SPACES})
     ood = config.get("ood") or {}
     needed = [(f"archives.{s}", config["archives"][s], "meta.pickle.pbz2", [s]) for s in nats]
     if nats:

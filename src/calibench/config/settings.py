@@ -20,7 +20,8 @@ from pathlib import Path
 
 from calibench import layout
 from calibench.config.check import schema_default
-from calibench.layout import NATS_SPACES, ODIR_STAGES, split_target, target_name  # noqa: F401 (split_target: for callers)
+from calibench.layout import split_target, target_name  # noqa: F401 (split_target: for callers)
+from calibench.vocabulary import NATS_SPACES, ODIR_STAGES
 
 # Bump when inference changes the logits it produces (network forms, data pipeline):
 # every stored logits file's key changes with it (calibench.store.logits), and so do the

@@ -29,6 +29,8 @@ import pyarrow as pa
 import torch
 
 from calibench import integrity, layout
+
+from calibench import vocabulary
 from calibench.config.check import schema_default
 from calibench.store import fits as fit_store
 from calibench.store import logits as store
@@ -184,7 +186,7 @@ def resolve_odir(settings: Mapping, odir_file: str | Path | None) -> dict:
             if rec[stage][name] is None:
                 rec[stage][name] = float(chosen[name])
         # measured as the stage's {stage}_search_worse_than_identity (docs/recalibration.md)
-        rec[stage][layout.SEARCH_FLAG] = int(chosen.get(f"{stage}_{layout.SEARCH_FLAG}", 0))
+        rec[stage][vocabulary.SEARCH_FLAG] = int(chosen.get(f"{stage}_{vocabulary.SEARCH_FLAG}", 0))
     return settings
 
 
@@ -236,7 +238,7 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
                             tolerance=settings["tolerance"])
         chosen[stage] = {"lambda": float(found["lambda"]), "mu": float(found["mu"]), "cv_nll": found["nll"],
                          "identity_cv_nll": found["identity_nll"], "reason": found["reason"],
-                         f"{stage}_{layout.SEARCH_FLAG}": int(found["worse_than_identity"])}
+                         f"{stage}_{vocabulary.SEARCH_FLAG}": int(found["worse_than_identity"])}
         if found["worse_than_identity"]:
             log.warning("%s hp=%s %s %s: %s", space, hp, dataset, stage, found["reason"])
         grids[stage] = {"values": list(found["grid"]), "mean_nll": np.asarray(found["mean_nll"]).tolist(),
@@ -285,7 +287,8 @@ def _read_stored(results: Path, space: str, hp: str, dataset: str, index: int, e
     path = layout.logits_path(results, space, hp, dataset, index)
     if not path.is_file():
         raise store.StoreError(path, "logits file missing (deleted under keep_logits: false, or moved); rerun its "
-                                     "inference: snakemake --forcerun infer (or delete results/chunks/infer)")
+                                     "inference: snakemake --forcerun infer (or delete "
+                                     f"{layout.infer_manifest(results, '*', 0).parent.parent})")
     stored = store.read_network_logits(path)
     if stored.key != expected_key:
         raise store.StoreError(path, f"written for logits key {stored.key}, but its inference job recorded "

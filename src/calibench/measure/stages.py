@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from calibench.layout import SEARCH_FLAG, STAGES
+from calibench.vocabulary import SEARCH_FLAG, STAGES
 from calibench.metrics._arrays import check_bins, check_logits
 from calibench.metrics.reliability import RELIABILITY_BINS, reliability_from_logits
 from calibench.metrics.scores import auroc

@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from calibench.layout import SEARCH_FLAG, STAGES
+from calibench.vocabulary import SEARCH_FLAG, STAGES
 
 __all__ = ["Meaning", "Column", "METRICS", "column", "higher_is_better", "best_first_descending", "direction_words",
            "outside_range", "unstable"]

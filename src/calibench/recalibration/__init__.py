@@ -8,7 +8,7 @@ returns a :class:`Fitted` whose ``probs(logits)`` gives full probability vectors
 
 import torch
 
-from calibench.layout import ODIR_STAGES, STAGES
+from calibench.vocabulary import ODIR_STAGES, STAGES
 from calibench.recalibration.base import Fitted
 from calibench.recalibration.temperature import fit_temperature, fit_temperature_batch, fit_temperature_scaling
 

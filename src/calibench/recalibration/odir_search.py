@@ -24,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from calibench.layout import ODIR_STAGES
+from calibench.vocabulary import ODIR_STAGES
 from calibench.recalibration.batched import _label_rows
 from calibench.recalibration.lbfgs import _fit_odir
 from calibench.recalibration.scaling import DEFAULT_TOLERANCE, _check_batch

@@ -25,7 +25,8 @@ from calibench.analysis.kendall import question4_findings
 from calibench.analysis.nats import architecture, schedules
 from calibench.analysis.tables import KEYS, first_seed, load_tables, measured, nearest_bins, table_stages
 from calibench.config.settings import part_settings
-from calibench.layout import SEARCH_FLAG, STAGES, analysis_dir, report_path, report_sums
+from calibench.layout import analysis_dir, odir_path, report_path, report_sums
+from calibench.vocabulary import SEARCH_FLAG, STAGES
 from calibench.report.claims import claims, claims_html
 from calibench.report.findings import findings
 from calibench.report.page import SECTIONS, write_report
@@ -82,7 +83,8 @@ def odir_flags(results: Path, tables: Sequence[str | Path]) -> str:
 
     lines = []
     for table in tables:
-        path = Path(results) / "recalibration" / f"odir_{Path(table).stem}.json"
+        target, _, dataset = Path(table).stem.rpartition("_")
+        path = odir_path(results, target, dataset)
         if not path.is_file():
             continue
         for stage, chosen in integrity.read_json(path)["chosen"].items():

@@ -16,6 +16,8 @@ import numpy as np
 import pandas as pd
 
 from calibench import layout
+
+from calibench import vocabulary
 from calibench.analysis.compare import Comparison
 from calibench.analysis.plots import DPI, REPORT_CONTENT_PX, pyplot
 from calibench.atomic import atomic_write
@@ -206,7 +208,7 @@ def plot_png(cmp: Comparison) -> bytes | None:
                      f"in B", fontsize=9, loc="left")
         ax.set_ylabel("max |A - B|", fontsize=8)
         ax.tick_params(labelsize=7)
-        stages = [name.split("_", 1)[0] if name.split("_", 1)[0] in layout.STAGES else "" for name in c["column"]]
+        stages = [name.split("_", 1)[0] if name.split("_", 1)[0] in vocabulary.STAGES else "" for name in c["column"]]
         starts = [i for i in range(len(stages)) if i == 0 or stages[i] != stages[i - 1]]
         ticks, labels = [], []
         for j, start in enumerate(starts):

@@ -41,8 +41,8 @@ import pyarrow.parquet as pq
 
 from calibench import integrity
 from calibench.atomic import atomic_write
-from calibench.layout import (STAGES, analysis_path, explorer_dir, explorer_page, explorer_sums, result_tables,
-                              shard_path, target_name)
+from calibench.layout import (analysis_path, explorer_dir, explorer_page, explorer_sums, result_tables, shard_path, target_name)
+from calibench.vocabulary import STAGES
 
 log = logging.getLogger(__name__)
 

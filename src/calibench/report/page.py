@@ -8,6 +8,7 @@ it from the parts' outputs.
 from __future__ import annotations
 
 import html
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -145,7 +146,8 @@ def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.Dat
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>calibench report</title>",
              f"<style>{STYLE}</style></head><body>", "<h1>calibench report</h1>"]
     if explorer:
-        parts.append("<p id='explorer-link'><a href='explorer/index.html'>Open the interactive explorer</a>: any two "
+        link = os.path.relpath(layout.explorer_page(results), layout.report_path(results).parent)
+        parts.append(f"<p id='explorer-link'><a href='{link}'>Open the interactive explorer</a>: any two "
                      "columns of the tables as a scatter, each network's reliability diagrams, the Kendall matrices "
                      "with their intervals (<code>calibench explore</code>).</p>")
     if minibench:

@@ -72,7 +72,7 @@ def terminal_summary(results: str | Path, tables: Sequence[str | Path]) -> str:
     pairs = networks.drop_duplicates(["table", "arch_index"])
     said = ([f"{len(pairs)} network result(s) missing from {pairs['table'].nunique()} table(s)"] if len(pairs) else []) \
         + ([f"{len(stages)} recalibration stage(s) NaN"] if len(stages) else [])
-    lines = [f"calibench: {', '.join(said) or 'networks missing'} (results/failures/*.parquet):"]
+    lines = [f"calibench: {', '.join(said) or 'networks missing'} ({layout.failures_path(results, '*', '*')}):"]
     for c in short:
         lines.append(f"  {c['table']}: {c['measured']} of {c['selected']} selected networks measured")
     for _, row in pd.concat([networks, stages]).head(SHOWN).iterrows():
@@ -94,7 +94,8 @@ def html(results: str | Path, tables: Sequence[str | Path]) -> str:
     if found.empty and measured == total:
         return f"<p>Every selected network was measured ({measured} networks over {len(cover)} tables); nothing failed.</p>"
     parts = [f"<p class='warn'><b>{total - measured} of {total} selected networks are not in the tables</b>; "
-             f"{len(found)} failure row(s) in <code>results/failures/</code>. Repair the file named and run "
+             f"{len(found)} failure row(s) in <code>{_html.escape(str(layout.failures_dir(results)))}/</code>. "
+             "Repair the file named and run "
              "again: changed or restored inputs are retried, damaged results recomputed.</p>"]
     rows = "".join(f"<tr><td>{_html.escape(c['table'])}</td><td>{c['measured']}</td><td>{c['selected']}</td></tr>"
                    for c in cover if c["measured"] < c["selected"])
@@ -107,7 +108,8 @@ def html(results: str | Path, tables: Sequence[str | Path]) -> str:
             f"<td>{_html.escape(str(r['source']))}</td><td>{_html.escape(str(r['reason']))}</td></tr>"
             for _, r in shown.iterrows()) + "</table>")
         if len(found) > len(shown):
-            parts.append(f"<p>… and {len(found) - len(shown)} more in <code>results/failures/</code>.</p>")
+            parts.append(f"<p>… and {len(found) - len(shown)} more in "
+                         f"<code>{_html.escape(str(layout.failures_dir(results)))}/</code>.</p>")
     return "\n".join(parts)
 
 
@@ -157,7 +159,7 @@ def search_summary(tables: Sequence[str | Path]) -> str:
     lambda and mu"); "" when there are none."""
     import pyarrow.parquet as pq
 
-    from calibench.layout import SEARCH_FLAG
+    from calibench.vocabulary import SEARCH_FLAG
 
     found = []
     for table in tables:

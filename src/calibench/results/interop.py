@@ -74,7 +74,7 @@ _DATASET_OF_FILE = {"cifar10": "cifar10", "cifar10-valid": "cifar10-valid", "cif
                     "imagenet": "ImageNet16-120", "imagenet16-120": "ImageNet16-120"}  # lower-case file prefix
 _FILE_NAME = re.compile(r"^(?P<dataset>.+?)_(?P<space>tss|sss)(?:_hp(?P<hp>[0-9]+))?\.csv$", re.IGNORECASE)
 # The stages the published files hold (the network's softmax, temperature scaling): two of
-# calibench.layout.STAGES, the only ones a tao2024 file can carry.
+# calibench.vocabulary.STAGES, the only ones a tao2024 file can carry.
 PUBLISHED_STAGES = ("pre", "post")
 
 # Our metric orders (metrics/suite.py, not imported here: it needs torch).

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from calibench import __version__
 from calibench import integrity
 from calibench import layout
-from calibench.layout import ROW_COLUMNS
+from calibench.vocabulary import ROW_COLUMNS
 
 _TYPES = dict(
     [

@@ -494,7 +494,7 @@ def build_table(space: str, hp: str, dataset: str, results: str | Path, out: str
         try:
             return digester.digest(_read_shard(path, found)), found[0]
         except Exception as exc:  # a damaged shard (set aside: the repair check sees it gone) is left out
-            index = int(path.stem.split("=")[1])
+            index = layout.member_index(path)
             unreadable[index] = (f"damaged since it was measured ({exc.cause}), set aside as "
                                  f"{integrity.set_aside(path).name}" if isinstance(exc, integrity.DamagedFile)
                                  else f"unreadable since it was measured ({type(exc).__name__}: {exc})")

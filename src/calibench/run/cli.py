@@ -466,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     ns.add_argument("--sample", type=int, default=5, help="regularised evolution's tournament size")
     ns.set_defaults(func=_nas)
 
-    xp = sub.add_parser("explore", help="write an interactive explorer of a finished run (results/explorer/index.html)")
+    xp = sub.add_parser("explore", help=f"write an interactive explorer of a finished run ({layout.explorer_page('results')})")
     xp.add_argument("--results", default="results")
     xp.add_argument("--threads", type=int, default=4, help="threads reading the shards' reliability bins")
     xp.add_argument("--demo", action="store_true", help="say on the page that the run is the mini benchmark")
@@ -487,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     im = sub.add_parser("import", help="tables in another layout into result tables (tao2024)")
     im.add_argument("--format", required=True, choices=["tao2024"])
     im.add_argument("src", help="a directory of files (or one file) in that layout")
-    im.add_argument("--results", default="results", help="results directory to write tables/ into")
+    im.add_argument("--results", default="results", help="results directory to write the tables into")
     im.add_argument("--overwrite", action="store_true", help="replace tables this project measured")
     im.set_defaults(func=_import)
 
@@ -508,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     lg.set_defaults(func=_logits)
 
     sc = sub.add_parser("screenshot", help="render the report in a headless Chromium to a PNG and check it")
-    sc.add_argument("--report", default="results/report.html")
+    sc.add_argument("--report", default=str(layout.report_path("results")))
     sc.add_argument("--out", default=None, help="PNG path (default: results/report.png, beside the report)")
     sc.add_argument("--width", type=int, default=1400, help="window width in px (the page is shot full height)")
     sc.set_defaults(func=_screenshot)
@@ -519,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
             ("measure-chunk", _measure_chunk, "job: measure one chunk of one dataset from the store into shards"),
             ("build-table", _build_table, "job: aggregate shards into a wide table"),
             ("analysis-part", _analysis_part, "job: one part of the analysis (tables, figures, report blocks)"),
-            ("report", _report, "job: report.html, findings and claims from the analysis parts"))
+            ("report", _report, "job: the report, findings and claims from the analysis parts"))
     assert tuple(name for name, _, _ in jobs) == JOB_COMMANDS
     for name, func, helptext in jobs:
         p = sub.add_parser(name, description=helptext)  # no help=: left out of the command list

@@ -21,6 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from calibench import integrity, layout
+
+from calibench import vocabulary
 from calibench.atomic import file_state
 
 
@@ -142,7 +144,7 @@ def lost_outputs(results: str | os.PathLike, logits: bool = True) -> list[tuple[
             continue
         by_population.setdefault(layout.population_path(results, space), []).extend(
             [*manifests, *layout.matching(layout.infer_manifest(results, target, "*"))])
-        labels = layout.labels_path(results, dataset, space=None if space in layout.NATS_SPACES else space)
+        labels = layout.labels_path(results, dataset, space=None if space in vocabulary.NATS_SPACES else space)
         if logits and not labels.exists():
             out.append((labels, gone, manifests))
         try:
@@ -197,8 +199,9 @@ def damaged_outputs(results: str | os.PathLike, logits: bool = True) -> list[tup
                    *layout.matching(layout.labels_path(results, "*", space="*"))]:
         cause = integrity.check(labels)
         if cause:
-            dataset = labels.stem.removeprefix("dataset=")
-            space = labels.parent.name.removeprefix("space=") if labels.parent.name.startswith("space=") else None
+            dataset = layout.partition_of(labels.name)[1]
+            owner = layout.partition_of(labels.parent.name)
+            space = owner[1] if owner and owner[0] == "space" else None
             manifests = measure_of(space, dataset) if space else [
                 *measure_of("tss_*", dataset), *measure_of("sss_*", dataset)]
             out.append((labels, cause, manifests))
@@ -206,14 +209,14 @@ def damaged_outputs(results: str | os.PathLike, logits: bool = True) -> list[tup
         cause = integrity.check(population)
         if cause:
             space = population.stem
-            targets = [space] if space not in layout.NATS_SPACES else [f"{space}_*"]
+            targets = [space] if space not in vocabulary.NATS_SPACES else [f"{space}_*"]
             manifests = [m for t in targets for m in [*layout.matching(layout.infer_manifest(results, t, "*")),
                                                       *measure_of(t, "*")]]
             out.append((population, cause, manifests))
     for odir in layout.matching(layout.odir_path(results, "*", "*")):
         cause = integrity.check(odir)
         if cause:
-            target, _, dataset = odir.stem.removeprefix("odir_").rpartition("_")
+            target, dataset = layout.odir_key(odir)
             out.append((odir, cause, measure_of(target, dataset)))
     for manifest in layout.matching(layout.part_manifest(results, "*")):
         try:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from calibench import layout
 
+from calibench import vocabulary
+
 DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's `configfile:`; --configfile values go over it
 
 
@@ -92,7 +94,7 @@ def _settings_changed(config: dict, table: str) -> str:
     for key in list(new) + [k for k in old if k not in new]:
         before, after = old.get(key, "(absent)"), new.get(key, "(absent)")
         searched = key.endswith((".lambda", ".mu")) and after == ""
-        if before != after and not searched and not key.endswith(layout.SEARCH_FLAG):
+        if before != after and not searched and not key.endswith(vocabulary.SEARCH_FLAG):
             changes.append(f"{key}: {before} → {after}")
     return "settings changed: " + "; ".join(changes) if changes else ""
 
@@ -107,7 +109,7 @@ def _fit_plan(config: dict, table: str) -> str:
     if not recorded:
         return ""
     new = measurement_settings(config)
-    for stage in layout.ODIR_STAGES:
+    for stage in vocabulary.ODIR_STAGES:
         given, before = new["recalibration"].get(stage), recorded.get("recalibration", {}).get(stage)
         if given and before:
             given.update({k: before.get(k) for k in ("lambda", "mu") if given.get(k) is None})

@@ -36,8 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from calibench import integrity
+from calibench import layout as paths  # (``layout`` below is this module's reading of a folder's layout)
 from calibench.store import logits as store
-from calibench.layout import ROW_COLUMNS, STAGES, TABLE_EXTRA_COLUMNS, labels_path, population_path
+from calibench.layout import labels_path, population_path
+from calibench.vocabulary import ROW_COLUMNS, STAGES, TABLE_EXTRA_COLUMNS
 from calibench.config.settings import INFERENCE_VERSION
 from calibench.sources import SourceError
 
@@ -60,9 +62,11 @@ def layout(path: str | Path) -> tuple[str, Path]:
     if (root / MODELS_CSV).is_file():
         return "npz", root
     for candidate in (root, root / "logits"):
-        if any(candidate.glob("space=*/*dataset=*")) or any(candidate.glob("space=*/hp=*/dataset=*")):
+        trees = [paths.partition("*", hp) / paths.dataset_partition("*") for hp in ("", "*")]
+        if any(any(candidate.glob(str(tree))) for tree in trees):
             return "store", candidate
-    raise SourceError(f"{root}: neither a {MODELS_CSV} (npz layout) nor a calibench logits store (space=*/...)")
+    raise SourceError(f"{root}: neither a {MODELS_CSV} (npz layout) nor a calibench logits store "
+                      f"({paths.partition('*', '')}/...)")
 
 
 def read_models_csv(path: str | Path):
@@ -107,12 +111,15 @@ def _metadata(df) -> dict[str, list]:
 
 def _store_tree(root: Path, settings: Mapping) -> Path:
     """The one ``space=…[/hp=…]`` tree of a store the settings pick."""
-    trees = sorted({p.parent for p in root.glob("space=*/hp=*/dataset=*")} | {p.parent for p in root.glob("space=*/dataset=*")
-                                                                              if not p.parent.name.startswith("hp=")})
+    with_hp, without = paths.partition("*", "*"), paths.partition("*", "")
+    hp_prefix = paths.partition("", "*").name[:-1]  # "hp="
+    trees = sorted({p.parent for p in root.glob(str(with_hp / paths.dataset_partition("*")))}
+                   | {p.parent for p in root.glob(str(without / paths.dataset_partition("*")))
+                      if not p.parent.name.startswith(hp_prefix)})
     if settings.get("space"):
-        trees = [t for t in trees if f"space={settings['space']}" in t.parts]
+        trees = [t for t in trees if paths.partition(settings["space"], "").name in t.parts]
     if settings.get("hp"):
-        trees = [t for t in trees if t.name == f"hp={settings['hp']}"]
+        trees = [t for t in trees if t.name == paths.partition("", settings["hp"]).name]
     if len(trees) != 1:
         found = ", ".join(str(t.relative_to(root)) for t in trees) or "none"
         raise SourceError(f"{root}: {len(trees)} logits trees match (found: {found}); give the population's "
@@ -124,8 +131,8 @@ def _store_members(tree: Path, datasets) -> tuple[list[str], dict[str, list], li
     """Names, metadata and original indices of a store tree's networks (from the footers)."""
     found: dict[int, dict] = {}
     for dataset in datasets:
-        for path in sorted((tree / f"dataset={dataset}").glob("arch=*.parquet")):
-            index = int(path.stem.split("=", 1)[1])
+        for path in sorted((tree / paths.dataset_partition(dataset)).glob(paths.MEMBER_GLOB)):
+            index = paths.member_index(path)
             if index in found:
                 continue
             try:
@@ -220,8 +227,8 @@ def write_labels(settings: Mapping, space: str, dataset: str, out: str | Path) -
     """A dataset's labels: those most of the population's files carry (npz), or the store's."""
     kind, root = layout(settings["path"])
     if kind == "store":
-        own = root / "labels" / f"space={settings.get('space', '')}" / f"dataset={dataset}.parquet"
-        source = own if settings.get("space") and own.is_file() else root / "labels" / f"dataset={dataset}.parquet"
+        own = paths.store_labels_path(root, dataset, settings.get("space") or None)
+        source = own if settings.get("space") and own.is_file() else paths.store_labels_path(root, dataset)
         labels = store.read_labels(source)
         return store.write_labels(out, labels.labels, dataset=dataset, key=labels.meta["key"], source=str(source))
     names = read_models_csv(root / MODELS_CSV)["model"].tolist()
@@ -266,7 +273,7 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     def file_of(index: int, dataset: str) -> Path:
         if kind == "npz":
             return _npz_path(root, dataset, names[index])
-        return tree / f"dataset={dataset}" / f"arch={int(source_index[index]):06d}.parquet"
+        return tree / paths.dataset_partition(dataset) / paths.member_file(int(source_index[index]))
 
     def identity(path: Path) -> str | None:
         if not path.is_file():

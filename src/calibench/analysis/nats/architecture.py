@@ -27,7 +27,8 @@ from calibench.analysis.hcs import hcs_table
 from calibench.analysis.nats import architecture_figures as af
 from calibench.results.archstr import EDGE_NAMES, parse_sss, tss_edge_ops
 from calibench.analysis.tables import STAGES, demo_suffix, load_tables, measured, nearest_bins
-from calibench.layout import NATS_SPACES, analysis_dir
+from calibench.layout import analysis_dir
+from calibench.vocabulary import NATS_SPACES
 
 OUTPUTS = ("tss_edge_ops.parquet", "sss_size_brackets.parquet", "tss_kernel_parameters.parquet",
            "sss_width_progression.parquet")

@@ -573,7 +573,8 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
     """The NAS part (NATS-Bench spaces only): ``analysis/nas.csv`` and the report's tables.
     ``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``nas``."""
     from calibench.analysis.tables import KEYS, load_tables
-    from calibench.layout import NATS_SPACES, analysis_dir
+    from calibench.layout import analysis_dir
+    from calibench.vocabulary import NATS_SPACES
 
     wanted = {*KEYS, "accuracy", HCS_ECE, *METRICS, *OBJECTIVES}
     df = load_tables(tables, wanted)

@@ -374,7 +374,8 @@ def run(settings, tables, results: Path, plots: Path) -> dict:
     ``analysis/hp_comparison.parquet``/``.csv`` (:func:`compare_hps`, jackknife intervals at
     ``settings["level"]``), Fig. 6c under ``plots/schedules/`` and the report's table."""
     from calibench.analysis.tables import KEYS, load_tables
-    from calibench.layout import NATS_SPACES, analysis_dir
+    from calibench.layout import analysis_dir
+    from calibench.vocabulary import NATS_SPACES
 
     binned = re.compile(r"^[a-z]+_ece_\d+$")
     df = load_tables(tables, lambda c: c in KEYS or bool(binned.match(c)))

@@ -1,0 +1,21 @@
+"""The project's vocabulary: the stage names, the shard row's columns and the NATS-Bench space
+names, defined once. Paths are :mod:`calibench.layout`'s; the numeric core needs the names only.
+No imports: the Snakefile reads this at every parse."""
+
+# The post-hoc stages (docs/recalibration.md, "Common rules"): ``pre`` is the network's own
+# softmax, ``post`` temperature scaling. They prefix the columns of shards and tables.
+STAGES = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")
+# The stages whose off-diagonal and intercept regularisation (lambda, mu) is searched.
+ODIR_STAGES = ("ms", "dir")
+# 1 where a stage's lambda, mu search chose a pair whose CV NLL is worse than identity's
+# (docs/recalibration.md, "Choosing lambda and mu"): a shard's metric, a table's
+# {stage}_search_worse_than_identity, the search JSON's chosen.{stage}.{stage}_search_...
+SEARCH_FLAG = "search_worse_than_identity"
+# The columns of every shard row (calibench.results.shards gives their types); a table adds
+# ``measured_by`` and widens (stage, metric, bins) into ``{stage}_{metric}[_{bins}]`` columns.
+ROW_COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "stage", "metric", "bins", "value",
+               "params", "flops", "temperature", "accuracy", "recorded_accuracy", "n_eval", "config_hash",
+               "logits_key", "logits_file", "source_bytes", "source_mtime", "calibench_version")
+TABLE_EXTRA_COLUMNS = ("measured_by",)
+# The spaces of NATS-Bench; other names are populations from config ``populations``.
+NATS_SPACES = ("tss", "sss")
