@@ -232,6 +232,7 @@ def test_terminal_summary_of_nan_stages_only_names_them_without_a_repair_hint(tm
              "source": f"logits/arch={i:06d}.parquet", "reason": "did not converge"} for i in (0, 3)]
     shards.write_atomic_parquet(shards.failures_table(rows), tmp_path / "failures" / "tss_200_cifar100.parquet")
     text = failures.terminal_summary(tmp_path, [])
-    assert text.splitlines()[0] == "calibench: 2 recalibration stage(s) NaN (results/failures/*.parquet):"
+    # the folder of this results directory (not a fixed results/failures/): where the run wrote them
+    assert text.splitlines()[0] == f"calibench: 2 recalibration stage(s) NaN ({tmp_path / 'failures' / '*.parquet'}):"
     assert "tss_200_cifar100 arch 3 seed 777 [dir] logits/arch=000003.parquet: did not converge" in text
     assert "Repair the file" not in text

@@ -72,7 +72,7 @@ def terminal_summary(results: str | Path, tables: Sequence[str | Path]) -> str:
     pairs = networks.drop_duplicates(["table", "arch_index"])
     said = ([f"{len(pairs)} network result(s) missing from {pairs['table'].nunique()} table(s)"] if len(pairs) else []) \
         + ([f"{len(stages)} recalibration stage(s) NaN"] if len(stages) else [])
-    lines = [f"calibench: {', '.join(said) or 'networks missing'} ({layout.failures_path(results, '*', '*')}):"]
+    lines = [f"calibench: {', '.join(said) or 'networks missing'} ({layout.failures_dir(results) / '*.parquet'}):"]
     for c in short:
         lines.append(f"  {c['table']}: {c['measured']} of {c['selected']} selected networks measured")
     for _, row in pd.concat([networks, stages]).head(SHOWN).iterrows():
