@@ -667,8 +667,7 @@ def main() -> int:
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from calibench import layout
-    from calibench import vocabulary
+    from calibench import layout, vocabulary
     from calibench.config import settings as stage
     from calibench.inference.engine import resolve_device
     from calibench.measure.jobs import measure_chunk_job, odir_search_job

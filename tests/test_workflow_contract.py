@@ -109,6 +109,14 @@ def test_which_command_lines_only_plan(argv, planning):
     assert repair.planning_only(argv) is planning
 
 
+@pytest.mark.parametrize("argv, dry", [
+    (["-n"], True), (["-np"], True), (["-pn"], True), (["--dry-run"], True), (["--dryrun"], True),
+    (["--lint"], False), (["-S"], False), (["--notemp"], False), (["-j", "4"], False), (["--", "-n"], False),
+])
+def test_which_command_lines_are_dry_runs(argv, dry):
+    assert repair.dry_run(argv) is dry  # `calibench run -- -n`: no run lock, no log file
+
+
 # ---------------------------------------------------------------- shared results
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])

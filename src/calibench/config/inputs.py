@@ -13,9 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from calibench import layout
-
-from calibench import vocabulary
+from calibench import layout, vocabulary
 from calibench.config import settings as stage
 
 

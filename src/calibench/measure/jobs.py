@@ -28,9 +28,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from calibench import integrity, layout
-
-from calibench import vocabulary
+from calibench import integrity, layout, vocabulary
 from calibench.config.check import schema_default
 from calibench.store import fits as fit_store
 from calibench.store import logits as store
@@ -331,7 +329,8 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
             if problem.startswith(("damaged", "unreadable")):
                 log.warning("%s: %s: measured again", layout.shard_path(results, space, hp, dataset, i), problem)
     fit_problems: list[dict] = []  # fit-store files missing or failing their check (set aside, fitted again)
-    if any(s != "pre" for s in settings["stages"]) and len(todo) < len(keys):
+    has_fits = any(s != "pre" for s in settings["stages"])  # stages with a map in the fit store
+    if has_fits and len(todo) < len(keys):
         for i in sorted(set(keys) - set(todo)):  # valid shards: their fits must be in the store too
             path = layout.fits_path(results, space, hp, dataset, i)
             cause = "missing" if not path.is_file() else integrity.check(path)
@@ -447,7 +446,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                "files": {str(i): file_state(layout.shard_path(results, space, hp, dataset, i))
                          for i in keys if i not in failed},
                "fit_files": {str(i): file_state(layout.fits_path(results, space, hp, dataset, i))
-                             for i in keys if i not in failed and any(s != "pre" for s in settings["stages"])},
+                             for i in keys if i not in failed and has_fits},
                "logits_removed": removed, "odir": Path(odir_file).name if odir_file else None,
                "fits": fit_counts, "fit_problems": fit_problems,
                "settings": settings,  # the measurement settings, searched lambda, mu filled in: what a table records

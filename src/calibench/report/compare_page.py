@@ -15,9 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibench import layout
-
-from calibench import vocabulary
+from calibench import layout, vocabulary
 from calibench.analysis.compare import Comparison
 from calibench.analysis.plots import DPI, REPORT_CONTENT_PX, pyplot
 from calibench.atomic import atomic_write

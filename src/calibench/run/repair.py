@@ -20,9 +20,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from calibench import integrity, layout
-
-from calibench import vocabulary
+from calibench import integrity, layout, vocabulary
 from calibench.atomic import file_state
 
 
@@ -345,15 +343,23 @@ PLANNING_OPTIONS = {
 PLANNING_SHORT = set("nSDlt")  # -n, -S (summary), -D (detailed summary), -l (list rules), -t (touch)
 
 
+def _short_flags(arg: str) -> set[str]:
+    """The letters of a cluster of short flags (``-np`` -> {"n", "p"}); empty for anything else."""
+    return set(arg[1:]) if arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha() else set()
+
+
+def _options(argv: list[str]) -> list[str]:
+    """``argv`` up to a ``--`` (what follows is not Snakemake's options)."""
+    return argv[: argv.index("--")] if "--" in argv else list(argv)
+
+
 def planning_only(argv: list[str], dryrun: bool = False) -> bool:
     """Whether Snakemake, called with ``argv``, runs no job (``dryrun``: its own dry-run flag)."""
-    if dryrun:
-        return True
-    for arg in argv:
-        if arg == "--":
-            break
-        if arg.split("=", 1)[0] in PLANNING_OPTIONS:
-            return True
-        if arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha() and set(arg[1:]) & PLANNING_SHORT:
-            return True  # -n, -np, -nr, ...
-    return False
+    return dryrun or any(arg.split("=", 1)[0] in PLANNING_OPTIONS or _short_flags(arg) & PLANNING_SHORT
+                         for arg in _options(argv))  # -n, -np, -nr, -S, ...
+
+
+def dry_run(argv: list[str]) -> bool:
+    """Whether ``argv`` asks Snakemake for a dry run: ``-n`` (alone or among short flags, ``-np``),
+    ``--dry-run`` or ``--dryrun``."""
+    return any(arg in ("--dry-run", "--dryrun") or "n" in _short_flags(arg) for arg in _options(argv))

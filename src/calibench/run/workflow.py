@@ -12,9 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from calibench import layout
-
-from calibench import vocabulary
+from calibench import layout, vocabulary
 
 DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's `configfile:`; --configfile values go over it
 
@@ -79,14 +77,14 @@ def _recorded_settings(table: str) -> dict | None:
         return None
 
 
-def _settings_changed(config: dict, table: str) -> str:
-    """"settings changed: key: old → new; ..." between what ``table`` recorded (its chunks'
-    measurement settings) and the config now; "" when none differs or nothing was recorded.
+def _settings_changed(config: dict, recorded: dict | None) -> str:
+    """"settings changed: key: old → new; ..." between what a table recorded (``recorded``, its
+    chunks' measurement settings: :func:`_recorded_settings`) and the config now; "" when none
+    differs or nothing was recorded.
     Lambda, mu left to the search and the search's flag are not config keys."""
     from calibench.analysis.compare import flatten_settings
     from calibench.config.settings import measurement_settings
 
-    recorded = _recorded_settings(table)
     if not recorded:
         return ""
     old, new = flatten_settings(recorded), flatten_settings(measurement_settings(config))
@@ -99,13 +97,13 @@ def _settings_changed(config: dict, table: str) -> str:
     return "settings changed: " + "; ".join(changes) if changes else ""
 
 
-def _fit_plan(config: dict, table: str) -> str:
+def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
     """Which fitted stages of ``table`` a measurement rerun fits again and which it re-applies
     from the fit store (docs/running.md, "The fit store"), from the settings the table recorded and the
-    config now; "" when nothing was recorded. Lambda, mu left to the search count as recorded."""
+    config now (``recorded``: :func:`_recorded_settings` of ``table``); "" when nothing was
+    recorded. Lambda, mu left to the search count as recorded."""
     from calibench.config.settings import measurement_settings, stage_fit_settings
 
-    recorded = _recorded_settings(table)
     if not recorded:
         return ""
     new = measurement_settings(config)
@@ -126,21 +124,16 @@ def _fit_plan(config: dict, table: str) -> str:
             + (f"; re-applied from the fit store: {', '.join(same)}" if same else ""))
 
 
-def _is_dry_run(snakemake_args: list[str]) -> bool:
-    """``-n`` (alone or among short flags, ``-np``), ``--dry-run`` or ``--dryrun``."""
-    return any(a in ("--dry-run", "--dryrun") or (a[:1] == "-" and a[1:2] != "-" and a[1:].isalpha() and "n" in a)
-               for a in snakemake_args)
-
-
 def _measurement_plan(config: dict, tables: list[str]) -> list[str]:
     """For a dry run of ``calibench run``: each table whose recorded measurement settings differ
     from the config's, with the fitted stages its rerun fits again and those it re-applies from
     the fit store (what ``calibench status`` says of it)."""
     out = []
     for table in tables:
-        said = _settings_changed(config, table)
+        recorded = _recorded_settings(table)
+        said = _settings_changed(config, recorded)
         if said:
-            plan = _fit_plan(config, table)
+            plan = _fit_plan(config, table, recorded)
             out.append(f"{table}: {said}" + (f"; {plan}" if plan else ""))
     return out
 
@@ -192,7 +185,8 @@ def _status(args: argparse.Namespace) -> int:
             plan, status = "update pending", "after its tables"
         # a setting only the measure jobs take (e.g. temperature.method) leaves the table's own rule as it
         # was, so --summary calls it complete; its recorded settings say otherwise
-        said = _settings_changed(config, target) if target.endswith(".parquet") and not why_damaged else ""
+        recorded = _recorded_settings(target) if target.endswith(".parquet") and not why_damaged else None
+        said = _settings_changed(config, recorded)
         word = "complete" if plan == "no update" and not why_damaged and not said else "to run"
         counts[word] += 1
         tables_to_run |= word == "to run" and target.endswith(".parquet")
@@ -200,7 +194,7 @@ def _status(args: argparse.Namespace) -> int:
                else status if status != "ok" else "a job before it reruns: a setting or an input changed")
         if word != "complete" and target.endswith(".parquet") and not why_damaged:
             why, settings_changed = said or why, settings_changed or bool(said)
-            plan_of_fits = _fit_plan(config, target) if said else ""
+            plan_of_fits = _fit_plan(config, target, recorded) if said else ""
             why += f"; {plan_of_fits}" if plan_of_fits else ""
         if word == "complete":  # a complete table still says which networks failed
             why = _failed_networks(results, target) if target.endswith(".parquet") else ""
@@ -252,7 +246,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.profile:
         cmd += ["--profile", args.profile]
     cmd += targets + args.snakemake_args
-    if _is_dry_run(args.snakemake_args):
+    from calibench.run import repair
+
+    if repair.dry_run(args.snakemake_args):
         return _dry_run(cmd, config, targets)
     try:
         with run_guard(Path.cwd(), Path(results), cmd) as guard:

@@ -54,6 +54,12 @@ STAGE_PREFIXES = tuple(f"{s}_" for s in (*STAGES, "hcs"))
 
 # ---------------------------------------------------------------- the directory
 
+def _dataset_folders() -> list[str]:
+    """Globs of a logits store's dataset folders: ``space=*/dataset=*`` (a population) and
+    ``space=*/hp=*/dataset=*`` (a NATS-Bench space and schedule)."""
+    return [str(paths.partition("*", hp) / paths.dataset_partition("*")) for hp in ("", "*")]
+
+
 def layout(path: str | Path) -> tuple[str, Path]:
     """(``"npz"`` or ``"store"``, the directory to read); SourceError naming the path otherwise."""
     root = Path(path)
@@ -62,8 +68,7 @@ def layout(path: str | Path) -> tuple[str, Path]:
     if (root / MODELS_CSV).is_file():
         return "npz", root
     for candidate in (root, root / "logits"):
-        trees = [paths.partition("*", hp) / paths.dataset_partition("*") for hp in ("", "*")]
-        if any(any(candidate.glob(str(tree))) for tree in trees):
+        if any(any(candidate.glob(pattern)) for pattern in _dataset_folders()):
             return "store", candidate
     raise SourceError(f"{root}: neither a {MODELS_CSV} (npz layout) nor a calibench logits store "
                       f"({paths.partition('*', '')}/...)")
@@ -111,11 +116,7 @@ def _metadata(df) -> dict[str, list]:
 
 def _store_tree(root: Path, settings: Mapping) -> Path:
     """The one ``space=…[/hp=…]`` tree of a store the settings pick."""
-    with_hp, without = paths.partition("*", "*"), paths.partition("*", "")
-    hp_prefix = paths.partition("", "*").name[:-1]  # "hp="
-    trees = sorted({p.parent for p in root.glob(str(with_hp / paths.dataset_partition("*")))}
-                   | {p.parent for p in root.glob(str(without / paths.dataset_partition("*")))
-                      if not p.parent.name.startswith(hp_prefix)})
+    trees = sorted({p.parent for pattern in _dataset_folders() for p in root.glob(pattern)})
     if settings.get("space"):
         trees = [t for t in trees if paths.partition(settings["space"], "").name in t.parts]
     if settings.get("hp"):
