@@ -168,3 +168,121 @@ def test_a_deleted_part_manifest_is_made_again_with_the_report(parts_run, tmp_pa
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     assert _planned_jobs(workdir) == {}
+
+
+# ---------------------------------------------------------------- the registry (calibench.analysis.registry)
+
+# The outputs of the ten hand-written rules the registry replaced (workflow/rules/analysis.smk before
+# issue 36), besides each part's manifest and figure folder.
+HAND_WRITTEN = {"kendall": ["kendall.parquet", "question4.csv"], "overview": [], "hcs": ["hcs.parquet", "top_hcs.csv"],
+                "methods": ["methods_summary.parquet", "methods_summary.csv", "method_wins.parquet"],
+                "reliability": [], "groups": ["groups.csv", "kendall_groups.parquet"], "nas": ["nas.csv"],
+                "architecture": ["tss_edge_ops.parquet", "sss_size_brackets.parquet", "tss_kernel_parameters.parquet",
+                                 "sss_width_progression.parquet"], "robustness": ["robustness_kendall.parquet"]}
+
+
+def _planned_outputs(workdir: Path) -> dict[str, list[str]]:
+    """rule -> its outputs, from a dry run that plans every analysis job again."""
+    rules = [f"analysis_{p}" for p in HAND_WRITTEN]
+    text = _snakemake(workdir, "-n", "--forcerun", *rules).stdout
+    return {rule: [o.strip() for o in outputs.split(",")]
+            for rule, outputs in re.findall(r"^rule (analysis_\w+):\n\s+input: .*\n\s+output: (.*)$", text, flags=re.M)}
+
+
+def test_the_rules_made_from_the_registry_have_the_hand_written_rules_outputs(parts_run):
+    planned = _planned_outputs(parts_run)
+    assert set(planned) == {f"analysis_{p}" for p in HAND_WRITTEN}
+    for part, names in HAND_WRITTEN.items():
+        assert planned[f"analysis_{part}"] == [f"results/analysis/parts/{part}.json",
+                                               *(f"results/analysis/{n}" for n in names), f"results/plots/{part}"]
+
+
+TOY_PART = '''
+from pathlib import Path
+
+from calibench.analysis.registry import Part
+
+VERSION = 1
+
+
+def run(settings, tables, results, plots):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from calibench.analysis.tables import load_tables
+
+    df = load_tables(tables, {"space", "hp", "dataset", "arch_index", "accuracy"})
+    counts = df.groupby("dataset").size().rename("networks").reset_index()
+    counts["version"] = VERSION
+    counts["bins"] = len(settings["bins"])
+    counts.to_csv(Path(results) / "analysis" / "toy_counts.csv", index=False)
+    fig, ax = plt.subplots()
+    ax.bar(counts["dataset"], counts["networks"])
+    path = Path(plots) / "toy_networks.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return {"plots": [("Toy: networks per dataset", path)],
+            "blocks": [("methods", 99, f"<p id='toy-block'>toy part v{VERSION}: {len(df)} rows</p>")]}
+
+
+TOY = Part(name="toy", module="toy_parts", title="Toy", doc="Networks per dataset",
+           settings=lambda s: {"bins": s["bins"]}, outputs={"counts": "toy_counts.csv"})
+NOT_A_PART = 3
+'''
+
+
+def test_a_part_added_to_the_config_is_a_rule_in_the_plan_status_and_report(parts_run, tmp_path):
+    """A user's own part (analysis.extra_parts) runs like a built-in one: a rule, in a dry run and
+    `calibench status`, in the report; its code's edits rerun it and the report only;
+    analysis.parts chooses among all parts; a bad entry stops the run in one line."""
+    workdir = _clone(parts_run, tmp_path / "toy")
+    results = workdir / "results"
+    (workdir / "code").mkdir()
+    (workdir / "code" / "toy_parts.py").write_text(TOY_PART)
+    analysis = {**TINY["analysis"], "extra_parts": ["toy_parts:TOY"], "python_path": ["code"]}
+    _set_config(workdir, analysis=analysis)
+    assert _planned_jobs(workdir) == {"analysis_toy": 1, "assemble_report": 1, "all": 1}
+    status = subprocess.run([sys.executable, "-m", "calibench.run.cli", "status", "--configfile", "tiny.yaml"],
+                            cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert "to run    results/analysis/parts/toy.json  (analysis_toy: missing)" in status.stdout, status.stdout
+    before = _files(results)
+    _snakemake(workdir)
+    counts = pd.read_csv(results / "analysis" / "toy_counts.csv")
+    tables = sorted((results / "tables").glob("*.parquet"))
+    assert counts["networks"].sum() == sum(len(pd.read_parquet(t)) for t in tables) and (counts["bins"] == 3).all()
+    manifest = json.loads((results / "analysis" / "parts" / "toy.json").read_text())
+    assert set(manifest["files"]) == {"analysis/toy_counts.csv", "plots/toy/toy_networks.png"}
+    report = (results / "report.html").read_text()
+    assert "<p id='toy-block'>toy part v1:" in report and "plots/toy/toy_networks.png" in report
+    changed = {p for p, v in _files(results).items() if before.get(p) != v}
+    assert {p.parts[0] for p in changed} <= {"analysis", "plots", "benchmarks", "report.html", "report.html.sha256"}
+    assert not any(p.name.startswith(("kendall", "hcs", "nas")) for p in changed)  # no built-in part ran
+    assert _planned_jobs(workdir) == {}
+
+    # an edit of the part's code reruns the part and the report
+    (workdir / "code" / "toy_parts.py").write_text(TOY_PART.replace("VERSION = 1", "VERSION = 2"))
+    assert _planned_jobs(workdir) == {"analysis_toy": 1, "assemble_report": 1, "all": 1}
+    # analysis.parts chooses: the report assembles the chosen ones, no built-in part reruns
+    _set_config(workdir, analysis={**analysis, "parts": ["kendall", "hcs", "reliability", "toy"]})
+    assert _planned_jobs(workdir) == {"analysis_toy": 1, "assemble_report": 1, "all": 1}
+    _snakemake(workdir)
+    report = (results / "report.html").read_text()
+    assert "toy part v2:" in report and "plots/toy/" in report and "plots/kendall/" in report
+    assert "plots/nas/" not in report and "plots/methods/" not in report
+
+    run = [sys.executable, "-m", "calibench", "run", "--configfile", "tiny.yaml", "--", "-n"]
+    for entry, words in ((["toy_parts:NOT_A_PART"], "is not a calibench.analysis.registry.Part (found int)"),
+                         (["no_such_module:TOY"], "cannot load 'no_such_module:TOY'")):
+        _set_config(workdir, analysis={**analysis, "extra_parts": entry})
+        proc = subprocess.run(run, cwd=workdir, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and proc.stderr.startswith("calibench: analysis.extra_parts: ") \
+            and words in proc.stderr and len(proc.stderr.strip().splitlines()) <= 2, proc.stderr
+        plain = _snakemake(workdir, "-n", check=False)  # Snakemake itself stops on it too
+        assert plain.returncode != 0 and words in plain.stdout + plain.stderr
+    _set_config(workdir, analysis={**analysis, "parts": ["kendall", "nope"]})
+    proc = subprocess.run(run, cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip() == (
+        "calibench: analysis.parts: unknown part(s) 'nope'; parts: kendall, overview, hcs, methods, reliability, "
+        "groups, nas, architecture, schedules, robustness, toy"), proc.stderr

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TEXT = (".py", ".md", ".smk", ".yaml", ".yml", ".rst", ".txt", ".toml", ".cfg", ".html", ".js", ".sh")
 REFERENCE = ("metrics", "recalibration", "results", "nats-bench", "architecture")  # the definitions the code cites
 PAGES = ("metrics", "recalibration", "results", "nats-bench", "architecture", "running", "tools", "cluster",
-         "populations", "python", "inference", "index")
+         "populations", "python", "inference", "index", "analysis")
 # Files outside the repository that the code once cited: users never have them.
 OUTSIDE = re.compile(r"shared/docs|\b(?:metrics|recalibration)-spec\.md|nats-bench-facts|snakemake-notes")
 CITE_DOC = re.compile(r"docs/([A-Za-z0-9_-]+)\.md(?:`{0,2})(?:,\s*|\s*\(|:\s*)?(?:under\s+|sections?\s+)?\\?[\"“]([^\"”\\\n]{2,80})")

@@ -229,7 +229,8 @@ def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_
     status = [sys.executable, "-m", "calibench", "status", "--configfile", "tiny.yaml"]
     proc = subprocess.run(status, cwd=run, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == "8 complete, 0 to run: nothing to do", proc.stdout
+    assert proc.stdout.splitlines()[-1] == "16 complete, 0 to run: nothing to do", proc.stdout  # 6 tables, 8 parts
+    assert "complete  results/analysis/parts/nas.json  (analysis_nas)" in proc.stdout.splitlines()
 
     shard = layout.shard_path(Path("results"), "sss", "90", "cifar100", 2)
     (run / shard).unlink()
@@ -240,7 +241,8 @@ def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_
     assert "to run    results/tables/sss_90_cifar100.parquet  (damaged: " in proc.stdout and f"{shard}: deleted" in proc.stdout
     assert "to run    results/report.html  (after its tables)" in lines
     assert "to run    results/explorer/index.html  (after its tables)" in lines
-    assert lines[-1] == "5 complete, 3 to run: `calibench run` completes them"
+    assert "to run    results/analysis/parts/kendall.json  (analysis_kendall: after its tables)" in lines
+    assert lines[-1] == "5 complete, 11 to run: `calibench run` completes them"
     assert _snapshot(run) == before
 
     # A changed setting is named with both values, table by table (issue 34)

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from calibench import integrity, layout
+from calibench.analysis import registry
 from calibench.results import provenance
 from calibench.config import settings as stage
 from calibench.config.inputs import check_inputs
@@ -285,13 +286,33 @@ def odir_input(wildcards):
     return {"odir": results_path(layout.odir_path, wildcards.target, wildcards.dataset)}
 
 
-# The analysis parts this config has (workflow/rules/analysis.smk, calibench.analysis.parts).
-ANALYSIS_PARTS = stage.analysis_parts(config)
+# The analysis parts this config has, (spec, part): spec names an extra part's code, None a
+# built-in one (workflow/rules/analysis.smk, calibench.analysis.registry).
+def _analysis_parts():
+    extras = {part.name: spec for spec, part in registry.extra_parts(config)}
+    return [(extras.get(part.name), part) for part in registry.parts_of_config(config)]
 
 
-def part_settings(part):
-    """An analysis part's params: exactly the settings its outputs depend on (the report's: its parts too)."""
-    return stage_json(stage.analysis_part_settings(config, part))
+try:
+    ANALYSIS_PARTS = _analysis_parts()
+except ValueError as exc:  # a part the config names that does not exist or cannot be loaded
+    raise WorkflowError(str(exc))
+
+
+def part_settings(part, spec):
+    """An analysis part's params: exactly the settings its outputs depend on (an extra part's: its code too)."""
+    return stage_json(registry.config_part_settings(config, part, spec))
+
+
+def part_inputs(part):
+    """Files an analysis part reads besides the tables: other parts' outputs, files the config names."""
+    out = {f"{other}_{key}": part_file(registry.BUILTIN_BY_NAME[other].outputs[key]) for other, key in part.reads}
+    for dotted in part.inputs:
+        value = config
+        for key in dotted.split("."):
+            value = (value or {}).get(key)
+        out[dotted.replace(".", "_")] = value
+    return out
 
 
 def part_file(name):
@@ -305,13 +326,13 @@ def part_plots(part, title):
                   caption="../report/figures.rst", category="Figures", subcategory=title)
 
 
-def part_shell(part):
-    """The job of one analysis part (its threads: what the rule grants it)."""
-    return (f"OMP_NUM_THREADS={{threads}} \"$CALIBENCH_PYTHON\" -m calibench analysis-part --part {part} "
-            "--settings {params.settings:q} --results {params.results} --threads {threads} --tables {input.tables} "
-            "> {log} 2>&1")
+# The job of one analysis part (its threads: what the rule grants it). Through params, not the
+# loop's variable: a rule's shell command is formatted when its job runs, after the loop.
+PART_SHELL = ("OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench analysis-part --part {params.part} "
+              "--settings {params.settings:q} --results {params.results} --threads {threads} --tables {input.tables} "
+              "> {log} 2>&1")
 
 
 def analysis_part_outputs(wildcards):
     """Every output of the analysis parts this config has: the report waits for all of them."""
-    return [path for part in ANALYSIS_PARTS for path in getattr(rules, f"analysis_{part}").output]
+    return [path for _, part in ANALYSIS_PARTS for path in getattr(rules, f"analysis_{part.name}").output]

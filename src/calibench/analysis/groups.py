@@ -23,7 +23,7 @@ import pandas as pd
 from calibench.analysis.plots import heatmap_panels, pyplot, save
 from calibench.analysis.tables import (first_seed, load_tables, measured, metric_candidates, nearest_bins,
                                        stages_present)
-from calibench.layout import analysis_dir
+from calibench.analysis.registry import output_path
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,6 @@ def groups_html(summary: pd.DataFrame) -> str:
 
 # ---------------------------------------------------------------- the groups part
 
-OUTPUTS = ("groups.csv", "kendall_groups.parquet")
 KENDALL_GROUP_COLUMNS = ["row", "col", "tau", "lo", "hi", "n", "figure", "metric", "space", "hp", "dataset",
                          "population", "stage", "group_by", "group"]
 
@@ -216,7 +215,7 @@ def population_groups(df: pd.DataFrame, settings: Mapping, plots: Path
 
 
 def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
-    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``groups``."""
+    """``settings``: the registry's settings (calibench.analysis.registry) of ``groups``."""
     wanted = settings.get("groups") or {}
     df = pd.DataFrame()
     if wanted:  # the Kendall columns, the grouping columns and every metadata column (no "_" in its name)
@@ -224,7 +223,6 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
         candidate = metric_candidates(settings["bins"])
         df = load_tables(tables, lambda c: candidate(c) or c in columns or "_" not in c)
     summary, kendall, made, block = population_groups(df, settings, plots)
-    out = analysis_dir(results)
-    summary.to_csv(out / "groups.csv", index=False)
-    kendall.to_parquet(out / "kendall_groups.parquet", index=False)
+    summary.to_csv(output_path(results, "groups", "groups"), index=False)
+    kendall.to_parquet(output_path(results, "groups", "kendall"), index=False)
     return {"plots": made, "blocks": [("populations", 10, block)]}

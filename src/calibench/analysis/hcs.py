@@ -16,10 +16,10 @@ import pandas as pd
 
 from calibench.analysis.plots import pyplot, save
 from calibench.analysis.tables import HCS_ECE, demo_suffix, label, load_tables, measured
-from calibench.layout import analysis_dir, target_name
+from calibench.analysis.registry import output_path
+from calibench.layout import target_name
 from calibench.metrics.hcs import hcs
 
-OUTPUTS = ("hcs.parquet", "top_hcs.csv")
 COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "params", "flops", "accuracy", HCS_ECE,
            "post_ece_15")
 
@@ -74,13 +74,12 @@ def plot_hcs_vs_accuracy(df: pd.DataFrame, hcs_df: pd.DataFrame, demo: str, plot
 
 
 def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
-    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``hcs``."""
-    out_dir = analysis_dir(results)
+    """``settings``: the registry's settings (calibench.analysis.registry) of ``hcs``."""
     betas = settings["analysis"]["hcs_betas"]
     df = load_tables(tables, {*COLUMNS, "measured_by"})
     hcs_df = hcs_table(df, betas)
-    hcs_df.to_parquet(out_dir / "hcs.parquet", index=False)
+    hcs_df.to_parquet(output_path(results, "hcs", "hcs"), index=False)
     tops = top_networks(hcs_df, betas, settings["analysis"]["top_n"])
-    tops.to_csv(out_dir / "top_hcs.csv", index=False)
+    tops.to_csv(output_path(results, "hcs", "top"), index=False)
     made = plot_hcs_vs_accuracy(df, hcs_df, demo_suffix(settings), plots)
     return {"plots": made, "blocks": [("nas", 10, top_html(tops, betas))]}

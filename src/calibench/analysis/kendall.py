@@ -24,9 +24,9 @@ from calibench.analysis.tables import (FIGURE_BINNED, FIGURE_UNBINNED, KEYS, STA
                                        figure_bins, first_seed, label, load_tables, measured, method_stages,
                                        metric_candidates, metric_columns, nearest_bins, stage_order, table_columns,
                                        table_key, top_populations)
-from calibench.layout import analysis_dir, target_name
+from calibench.analysis.registry import output_path
+from calibench.layout import target_name
 
-OUTPUTS = ("kendall.parquet", "question4.csv")
 
 
 def _tau(x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
@@ -385,7 +385,7 @@ def method_plots(kendall: pd.DataFrame, methods: Sequence[str], demo: str, plots
 # ---------------------------------------------------------------- the part
 
 def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path, threads: int = 1) -> dict:
-    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``kendall``.
+    """``settings``: the registry's settings (calibench.analysis.registry) of ``kendall``.
     One table family at a time (:class:`_Family`), Fig. 2 from the columns it compares across
     datasets, then one dataset's table at a time, each read with only the columns a tau may
     be taken of: what :func:`kendall_all` gives on all the tables at once, in less memory."""
@@ -409,9 +409,8 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
                 part_all = first_seed(measured(load_tables(read, metric_candidates(bins))))
                 blocks += family.within(dataset, part_all)
     kendall = pd.concat(blocks, ignore_index=True) if blocks else pd.DataFrame()
-    out_dir = analysis_dir(results)
-    kendall.to_parquet(out_dir / "kendall.parquet", index=False)
-    question4_findings(kendall, bins).to_csv(out_dir / "question4.csv", index=False)
+    kendall.to_parquet(output_path(results, "kendall", "kendall"), index=False)
+    question4_findings(kendall, bins).to_csv(output_path(results, "kendall", "question4"), index=False)
     demo = demo_suffix(settings)
     made = make_plots(kendall, demo, plots) + method_plots(kendall, methods, demo, plots)
     return {"plots": made, "blocks": [("methods", 20, q4_block(kendall, bins))]}

@@ -31,9 +31,9 @@ from calibench.analysis.tables import (KEYS, STAGE_NAMES, STAGES, demo_suffix, g
                                        listed_stages, load_tables, measured, nearest_bins, stage_order,
                                        stages_present, summary_metrics, table_stages)
 from calibench.metrics import registry
-from calibench.layout import analysis_dir, target_name
+from calibench.analysis.registry import output_path
+from calibench.layout import target_name
 
-OUTPUTS = ("methods_summary.parquet", "methods_summary.csv", "method_wins.parquet")
 SUMMARY_COLUMNS = ["space", "hp", "dataset", "stage", "metric", "n", "n_nan", "n_inf", "mean", "median", "q25", "q75",
                    "iqr", "n_underdetermined", "n_worse_than_pre"]
 WINS_COLUMNS = ["space", "hp", "dataset", "metric", "stage", "n_networks", "outright", "tied", "share",
@@ -449,9 +449,8 @@ def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int
 
 
 def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
-    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``methods``
+    """``settings``: the registry's settings (calibench.analysis.registry) of ``methods``
     (``include_underdetermined``: rank fits on too little data too; default False)."""
-    out_dir = analysis_dir(results)
     bins = settings["bins"]
     include = bool(settings.get("include_underdetermined", False))
     wanted = set(KEYS) | {f"{s}_{m}" for s in STAGES for m in summary_metrics(bins)} | {"accuracy"}
@@ -459,8 +458,8 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
     df = load_tables(tables, wanted)
     stages_by_table = table_stages(tables)
     summary = methods_summary(df, bins, stages_by_table)
-    summary.to_parquet(out_dir / "methods_summary.parquet", index=False)
-    summary.to_csv(out_dir / "methods_summary.csv", index=False)
+    summary.to_parquet(output_path(results, "methods", "summary"), index=False)
+    summary.to_csv(output_path(results, "methods", "summary_csv"), index=False)
     wins = method_wins(df, bins, stages_by_table, include)
-    wins.to_parquet(out_dir / "method_wins.parquet", index=False)
+    wins.to_parquet(output_path(results, "methods", "wins"), index=False)
     return {"plots": make_plots(df, wins, settings, plots), "blocks": section_blocks(summary, wins, bins, include)}

@@ -16,7 +16,6 @@ from calibench.analysis.plots import pyplot, save
 from calibench.analysis.tables import KEYS, binned, demo_suffix, label, load_tables, measured
 from calibench.layout import target_name
 
-OUTPUTS = ()
 
 
 def ood_colour_column(columns) -> str | None:
@@ -96,7 +95,7 @@ def ece_vs_accuracy(group: pd.DataFrame, space: str, hp: str, datasets: Sequence
 
 
 def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
-    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``overview``."""
+    """``settings``: the registry's settings (calibench.analysis.registry) of ``overview``."""
     bins = settings["bins"]
     wanted = {*KEYS, "accuracy", "pre_ece_15", "post_ece_15", *binned(bins, "ece", "pre"), *binned(bins, "ece", "post")}
     df = load_tables(tables, lambda c: c in wanted or c.startswith("pre_ood_auroc_"))

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from calibench import layout
+from calibench.analysis.registry import output_path
 from calibench.results import shards
 from calibench.analysis.plots import pyplot
 
@@ -191,7 +192,6 @@ def plot_network(found: Mapping, path: str | Path, stages: Sequence[str] | None 
 
 # ---------------------------------------------------------------- the reliability part
 
-OUTPUTS = ()
 
 
 def best_and_worst(hcs_df, results: str | Path, beta: float, plots: Path) -> list[tuple[str, Path]]:
@@ -225,12 +225,12 @@ def best_and_worst(hcs_df, results: str | Path, beta: float, plots: Path) -> lis
 
 
 def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
-    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``reliability``
+    """``settings``: the registry's settings (calibench.analysis.registry) of ``reliability``
     (the beta of the ranking); reads the HCS part's ``analysis/hcs.parquet``."""
     import pandas as pd
 
     from calibench.analysis.parts import read_manifest
 
     read_manifest(results, "hcs")  # hcs.parquet checked against the HCS part's record first
-    hcs_df = pd.read_parquet(layout.analysis_dir(results) / "hcs.parquet")
+    hcs_df = pd.read_parquet(output_path(results, "hcs", "hcs"))
     return {"plots": best_and_worst(hcs_df, results, settings["beta"], plots), "blocks": []}

@@ -371,72 +371,14 @@ def is_demo(config: Mapping) -> bool:
 
 
 def analysis_settings(config: Mapping) -> dict:
-    """What the analysis and the report depend on besides the tables."""
+    """What the analysis and the report depend on besides the tables; each part's rule takes its
+    share of it (calibench.analysis.registry)."""
     out = {"analysis": dict(config["analysis"]), "bins": list(config["bins"]),
            "demo": is_demo(config),
            "robustness": dict(config.get("robustness") or {})}
     groups = {name: list(spec.get("group_by") or []) for name, spec in populations(config).items()}
     if any(groups.values()):  # metadata columns to compare a population's models by
         out["groups"] = {name: columns for name, columns in groups.items() if columns}
-    return out
-
-
-def analysis_parts(config: Mapping) -> list[str]:
-    """The analysis parts a run has (calibench.analysis.parts), in report order: every run the
-    general ones; with a NATS-Bench space NAS and the architecture figures, with two or more
-    schedules of a space their comparison, with ``robustness.path`` question 2."""
-    nats = [s for s in config.get("spaces") or [] if s in NATS_SPACES]
-    out = ["kendall", "overview", "hcs", "methods", "reliability", "groups"]
-    if nats:
-        out += ["nas", "architecture"]
-    if any(len(hps(config, s)) > 1 for s in nats):
-        out.append("schedules")
-    if (config.get("robustness") or {}).get("path"):
-        out.append("robustness")
-    return out
-
-
-def part_settings(settings: Mapping, part: str) -> dict:
-    """What one analysis part's outputs depend on, out of :func:`analysis_settings`; ``report``:
-    what the report adds (bins, the interval level, the demo flag, the fewest networks a
-    finding decides on)."""
-    analysis = settings["analysis"]
-
-    def pick(*keys):
-        return {k: analysis[k] for k in keys if k in analysis}
-
-    bins, demo = list(settings["bins"]), bool(settings["demo"])
-    level = (analysis.get("bootstrap") or {}).get("level", 0.95)
-    chosen = {
-        "kendall": lambda: {"analysis": pick("top_k", "bootstrap"), "bins": bins, "demo": demo},
-        "overview": lambda: {"bins": bins, "demo": demo},
-        "hcs": lambda: {"analysis": pick("hcs_betas", "top_n"), "demo": demo},
-        "methods": lambda: {"bins": bins, "demo": demo,
-                            "include_underdetermined": bool(analysis.get("include_underdetermined", False))},
-        "reliability": lambda: {"beta": analysis["hcs_betas"][0]},
-        "groups": lambda: {"analysis": pick("top_k", "bootstrap"), "bins": bins,
-                           "groups": dict(settings.get("groups") or {})},
-        "nas": lambda: {"analysis": pick("nas")},
-        "architecture": lambda: {"analysis": {"hcs_betas": analysis["hcs_betas"][:1], **pick("top_n")},
-                                 "bins": bins, "demo": demo},
-        "schedules": lambda: {"level": level, "demo": demo},
-        "robustness": lambda: {"robustness": dict(settings.get("robustness") or {}), "analysis": pick("top_k"),
-                               "bins": bins, "demo": demo},
-        "report": lambda: {"bins": bins, "level": level, "demo": demo,
-                           "min_networks": int(analysis.get("min_networks", schema_default("analysis", "min_networks")))},
-    }
-    if part not in chosen:
-        raise ValueError(f"unknown analysis part {part!r}")
-    return chosen[part]()
-
-
-def analysis_part_settings(config: Mapping, part: str) -> dict:
-    """:func:`part_settings` of the config: a part's rule params (the report's with the parts it
-    assembles, and whether the run writes the explorer it links to)."""
-    out = part_settings(analysis_settings(config), part)
-    if part == "report":
-        out["parts"] = analysis_parts(config)
-        out["explorer"] = bool(config.get("explorer", schema_default("explorer")))
     return out
 
 

@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 
 from calibench import integrity
 from calibench.analysis import parts as analysis_parts
+from calibench.analysis import registry
 from calibench.analysis.kendall import question4_findings
 from calibench.analysis.nats import architecture, schedules
 from calibench.analysis.tables import KEYS, first_seed, load_tables, measured, nearest_bins, table_stages
-from calibench.config.settings import part_settings
 from calibench.layout import analysis_dir, odir_path, report_path, report_sums
 from calibench.vocabulary import SEARCH_FLAG, STAGES
 from calibench.report.claims import claims, claims_html
@@ -39,12 +39,12 @@ log = logging.getLogger(__name__)
 CLAIMED = ("q1", "q3", "q4", "q5", "q6", "q7")  # sections that open with the paper's claims
 
 
-def _read(results: Path, name: str, parts: Sequence[str], part: str) -> pd.DataFrame | None:
-    """A part's output, or None if the run has no such part."""
+def _read(results: Path, parts: Sequence[str], part: str, key: str) -> pd.DataFrame | None:
+    """A part's output ``key`` (calibench.analysis.registry), or None if the run has no such part."""
     if part not in parts:
         return None
-    path = analysis_dir(results) / name
-    if name.endswith(".csv"):  # exact floats back; hp as text (a schedule, "" for a population)
+    path = registry.output_path(results, part, key)
+    if path.suffix == ".csv":  # exact floats back; hp as text (a schedule, "" for a population)
         return pd.read_csv(path, dtype={"hp": str}, keep_default_na=True, float_precision="round_trip")
     return pd.read_parquet(path)
 
@@ -105,13 +105,13 @@ def unstable_html(tables: Sequence[str | Path]) -> str:
     KDE-ECE above 1), kept as computed; "" when there are none."""
     import html
 
-    from calibench.metrics import registry
+    from calibench.metrics import registry as metric_registry
     from calibench.results.tables import table_metadata
 
     lines = []
     for table in tables:
         for name, count in (table_metadata(table).get("unstable") or {}).items():
-            meaning = registry.column(name).meaning
+            meaning = metric_registry.column(name).meaning
             lines.append(f"<li>{html.escape(Path(table).stem)}: <code>{html.escape(name)}</code> above "
                          f"{meaning.unstable_above:g} for {int(count)} measured network(s)</li>")
     if not lines:
@@ -122,27 +122,27 @@ def unstable_html(tables: Sequence[str | Path]) -> str:
 
 
 def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
-    """The report of the parts ``settings["parts"]`` (``settings``:
-    :func:`calibench.config.settings.analysis_part_settings` of ``report``)."""
+    """The report of the parts ``settings["parts"]``, in that order (``settings``:
+    :func:`calibench.analysis.registry.config_report_settings`)."""
     results = Path(results)
-    parts = [p for p in analysis_parts.PARTS if p in set(settings["parts"])]
+    parts = list(settings["parts"])
     bins, level, few = settings["bins"], settings["level"], settings["min_networks"]
     manifests = {p: analysis_parts.read_manifest(results, p) for p in parts}
     out = analysis_dir(results)
     nets = _networks(tables, bins)
-    kendall = _read(results, "kendall.parquet", parts, "kendall")
+    kendall = _read(results, parts, "kendall", "kendall")
     kendall = pd.DataFrame() if kendall is None else kendall
     q4 = question4_findings(kendall, bins)
-    kernel = _read(results, "tss_kernel_parameters.parquet", parts, "architecture")
-    width = _read(results, "sss_width_progression.parquet", parts, "architecture")
-    brackets = _read(results, "sss_size_brackets.parquet", parts, "architecture")
-    edges = _read(results, "tss_edge_ops.parquet", parts, "architecture")
+    kernel = _read(results, parts, "architecture", "kernel")
+    width = _read(results, parts, "architecture", "width")
+    brackets = _read(results, parts, "architecture", "brackets")
+    edges = _read(results, parts, "architecture", "edges")
     found = findings(nets, kendall, q4, pd.DataFrame() if brackets is None else brackets,
                      pd.DataFrame() if edges is None else edges, bins, level, min_networks=few,
-                     robustness=_read(results, "robustness_kendall.parquet", parts, "robustness"),
-                     nas=_read(results, "nas.csv", parts, "nas"),
+                     robustness=_read(results, parts, "robustness", "kendall"),
+                     nas=_read(results, parts, "nas", "nas"),
                      architecture=architecture.findings(kernel, width, bins, few) if kernel is not None else ())
-    comparison = _read(results, "hp_comparison.parquet", parts, "schedules")
+    comparison = _read(results, parts, "schedules", "comparison")
     if comparison is not None:
         extra = schedules.findings(comparison, bins, min_networks=few)
         if not extra.empty:
@@ -186,10 +186,10 @@ def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str |
     rows = load_tables(tables, {"space"})
     if rows.empty:
         raise ValueError(f"no rows in the result tables {tables}: nothing was measured")
-    parts = analysis_parts.parts_of(settings, list(table_stages(tables)))
+    parts = registry.parts_of_tables(settings, list(table_stages(tables)))
     for part in parts:
-        analysis_parts.run_part(part, part_settings(settings, part), tables, results)
-    done = write({**part_settings(settings, "report"), "parts": parts}, tables, results)
-    named = {path.stem: path for part in parts for path in analysis_parts.outputs(results, part)
+        analysis_parts.run_part(part.name, registry.part_settings(settings, part), tables, results)
+    done = write({**registry.report_settings(settings), "parts": [p.name for p in parts]}, tables, results)
+    named = {path.stem: path for part in parts for path in registry.output_paths(results, part).values()
              if path.suffix == ".parquet" or path.name == "nas.csv"}
     return {**named, **done, "report": report_path(results)}

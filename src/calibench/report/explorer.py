@@ -41,7 +41,8 @@ import pyarrow.parquet as pq
 
 from calibench import integrity
 from calibench.atomic import atomic_write
-from calibench.layout import (analysis_path, explorer_dir, explorer_page, explorer_sums, result_tables, shard_path, target_name)
+from calibench.analysis.registry import output_path
+from calibench.layout import (explorer_dir, explorer_page, explorer_sums, result_tables, shard_path, target_name)
 from calibench.vocabulary import STAGES
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ def _table_id(space: str, hp: str, dataset: str) -> str:
 
 
 def _hcs_columns(results: Path) -> pd.DataFrame | None:
-    path = analysis_path(results, "hcs.parquet")
+    path = output_path(results, "hcs", "hcs")
     if not path.is_file():
         return None
     names = [n for n in pq.read_schema(path).names if n.startswith(("hcs_", "rank_hcs_"))]
@@ -236,7 +237,7 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
 
 def export_kendall(results: Path, data: Path) -> bool:
     """``analysis/kendall.parquet`` (when the run has it) as ``data/kendall.js``, column-wise."""
-    path = analysis_path(results, "kendall.parquet")
+    path = output_path(results, "kendall", "kendall")
     if not path.is_file():
         return False
     k = pd.read_parquet(path)

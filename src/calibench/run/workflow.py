@@ -60,6 +60,13 @@ def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
     if not targets:
         raise ValueError("no result table matches --space/--dataset in this config")
     if not args.space and not args.dataset:
+        from calibench.analysis.registry import parts_of_config
+
+        try:
+            parts = parts_of_config(config)
+        except ValueError as exc:  # analysis.parts or analysis.extra_parts names no part
+            raise ValueError(str(exc)) from None
+        targets += [str(layout.part_manifest(results, part.name)) for part in parts]
         targets.append(str(layout.report_path(results)))
         if config.get("explorer", schema_default("explorer")):
             targets.append(str(layout.explorer_page(results)))
@@ -152,6 +159,11 @@ def _failed_networks(results: Path, table: str) -> str:
     return f"{n} network(s) failed: see {failures}" if n else ""
 
 
+def _after_tables(target: str) -> bool:
+    """An analysis part's manifest, the report or the explorer: built from every table."""
+    return target.endswith(".html") or Path(target).parent.name == "parts"
+
+
 def _status(args: argparse.Namespace) -> int:
     """What is complete, missing, damaged or stale for the current config; runs nothing and
     changes no file (Snakemake's --summary, and the repair check in planning mode)."""
@@ -181,7 +193,7 @@ def _status(args: argparse.Namespace) -> int:
     for target in targets:
         status, plan = rows.get(target, ("not planned", "?"))
         why_damaged = damaged.get(target)
-        if target.endswith(".html") and tables_to_run:  # the report and the explorer are built from every table
+        if _after_tables(target) and tables_to_run:  # analysis parts, report and explorer are built from every table
             plan, status = "update pending", "after its tables"
         # a setting only the measure jobs take (e.g. temperature.method) leaves the table's own rule as it
         # was, so --summary calls it complete; its recorded settings say otherwise
@@ -198,6 +210,8 @@ def _status(args: argparse.Namespace) -> int:
             why += f"; {plan_of_fits}" if plan_of_fits else ""
         if word == "complete":  # a complete table still says which networks failed
             why = _failed_networks(results, target) if target.endswith(".parquet") else ""
+        if Path(target).parent.name == "parts":  # an analysis part: its rule's name
+            why = f"analysis_{Path(target).stem}" + (f": {why}" if why else "")
         print(f"{word:9s} {target}" + (f"  ({why})" if why else ""))
     if settings_changed:  # what a measurement setting reruns (docs/running.md, "Results follow the config")
         print("a measurement setting changed: the measure job of each chunk of those tables reruns from the "

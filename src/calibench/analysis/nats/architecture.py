@@ -27,11 +27,9 @@ from calibench.analysis.hcs import hcs_table
 from calibench.analysis.nats import architecture_figures as af
 from calibench.results.archstr import EDGE_NAMES, parse_sss, tss_edge_ops
 from calibench.analysis.tables import STAGES, demo_suffix, load_tables, measured, nearest_bins
-from calibench.layout import analysis_dir
+from calibench.analysis.registry import output_path
 from calibench.vocabulary import NATS_SPACES
 
-OUTPUTS = ("tss_edge_ops.parquet", "sss_size_brackets.parquet", "tss_kernel_parameters.parquet",
-           "sss_width_progression.parquet")
 SIZE_EDGES = [0, 80, 120, 160, 200, 240, 280, 321]  # total channels of the five layers: 40 .. 320
 
 
@@ -116,8 +114,7 @@ def findings(kernel: pd.DataFrame, width: pd.DataFrame, bins: Sequence[int], min
 
 
 def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
-    """``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``architecture``."""
-    out = analysis_dir(results)
+    """``settings``: the registry's settings (calibench.analysis.registry) of ``architecture``."""
     bins = settings["bins"]
     b = nearest_bins(bins)
     wanted = {*HCS_COLUMNS, "measured_by", *(f"{s}_ece_{b}" for s in STAGES)}
@@ -125,18 +122,18 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
     nats = df[df["space"].isin(NATS_SPACES)] if not df.empty else df
     beta = settings["analysis"]["hcs_betas"][0]
     edges = edge_op_frequency(hcs_table(nats, [beta]), settings["analysis"]["top_n"], beta)
-    edges.to_parquet(out / "tss_edge_ops.parquet", index=False)
+    edges.to_parquet(output_path(results, "architecture", "edges"), index=False)
     brackets = size_brackets(nats)
-    brackets.to_parquet(out / "sss_size_brackets.parquet", index=False)
+    brackets.to_parquet(output_path(results, "architecture", "brackets"), index=False)
     suffix = demo_suffix(settings)
     made = []
     kernel = af.kernel_parameter_table(nats, bins)
-    kernel.to_parquet(out / "tss_kernel_parameters.parquet", index=False)
+    kernel.to_parquet(output_path(results, "architecture", "kernel"), index=False)
     path = af.plot_kernel_parameters(kernel, plots / "kernel_parameters_tss.png", suffix=suffix)
     if path is not None:
         made.append(("TSS: ECE by cell kernel parameters (Fig. 8)", path))
     width = af.width_progression_table(nats, bins=bins)
-    width.to_parquet(out / "sss_width_progression.parquet", index=False)
+    width.to_parquet(output_path(results, "architecture", "width"), index=False)
     path = af.plot_width_progression(width, plots / "width_progression_sss.png", suffix=suffix)
     if path is not None:
         made.append(("SSS: ECE and accuracy of the uniform-width networks 8:8:8:8:8 … 64:64:64:64:64 (Fig. 9)", path))

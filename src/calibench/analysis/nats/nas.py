@@ -540,7 +540,6 @@ def run_nas(table_path: str | Path, out_path: str | Path, *, objectives: Sequenc
 
 # ---------------------------------------------------------------- the NAS part
 
-OUTPUTS = ("nas.csv",)
 
 
 def nas_tables(df: pd.DataFrame, options: Mapping | None = None) -> pd.DataFrame:
@@ -571,16 +570,16 @@ def nas_tables_html(result: pd.DataFrame) -> str:
 
 def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
     """The NAS part (NATS-Bench spaces only): ``analysis/nas.csv`` and the report's tables.
-    ``settings``: :func:`calibench.config.settings.analysis_part_settings` of ``nas``."""
+    ``settings``: the registry's settings (calibench.analysis.registry) of ``nas``."""
     from calibench.analysis.tables import KEYS, load_tables
-    from calibench.layout import analysis_dir
+    from calibench.analysis.registry import output_path
     from calibench.vocabulary import NATS_SPACES
 
     wanted = {*KEYS, "accuracy", HCS_ECE, *METRICS, *OBJECTIVES}
     df = load_tables(tables, wanted)
     nats = df[df["space"].isin(NATS_SPACES)] if not df.empty else pd.DataFrame(columns=["space", "hp", "dataset"])
     result = nas_tables(nats, settings["analysis"].get("nas", {}))
-    result.to_csv(analysis_dir(results) / "nas.csv", index=False)
+    result.to_csv(output_path(results, "nas", "nas"), index=False)
     return {"plots": [], "blocks": [("nas", 20, nas_tables_html(result))]}
 
 

@@ -519,7 +519,6 @@ def robustness_plot(kendall_df: pd.DataFrame, path: str | Path, reference: str =
 
 # ---------------------------------------------------------------- the robustness part
 
-OUTPUTS = ("robustness_kendall.parquet",)
 
 
 def _named(exc: Exception, path: str, key: str) -> ValueError:
@@ -552,7 +551,7 @@ def run(settings, tables, results: Path, plots: Path) -> dict:
     top-k population (``analysis/robustness_kendall.parquet``) and Fig. 3 under
     ``plots/robustness/``. A bad file, key or join raises ValueError naming the file and key."""
     from calibench.analysis.tables import load_tables, metric_candidates, metric_columns, nearest_bins
-    from calibench.layout import analysis_dir
+    from calibench.analysis.registry import output_path
 
     options, bins = settings["robustness"], settings["bins"]
     path, key = options["path"], options.get("key", "arch_index")
@@ -573,7 +572,7 @@ def run(settings, tables, results: Path, plots: Path) -> dict:
     metrics = [m for m in metrics if m in joined.columns]
     kendall = robustness_kendall(joined, metrics, populations=(*settings["analysis"]["top_k"], "all"),
                                  resamples=int(options.get("resamples", 0)), seed=int(options.get("seed", 0)))
-    kendall.to_parquet(analysis_dir(results) / "robustness_kendall.parquet", index=False)
+    kendall.to_parquet(output_path(results, "robustness", "kendall"), index=False)
     title = " [mini benchmark: not NATS-Bench results]" if settings.get("demo") else ""
     figure = robustness_plot(kendall, plots / "robustness_kendall.png", title=title)
     return {"plots": [(f"Question 2: Kendall tau of each metric and robustness column against ECE, by population "

@@ -366,7 +366,6 @@ def plot_hp_comparison(table: pd.DataFrame, path: str | Path, metric: str = "ece
 
 # ---------------------------------------------------------------- the schedules part
 
-OUTPUTS = ("hp_comparison.parquet", "hp_comparison.csv")
 
 
 def run(settings, tables, results: Path, plots: Path) -> dict:
@@ -374,15 +373,15 @@ def run(settings, tables, results: Path, plots: Path) -> dict:
     ``analysis/hp_comparison.parquet``/``.csv`` (:func:`compare_hps`, jackknife intervals at
     ``settings["level"]``), Fig. 6c under ``plots/schedules/`` and the report's table."""
     from calibench.analysis.tables import KEYS, load_tables
-    from calibench.layout import analysis_dir
+    from calibench.analysis.registry import output_path
     from calibench.vocabulary import NATS_SPACES
 
     binned = re.compile(r"^[a-z]+_ece_\d+$")
     df = load_tables(tables, lambda c: c in KEYS or bool(binned.match(c)))
     nats = df[df["space"].isin(NATS_SPACES)] if not df.empty else df
     comparison = compare_hps(nats, level=settings["level"])
-    comparison.to_parquet(analysis_dir(results) / "hp_comparison.parquet", index=False)
-    comparison.to_csv(analysis_dir(results) / "hp_comparison.csv", index=False)
+    comparison.to_parquet(output_path(results, "schedules", "comparison"), index=False)
+    comparison.to_csv(output_path(results, "schedules", "comparison_csv"), index=False)
     path = plot_hp_comparison(nats, plots / "hp_comparison.png", demo=bool(settings["demo"])) if not nats.empty \
         else None
     made = [("ECE by bin count across training schedules, same architectures (Fig. 6c)", path)] if path else []
