@@ -22,7 +22,8 @@ SRC = ROOT / "src"
 PACKAGE = SRC / "calibench"
 
 LAYERS = [
-    ("foundation", ("calibench", "calibench.atomic", "calibench.runtime", "calibench.vocabulary", "calibench.layout",
+    ("foundation", ("calibench", "calibench.atomic", "calibench.runtime", "calibench.vocabulary", "calibench.user_code",
+                    "calibench.layout",
                     "calibench.config")),
     ("core", ("calibench.metrics", "calibench.recalibration")),
     ("inference", ("calibench.inference",)),

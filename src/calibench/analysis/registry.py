@@ -10,18 +10,15 @@ through it, and a config chooses among them (``analysis.parts``) or adds its own
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import importlib.util
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from calibench import layout
 from calibench.config.check import schema_default
 from calibench.config.settings import analysis_settings, hps
+from calibench.user_code import module_sha256, on_path
 from calibench.vocabulary import NATS_SPACES
 
 WHEN = ("always", "nats", "schedules", "robustness")
@@ -129,19 +126,6 @@ def report_settings(settings: Mapping) -> dict:
 
 # ---------------------------------------------------------------- a user's own parts
 
-@contextmanager
-def on_path(python_path: Sequence[str]):
-    """``python_path``'s folders first on ``sys.path`` while the block runs."""
-    added = [str(Path(p).resolve()) for p in python_path or [] if str(Path(p).resolve()) not in sys.path]
-    sys.path[:0] = added
-    try:
-        yield
-    finally:
-        for p in added:
-            if p in sys.path:
-                sys.path.remove(p)
-
-
 def load_extra(spec: str, python_path: Sequence[str] = ()) -> Part:
     """The :class:`Part` that ``module:ATTRIBUTE`` names; ValueError naming the config key."""
     key = "analysis.extra_parts"
@@ -159,16 +143,6 @@ def load_extra(spec: str, python_path: Sequence[str] = ()) -> Part:
     if found.name in BUILTIN_BY_NAME:
         raise ValueError(f"{key}: {spec!r} is named {found.name!r}, the name of a built-in part")
     return found
-
-
-def _module_sha256(module: str, python_path: Sequence[str]) -> str | None:
-    with on_path(python_path):
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            spec = None
-    origin = getattr(spec, "origin", None)
-    return hashlib.sha256(Path(origin).read_bytes()).hexdigest() if origin and Path(origin).is_file() else None
 
 
 def extra_parts(config: Mapping) -> list[tuple[str, Part]]:
@@ -237,7 +211,7 @@ def config_part_settings(config: Mapping, part: Part, spec: str | None = None) -
     if spec is not None:
         python_path = list((config.get("analysis") or {}).get("python_path") or [])
         out = {**out, "extra_part": {"spec": spec, "python_path": python_path,
-                                     "module_sha256": _module_sha256(part.module, python_path)}}
+                                     "module_sha256": module_sha256(part.module, python_path)}}
     return out
 
 

@@ -11,14 +11,13 @@ Pure Python: the Snakefile imports this module.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from calibench import layout
+from calibench.user_code import module_sha256
 from calibench.config.check import schema_default
 from calibench.layout import split_target, target_name  # noqa: F401 (split_target: for callers)
 from calibench.vocabulary import NATS_SPACES, ODIR_STAGES
@@ -124,20 +123,7 @@ def targets(config: Mapping) -> dict[str, tuple[str, str]]:
 
 def _callable_fingerprint(spec: str, python_path) -> dict:
     """A ``package.module:function`` and the SHA-256 of its module's file, found without importing it."""
-    module = str(spec).split(":", 1)[0]
-    added = [str(Path(p).resolve()) for p in python_path or [] if str(Path(p).resolve()) not in sys.path]
-    sys.path[:0] = added
-    try:
-        found = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        found = None
-    finally:
-        for p in added:
-            sys.path.remove(p)
-    origin = getattr(found, "origin", None)
-    if not origin or not Path(origin).is_file():
-        return {"callable": str(spec), "module_sha256": None}
-    return {"callable": str(spec), "module_sha256": hashlib.sha256(Path(origin).read_bytes()).hexdigest()}
+    return {"callable": str(spec), "module_sha256": module_sha256(str(spec).split(":", 1)[0], python_path)}
 
 
 def _own_data_fingerprint(spec: str, python_path) -> dict:

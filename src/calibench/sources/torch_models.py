@@ -29,9 +29,7 @@ import importlib
 import json
 import logging
 import re
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -40,22 +38,11 @@ from calibench import integrity
 from calibench.config.check import schema_default
 from calibench.store import logits as store
 from calibench.sources import SourceError, keys
+from calibench.user_code import on_path
 
 log = logging.getLogger(__name__)
 
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
-
-
-@contextmanager
-def _on_path(python_path: Sequence[str]):
-    added = [str(Path(p).resolve()) for p in python_path or [] if str(Path(p).resolve()) not in sys.path]
-    sys.path[:0] = added
-    try:
-        yield
-    finally:
-        for p in added:
-            if p in sys.path:
-                sys.path.remove(p)
 
 
 def resolve(spec: str, key: str, python_path: Sequence[str] = ()) -> Callable:
@@ -63,7 +50,7 @@ def resolve(spec: str, key: str, python_path: Sequence[str] = ()) -> Callable:
     if not isinstance(spec, str) or spec.count(":") != 1:
         raise SourceError(f"{key}: {spec!r} is not 'package.module:function'")
     module_name, attr = spec.split(":")
-    with _on_path(python_path):
+    with on_path(python_path):
         try:
             module = importlib.import_module(module_name)
         except Exception as exc:
@@ -113,7 +100,7 @@ def load_models(settings: Mapping) -> tuple[list[tuple[str, object]], dict[str, 
     for i, entry in enumerate(settings["models"]):
         spec = entry["callable"]
         fn = resolve(spec, f"models[{i}]", python_path)
-        with _on_path(python_path):
+        with on_path(python_path):
             try:
                 returned = fn()
             except Exception as exc:
@@ -159,7 +146,7 @@ def own_data(spec: str, key: str, python_path: Sequence[str] = ()) -> tuple[np.n
     """A user's test set: ``images`` (N, C, H, W) and ``labels`` (N,) from an ``.npz`` file or a
     callable returning ``(images, labels)``; SourceError naming ``key`` if unusable."""
     if ":" in spec and not Path(spec).is_file():
-        with _on_path(python_path):
+        with on_path(python_path):
             try:
                 images, labels = resolve(spec, key, python_path)()
             except SourceError:
