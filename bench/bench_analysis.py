@@ -29,10 +29,10 @@ Synthesises the six wide tables of a real NATS-Bench run (config/nats.yaml) the 
   draws) a shard with its reliability bins, as measurement
   jobs write them.
 
-Then runs every analysis part of the config (``settings.analysis_parts``: kendall, overview,
+Then runs every analysis part of the config (``calibench.analysis.registry``: kendall, overview,
 hcs, methods, reliability, groups, nas, architecture, and schedules or robustness where
 configured) and the report, each in its own fresh process with its settings
-(``settings.analysis_part_settings``), in the order of the workflow's jobs, as its
+(``registry.config_part_settings``), in the order of the workflow's jobs, as its
 Snakemake job runs it (``calibench.analysis.parts.run_part``,
 ``calibench.report.assemble.write``). Per part: wall time of the process (imports
 included), the run time, and the peak RSS of that process alone (``os.wait4``'s rusage);
@@ -625,11 +625,16 @@ def main() -> None:
     for name, (rows, measured) in info["rows"].items():
         print(f"  {name}: {rows:,} rows, {measured:,} measured, {info['columns'][name]} columns")
 
-    from calibench.config.settings import analysis_part_settings, analysis_parts
+    from calibench.analysis import registry
+
+    def settings_of(part: str) -> dict:
+        if part == "report":
+            return registry.config_report_settings(config)
+        return registry.config_part_settings(config, registry.find(part))
 
     if args.resamples is not None:
         config["analysis"]["bootstrap"] = {**(config["analysis"].get("bootstrap") or {}), "resamples": args.resamples}
-    parts = [*analysis_parts(config), "report"]
+    parts = [*(p.name for p in registry.parts_of_config(config)), "report"]
     if args.parts:
         unknown = sorted(set(args.parts) - set(parts))
         if unknown:
@@ -648,7 +653,7 @@ def main() -> None:
     print(load_line("before the run"), flush=True)
     figures = {}
     for part in parts:
-        r = run_child(directory, part, analysis_part_settings(config, part), info["tables"], results, args.profile,
+        r = run_child(directory, part, settings_of(part), info["tables"], results, args.profile,
                       args.threads)
         figures[part] = r
         print(f"  {part:13s} {r['wall_s']:7.1f} s (run {r['run_s']:6.1f} s, imports {r['import_s']:4.1f} s)  "

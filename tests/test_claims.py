@@ -13,7 +13,7 @@ from scipy.stats import kendalltau, wilcoxon
 
 from calibench.analysis import stats
 from calibench.config.check import schema_default
-from calibench.config.settings import part_settings
+from calibench.analysis import registry
 from calibench.report import claims as rc
 from calibench.report.findings import findings
 
@@ -141,10 +141,10 @@ def test_question6_is_a_wilcoxon_test_checked_against_scipy():
 def test_min_networks_reaches_the_report_settings_from_the_schema():
     base = {"analysis": {"hcs_betas": [1], "top_k": [], "top_n": 3}, "bins": [15], "demo": False}
     assert schema_default("analysis", "min_networks") == 30
-    assert part_settings(base, "report")["min_networks"] == 30
+    assert registry.report_settings(base)["min_networks"] == 30
     base["analysis"]["min_networks"] = 50
-    assert part_settings(base, "report")["min_networks"] == 50
-    assert "min_networks" not in str(part_settings(base, "kendall"))  # only the report decides with it
+    assert registry.report_settings(base)["min_networks"] == 50
+    assert "min_networks" not in str(registry.part_settings(base, registry.find("kendall")))  # only the report decides with it
 
 
 def _sss_table(n, rng, dataset, slope):
