@@ -147,8 +147,8 @@ def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
 
 def test_a_deleted_part_manifest_is_made_again_with_the_report(parts_run, tmp_path):
     """Snakemake plans nothing for a missing output whose consumers are up to date; the repair
-    check sets the report aside (planning says so and moves nothing), and the run makes the
-    part and the report again (issue 33). Nothing else runs."""
+    check sets the report aside (planning says so and moves nothing; `calibench repair` moves it),
+    and the run makes the part and the report again (issue 33). Nothing else runs."""
     workdir = _clone(parts_run, tmp_path / "lost")
     results = workdir / "results"
     (results / "analysis" / "parts" / "nas.json").unlink()
@@ -157,6 +157,9 @@ def test_a_deleted_part_manifest_is_made_again_with_the_report(parts_run, tmp_pa
     assert "results/analysis/parts/nas.json: deleted since it was written: a run would make it again" in said, said
     assert (results / "report.html").is_file() and not (results / "analysis" / "parts" / "nas.json").exists()
     before = _files(results)
+    repaired = subprocess.run([sys.executable, "-m", "calibench", "repair", "--configfile", "tiny.yaml"], cwd=workdir,
+                              capture_output=True, text=True, timeout=300)  # before a plain Snakemake run
+    assert "results/analysis/parts/nas.json: deleted since it was written: the next run makes it again" in repaired.stderr
     _snakemake(workdir)
     after = _files(results)
     assert json.loads((results / "analysis" / "parts" / "nas.json").read_text())["part"] == "nas"

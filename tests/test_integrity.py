@@ -89,6 +89,14 @@ def test_a_sealed_json_file_catches_a_changed_value_and_reads_back_without_its_s
     assert integrity.check(path).startswith("unreadable JSON")
 
 
+def _calibench_run(workdir: Path) -> subprocess.CompletedProcess:
+    """The README's command for the one table (it repairs before Snakemake starts)."""
+    proc = subprocess.run([sys.executable, "-m", "calibench", "run", "--configfile", "tiny.yaml", "--space", "sss",
+                           "--dataset", "cifar10"], cwd=workdir, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
 def _snakemake(workdir: Path, *args) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--configfile", "tiny.yaml", "--cores", "2", *args],
                           cwd=workdir, capture_output=True, text=True, timeout=600)
@@ -112,7 +120,7 @@ def test_bytes_changed_in_a_shard_a_logits_file_and_a_table_are_found_named_and_
     dry = _snakemake(workdir, "-n", SMALL_SSS_TABLE)
     assert f"{SMALL_SSS_TABLE}: damaged (its data does not match its SHA-256" in dry.stderr
     assert "a run would set it aside and rebuild it" in dry.stderr and table.exists()
-    proc = _snakemake(workdir, SMALL_SSS_TABLE)
+    proc = _calibench_run(workdir)
     assert f"set aside as {table.name}.damaged; this run rebuilds it" in proc.stderr
     assert f"{shard.relative_to(workdir)}: changed since it was written" in proc.stderr
     measure_log = (workdir / "results/logs/measure/sss_90_cifar10_chunk00000.log").read_text()
@@ -144,7 +152,7 @@ def test_an_empty_table_and_a_lost_manifest_are_told_by_status_and_the_next_run_
     # with its manifest gone, a shard of that chunk is deleted too: the next run measures it again
     shard = workdir / SHARD_DIR / "arch=000001.parquet"
     shard.unlink()
-    proc = _snakemake(workdir, SMALL_SSS_TABLE)
+    proc = _calibench_run(workdir)
     assert f"{MEASURE}/chunk00001.json: manifest lost" in proc.stderr and "empty file" in proc.stderr
     summary = integrity.read_json(workdir / MEASURE / "chunk00001.json")
     assert summary["computed"] == 1 and summary["shards"].keys() == {"1"}

@@ -75,17 +75,39 @@ def test_the_svhn_file_of_the_mini_benchmark_is_the_same_bytes_each_time(tmp_pat
 
 # ---------------------------------------------------------------- planning changes nothing
 
-def test_a_dry_run_and_lint_change_no_file_and_list_the_chunk_a_run_repairs(finished):
+PARSE_WITH_THE_API = """
+from pathlib import Path
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import ConfigSettings, OutputSettings, ResourceSettings
+
+with SnakemakeApi(OutputSettings(quiet={"all"})) as api:
+    workflow = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=Path("Snakefile"),
+                            config_settings=ConfigSettings(configfiles=[Path("tiny.yaml")]))
+    workflow.dag()
+print("parsed")
+"""
+
+
+def test_parsing_changes_no_file_whatever_the_entry_point_and_a_run_repairs(finished):
+    """Parsing the Snakefile only reads (issue 36): a dry run, --lint, --summary, a plain run of
+    a table that is up to date, and the Python API with a deleted shard present change no file's
+    bytes, name or mode and name the chunk and the command that repairs it; `calibench repair`,
+    then a plain Snakemake run, rebuilds it."""
     results = finished / "results"
     table = layout.table_path(results, "sss_90", "cifar10")
     shard = layout.shard_path(results, "sss", "90", "cifar10", 1)
     shard.unlink()
     before = _snapshot(finished)
-    for planning in (["-n"], ["--lint"], ["--summary"]):
-        proc = _snakemake(finished, *planning, check=planning != ["--lint"])
-        assert _snapshot(finished) == before, f"{planning} changed files"
+    for how in (["-n"], ["--lint"], ["--summary"], [str(table.relative_to(finished))]):
+        proc = _snakemake(finished, *how, check=how != ["--lint"])
+        assert _snapshot(finished) == before, f"{how} changed files"
         said = proc.stderr + proc.stdout
         assert f"{shard.relative_to(finished)}: deleted" in said and "a run would run this chunk again" in said, said[-2000:]
+        assert "`calibench repair` does" in said, said[-2000:]
+    api = subprocess.run([sys.executable, "-c", PARSE_WITH_THE_API], cwd=finished, capture_output=True, text=True,
+                         timeout=300)
+    assert api.returncode == 0 and "parsed" in api.stdout, api.stderr[-2000:]
+    assert f"{shard.relative_to(finished)}: deleted" in api.stderr and _snapshot(finished) == before
     # a dry run through `calibench run` too: Snakemake's plan on the terminal, no run lock, no log file
     proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml", "--", "-np"],
                           cwd=finished, capture_output=True, text=True, timeout=300)
@@ -94,19 +116,14 @@ def test_a_dry_run_and_lint_change_no_file_and_list_the_chunk_a_run_repairs(fini
     assert "Job stats" in said or "Nothing to be done" in said, said[-2000:]
     assert f"{shard.relative_to(finished)}: deleted" in said and "a run would run this chunk again" in said, said[-2000:]
     assert table.is_file() and not list(results.rglob(f"*{repair.SET_ASIDE}"))
-    # the next real run repairs it (only the table is asked for: the rest is tested elsewhere)
+    # `calibench repair` sets the chunk aside; the next plain run rebuilds it (only the table is asked for)
+    fixed = subprocess.run([sys.executable, "-m", "calibench", "repair", "--configfile", "tiny.yaml"], cwd=finished,
+                           capture_output=True, text=True, timeout=300)
+    assert fixed.returncode == 0 and "the next run runs this chunk again" in fixed.stderr, fixed.stderr
+    assert not table.exists() and table.with_name(table.name + repair.SET_ASIDE).is_file()
     proc = _snakemake(finished, str(table.relative_to(finished)))
-    assert "this chunk runs again" in proc.stderr
     assert shard.is_file() and len(pd.read_parquet(table)) == 4
-
-
-@pytest.mark.parametrize("argv, planning", [
-    (["-n"], True), (["-np"], True), (["--dry-run"], True), (["--lint"], True), (["--report", "r.zip"], True),
-    (["-S"], True), (["--cores", "2"], False), (["-p", "--cores", "1"], False), (["--dryrun"], True),
-    (["--rerun-incomplete"], False), (["--touch"], True), (["results/x.parquet"], False),
-])
-def test_which_command_lines_only_plan(argv, planning):
-    assert repair.planning_only(argv) is planning
+    assert "calibench:" not in proc.stderr  # nothing left to repair
 
 
 @pytest.mark.parametrize("argv, dry", [

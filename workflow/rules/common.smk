@@ -53,34 +53,25 @@ RUNTIME = (
     f"--loader-workers {config['loader_workers']} --measure-group {config['measure_group']} "
     f"--networks-per-pass {config['networks_per_pass']}"
 )
-# Chunks whose files were deleted or changed since they ran, or whose failed inputs were
-# restored, run again (calibench.run.repair): their manifests and tables are set aside, so
-# Snakemake rebuilds them. Only the driving Snakemake checks, not its jobs.
-# A dry run, --lint, --summary, --report and the like only say what a run would redo.
+# Parsing only reads (docs/running.md, "When something goes wrong"): the driving Snakemake lists
+# the files that fail their content check and the chunks whose files were deleted or changed
+# since they ran (calibench.run.repair), and a live run holding these results; `calibench run`
+# (or `calibench repair`, before a plain `snakemake`) sets them aside so that Snakemake rebuilds
+# them. A job never builds on a damaged file: each checks what it reads (calibench.integrity).
 if not (workflow.remote_exec or workflow.subprocess_exec):
     from calibench.run import repair, runlock
 
-    PLANNING = repair.planning_only(sys.argv[1:], dryrun=bool(getattr(workflow.output_settings, "dryrun", False)))
-    _live = None if PLANNING else runlock.live_run(Path.cwd(), RESULTS, sys.argv[1:])
-    if _live is not None:  # before anything is touched; Snakemake would suggest --unlock
-        raise WorkflowError(str(_live))
-
-    # Files that jobs read and that fail their content check (calibench.integrity) are set
-    # aside as *.damaged with what was built from them, so this run rebuilds them.
+    _live = runlock.live_run(Path.cwd(), RESULTS)
+    if _live is not None:  # Snakemake alone would suggest --unlock, which breaks the live run
+        print(f"calibench: {_live}", file=sys.stderr)
     _damaged = repair.damaged_outputs(RESULTS, logits=KEEP_LOGITS)
     _changed = repair.changed_chunks(RESULTS, logits=KEEP_LOGITS)
     for _path, _cause, _ in _damaged:
-        print(f"calibench: {repair.describe_damaged(_path, _cause, planning=PLANNING)}", file=sys.stderr)
-    if _damaged and not PLANNING:
-        repair.set_aside_damaged(RESULTS, _damaged)
+        print(f"calibench: {repair.describe_damaged(_path, _cause, planning=True)}", file=sys.stderr)
     for _manifest, _reasons in _changed:
-        print(f"calibench: {repair.describe(_manifest, _reasons, planning=PLANNING)}", file=sys.stderr)
-    if not PLANNING:  # set aside by an earlier run whose rebuild succeeded: no longer needed
-        repair.clear_rebuilt(RESULTS)
-    if _changed and not PLANNING:
-        _moved = repair.set_aside(RESULTS, _changed)
-        print(f"calibench: set aside as *{repair.SET_ASIDE} (rebuilt by this run): "
-              + ", ".join(str(p) for p in _moved), file=sys.stderr)
+        print(f"calibench: {repair.describe(_manifest, _reasons, planning=True)}", file=sys.stderr)
+    if _damaged or _changed:
+        print(f"calibench: {repair.REPAIR_HINT}", file=sys.stderr)
 
 
 # A target is one table family: a NATS-Bench space and schedule (tss_200) or a population

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from calibench import __version__, layout
-from calibench.run.workflow import DEFAULT_CONFIG, _run, _status
+from calibench.run.workflow import DEFAULT_CONFIG, _repair_command, _run, _status
 
 
 def _setup_logging() -> None:
@@ -208,7 +208,7 @@ def _top(args: argparse.Namespace) -> int:
 # a mistake (a bad value, a missing file) is one or two lines and exit 2; --debug or
 # CALIBENCH_DEBUG=1 shows the traceback.
 USER_COMMANDS = {"run", "query", "provenance", "top", "reliability", "nas", "export", "import", "logits",
-                 "screenshot", "make-minibench", "status", "compare", "explore"}
+                 "screenshot", "make-minibench", "status", "repair", "compare", "explore"}
 # The workflow's job steps: each rule's command; `calibench --help` names them apart from the user's.
 JOB_COMMANDS = ("population", "labels", "infer-chunk", "odir-search", "measure-chunk", "build-table", "analysis-part",
                 "report")
@@ -403,6 +403,10 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--configfile", default=DEFAULT_CONFIG, help="over config/config.yaml, as snakemake does")
     st.add_argument("snakemake_args", nargs=argparse.REMAINDER, help="passed to snakemake --summary after --")
     st.set_defaults(func=_status)
+    rp = sub.add_parser("repair", help="set aside damaged files and changed chunks so the next run (calibench run or "
+                                       "a plain snakemake) rebuilds them; runs no job (calibench run does this itself)")
+    rp.add_argument("--configfile", default=DEFAULT_CONFIG, help="over config/config.yaml, as snakemake does")
+    rp.set_defaults(func=_repair_command, space=None, dataset=None)
 
     q = sub.add_parser(
         "query", help="SQL (DuckDB) over the result tables: views networks, networks_all and metrics",

@@ -2,15 +2,17 @@
 
 A chunk's manifest (the output Snakemake sees) records the files its job wrote, with their
 size and modification time, and for each failure the state of the file that failed (absent,
-or its size and mtime). Before Snakemake builds its DAG, the workflow compares every manifest
-with the files on disk (:func:`changed_chunks`); a chunk that lost or had changed a file it
+or its size and mtime). Before ``calibench run`` (or ``calibench repair``) starts Snakemake,
+it compares every manifest with the files on disk (:func:`changed_chunks`); a chunk that lost or had changed a file it
 wrote (a deleted or overwritten shard or logits file), or one of whose failed inputs has
 changed since (an archive file restored or replaced), runs again and, as always, computes only
 what is missing or invalid. Snakemake alone would not notice: shards and logits files are not
 its outputs, and it does not rerun the producer of a missing intermediate file whose
 consumers are up to date. So :func:`set_aside` renames the chunk's manifest, those of the
 measurement chunks that depend on it, and the tables built from them to ``*.changed``;
-Snakemake then rebuilds the tables, which runs those chunks again.
+Snakemake then rebuilds the tables, which runs those chunks again
+(:func:`repair_before_run`). Parsing the Snakefile, by any entry point and with any flags,
+only lists what a run would repair: it changes no file.
 """
 
 from __future__ import annotations
@@ -252,19 +254,19 @@ def set_aside_damaged(results: str | os.PathLike, damaged: list[tuple[Path, str,
     return moved + set_aside(results, manifests)
 
 
-def describe_damaged(path: Path, cause: str, planning: bool = False) -> str:
-    """One line on a file of :func:`damaged_outputs`."""
+def describe_damaged(path: Path, cause: str, planning: bool = False, by: str = "this run") -> str:
+    """One line on a file of :func:`damaged_outputs` (``by``: the run that rebuilds it)."""
     if not path.exists():
-        return f"{path}: {cause}: " + ("a run would make it again" if planning else "this run makes it again")
+        return f"{path}: {cause}: " + ("a run would make it again" if planning else f"{by} makes it again")
     return f"{path}: damaged ({cause}): " + ("a run would set it aside and rebuild it" if planning else
-                                            f"set aside as {path.name}{integrity.DAMAGED_SUFFIX}; this run rebuilds it")
+                                            f"set aside as {path.name}{integrity.DAMAGED_SUFFIX}; {by} rebuilds it")
 
 
-def describe(manifest: Path, reasons: list[str], planning: bool = False) -> str:
+def describe(manifest: Path, reasons: list[str], planning: bool = False, by: str = "this run") -> str:
     shown = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
     if planning:  # nothing is set aside: the plan below does not list this chunk yet
         return f"{manifest}: {shown}: a run would run this chunk again (with its table)"
-    return f"{manifest}: {shown}: this chunk runs again"
+    return f"{manifest}: {shown}: " + ("this chunk runs again" if by == "this run" else f"{by} runs this chunk again")
 
 
 SET_ASIDE = ".changed"
@@ -284,6 +286,31 @@ def clear_rebuilt(results: str | os.PathLike) -> list[Path]:
             kept.unlink()
             removed.append(kept)
     return removed
+
+
+REPAIR_HINT = ("`calibench run` sets these aside before it starts Snakemake, which then rebuilds them; "
+               "before a plain `snakemake` run, `calibench repair` does")
+
+
+def repair_before_run(results: str | os.PathLike, logits: bool = True, by: str = "this run") -> list[str]:
+    """What ``calibench run`` (and ``calibench repair``) does before Snakemake starts: files that
+    fail their content check set aside as ``*.damaged`` with what was built from them, chunks
+    whose files were deleted or changed set aside with their tables (``*.changed``), so that
+    Snakemake rebuilds them; what an earlier rebuild made good no longer kept. Returns one line
+    per file or chunk. Parsing the Snakefile only lists these (docs/running.md, "When something
+    goes wrong")."""
+    results = Path(results)
+    damaged = damaged_outputs(results, logits=logits)
+    changed = changed_chunks(results, logits=logits)
+    said = [describe_damaged(path, cause, by=by) for path, cause, _ in damaged]
+    if damaged:
+        set_aside_damaged(results, damaged)
+    clear_rebuilt(results)
+    said += [describe(manifest, reasons, by=by) for manifest, reasons in changed]
+    if changed:
+        moved = set_aside(results, changed)
+        said.append(f"set aside as *{SET_ASIDE} (rebuilt by {by}): " + ", ".join(str(p) for p in moved))
+    return said
 
 
 def _measure_manifests(results: Path, changed: list[tuple[Path, list[str]]]) -> set[Path]:
@@ -330,19 +357,6 @@ def set_aside(results: str | os.PathLike, changed: list[tuple[Path, list[str]]])
     return renamed
 
 
-# Snakemake options under which it only plans, lists or reports: the repair check then says what
-# a run would redo and changes nothing on disk.
-PLANNING_OPTIONS = {
-    "--dry-run", "--dryrun", "--lint", "--summary", "--detailed-summary", "--report", "--list-rules",
-    "--list-target-rules", "--dag", "--rulegraph", "--filegraph", "--d3dag", "--unlock", "--cleanup-metadata",
-    "--list-changes", "--list-input-changes", "--list-params-changes", "--list-code-changes", "--list-untracked",
-    "--delete-all-output", "--delete-temp-output", "--touch", "--archive", "--export-cwl", "--containerize",
-    "--print-compilation", "--generate-unit-tests", "--list-conda-envs", "--conda-create-envs-only",
-    "--cleanup-shadow", "--list-resources", "--lc", "--li", "--lp", "--lu", "--lt", "--cm",
-}
-PLANNING_SHORT = set("nSDlt")  # -n, -S (summary), -D (detailed summary), -l (list rules), -t (touch)
-
-
 def _short_flags(arg: str) -> set[str]:
     """The letters of a cluster of short flags (``-np`` -> {"n", "p"}); empty for anything else."""
     return set(arg[1:]) if arg.startswith("-") and not arg.startswith("--") and arg[1:].isalpha() else set()
@@ -351,12 +365,6 @@ def _short_flags(arg: str) -> set[str]:
 def _options(argv: list[str]) -> list[str]:
     """``argv`` up to a ``--`` (what follows is not Snakemake's options)."""
     return argv[: argv.index("--")] if "--" in argv else list(argv)
-
-
-def planning_only(argv: list[str], dryrun: bool = False) -> bool:
-    """Whether Snakemake, called with ``argv``, runs no job (``dryrun``: its own dry-run flag)."""
-    return dryrun or any(arg.split("=", 1)[0] in PLANNING_OPTIONS or _short_flags(arg) & PLANNING_SHORT
-                         for arg in _options(argv))  # -n, -np, -nr, -S, ...
 
 
 def dry_run(argv: list[str]) -> bool:

@@ -239,6 +239,39 @@ def _repairs_pending(config: dict) -> list[str]:
             + [f"{manifest}: {'; '.join(why)}" for manifest, why in repair.changed_chunks(results, logits)])
 
 
+def _repair(config: dict, by: str = "this run") -> list[str]:
+    """The repair before Snakemake starts (:func:`calibench.run.repair.repair_before_run`), each
+    line on the terminal."""
+    from calibench.run import repair
+
+    said = repair.repair_before_run(Path(config["results"]), logits=bool(config["keep_logits"]), by=by)
+    for line in said:
+        print(f"calibench: {line}", file=sys.stderr, flush=True)
+    return said
+
+
+def _repair_command(args: argparse.Namespace) -> int:
+    """``calibench repair``: set aside what fails its content check and the chunks whose files
+    changed, under the run lock, so that the next run (``calibench run`` or a plain
+    ``snakemake``) rebuilds them; runs no job."""
+    from calibench.run.runlock import RunInUse, run_guard
+
+    try:
+        config, _ = _config_and_targets(args)
+    except ValueError as exc:
+        print(f"calibench: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with run_guard(Path.cwd(), Path(config["results"]), [sys.executable, "-m", "calibench", "repair"]):
+            said = _repair(config, by="the next run")
+    except RunInUse as exc:
+        logging.getLogger("calibench").error("%s", exc)
+        return 3
+    print("calibench repair: " + (f"{len(said)} line(s) above; the next run rebuilds what was set aside" if said
+                                  else "nothing to repair"))
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     """A thin wrapper over snakemake: targets from --space/--dataset, everything else passed on.
 
@@ -266,6 +299,7 @@ def _run(args: argparse.Namespace) -> int:
         return _dry_run(cmd, config, targets)
     try:
         with run_guard(Path.cwd(), Path(results), cmd) as guard:
+            _repair(config)
             print("+", " ".join(cmd), flush=True)
             started = time.time()
             code, progress, log_file, stop = _follow(cmd, guard.pass_fds, Path(results), verbose=args.verbose)
@@ -275,6 +309,7 @@ def _run(args: argparse.Namespace) -> int:
                       + (f"; and {len(found) - 3} more" if len(found) > 3 else "") + "; running once more to rebuild",
                       file=sys.stderr, flush=True)
                 first = progress
+                _repair(config)
                 code, progress, log_file, stop = _follow(cmd, guard.pass_fds, Path(results), verbose=args.verbose)
                 progress.add(first)
     except RunInUse as exc:
