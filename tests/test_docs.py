@@ -172,3 +172,52 @@ def test_every_cited_test_and_bench_file_exists():
             cited |= set(re.findall(r"\b((?:tests|bench)/[A-Za-z0-9_]+\.py)\b", path.read_text(errors="replace")))
     missing = sorted(c for c in cited if not (ROOT / c).is_file())
     assert not missing, missing
+
+
+def shell_commands(path: Path) -> list[str]:
+    """The command lines of the shell blocks (bare or ``bash``) of a page: lines that start with
+    a command the project has (``calibench``, ``snakemake``, ``make``, ``export``), comments cut."""
+    out = []
+    for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", path.read_text(), flags=re.S | re.M):
+        if lang not in ("", "bash", "sh", "shell"):
+            continue
+        for line in body.splitlines():
+            first = line.split(" ", 1)[0]
+            if first.removeprefix(".venv/bin/") in ("calibench", "snakemake", "make", "export"):
+                out.append(line)
+    return out
+
+
+def test_the_shell_examples_of_the_readme_and_docs_are_commands_that_exist():
+    """Every command line of the README's and docs' shell blocks parses: `calibench` lines with
+    calibench's own parser (a renamed command or option fails here), `snakemake` lines with
+    Snakemake's, `make` targets in the Makefile, and every exported variable is one the project
+    reads. They are not run: what they do is tested by the workflow tests."""
+    import shlex
+
+    from snakemake.cli import get_argument_parser
+
+    from calibench.run.cli import build_parser
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    lines = [(page, line) for page in pages for line in shell_commands(page)]
+    assert len(lines) >= 25, lines
+    makefile = (ROOT / "Makefile").read_text()
+    code = "\n".join(p.read_text() for p in [*ROOT.glob("src/calibench/**/*.py"), *ROOT.glob("workflow/**/*.smk"),
+                                              *ROOT.glob("profiles/**/*.yaml")])
+    calibench, snakemake = build_parser(), get_argument_parser()
+    for page, line in lines:
+        argv = shlex.split(line, comments=True)
+        where = f"{page.relative_to(ROOT)}: {line}"
+        program = argv[0].removeprefix(".venv/bin/")
+        if program == "make":
+            assert all(re.search(rf"^{re.escape(t)}:", makefile, flags=re.M) for t in argv[1:]), where
+        elif program == "export":
+            for assignment in argv[1:]:
+                name = assignment.split("=", 1)[0]
+                assert name in code, f"{where}: nothing reads {name}"
+        else:
+            try:
+                (calibench if program == "calibench" else snakemake).parse_args(argv[1:])
+            except SystemExit as exc:  # argparse's way of saying no
+                raise AssertionError(f"{where}: does not parse") from exc

@@ -193,7 +193,7 @@ def test_debug_shows_the_traceback(workflow_run, capsys):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["run", "--cores", "0"], ["calibench run: error: argument --cores", "positive number of cores, got '0'"]),
+    (["run", "--cores", "0"], ["calibench run: error: argument --cores", "positive number of cores or 'all', got '0'"]),
     (["run", "--cores", "two"], ["argument --cores", "got 'two'"]),
     (["top", "--by", "hcs_1"], ["calibench top: error:", "--space, --dataset"]),
     (["nosuch"], ["calibench: error:", "invalid choice: 'nosuch'"]),

@@ -115,9 +115,10 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options)\n")
 
 
-def _cores(value: str) -> int:
-    """``--cores``: a positive number of cores (Snakemake would take 0 and run nothing)."""
-    return _positive(value, "a positive number of cores")
+def _cores(value: str) -> int | str:
+    """``--cores``: a positive number of cores (Snakemake would take 0 and run nothing), or
+    ``all`` (Snakemake's: every core of the machine)."""
+    return value if value == "all" else _positive(value, "a positive number of cores or 'all'")
 
 
 def _runtime(args: argparse.Namespace) -> dict:
