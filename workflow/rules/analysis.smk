@@ -28,7 +28,6 @@ for _spec, _part in ANALYSIS_PARTS:
         benchmark:
             benchmark_file(f"analysis/{_part.name}")
         params:
-            part=_part.name,
             settings=part_settings(_part, _spec),
             results=results_of(2),
         shell:

@@ -12,6 +12,7 @@ import json
 import logging
 import sys
 
+
 def _population(args: argparse.Namespace) -> int:
     from calibench.config.settings import fill_paths
     from calibench.sources import SourceError, write_population
@@ -23,6 +24,7 @@ def _population(args: argparse.Namespace) -> int:
         return 2
     return 0
 
+
 def _labels(args: argparse.Namespace) -> int:
     from calibench.config.settings import fill_paths
     from calibench.sources import SourceError, write_labels
@@ -33,6 +35,7 @@ def _labels(args: argparse.Namespace) -> int:
         logging.getLogger("calibench").error("labels of %s: %s", args.dataset, exc)
         return 2
     return 0
+
 
 def _infer_chunk(args: argparse.Namespace) -> int:
     from calibench.inference.engine import DeviceError
@@ -49,6 +52,7 @@ def _infer_chunk(args: argparse.Namespace) -> int:
         return 2
     return 0
 
+
 def _measure_chunk(args: argparse.Namespace) -> int:
     from calibench.inference.engine import DeviceError
     from calibench.measure.jobs import measure_chunk_job
@@ -61,6 +65,7 @@ def _measure_chunk(args: argparse.Namespace) -> int:
         logging.getLogger("calibench").error("%s", exc)
         return 2
     return 0
+
 
 def _odir_search(args: argparse.Namespace) -> int:
     from calibench.inference.engine import DeviceError
@@ -76,9 +81,11 @@ def _odir_search(args: argparse.Namespace) -> int:
         return 2
     return 0
 
+
 def _runtime(args: argparse.Namespace) -> dict:
     return {"device": args.device, "batch_size": args.batch_size, "loader_workers": args.loader_workers,
             "measure_group": args.measure_group, "networks_per_pass": args.networks_per_pass}
+
 
 def _build_table(args: argparse.Namespace) -> int:
     from calibench.results.tables import build_table
@@ -86,9 +93,11 @@ def _build_table(args: argparse.Namespace) -> int:
     build_table(args.space, args.hp, args.dataset, args.results, args.out, args.manifests, args.failures)
     return 0
 
+
 def _analysis_part(args: argparse.Namespace) -> int:
     from calibench.analysis.parts import run_part
 
+    args.part = args.part.removeprefix("analysis_")  # the workflow names a part by its rule
     try:
         manifest = run_part(args.part, json.loads(args.settings), args.tables, args.results, threads=args.threads)
     except (OSError, ValueError) as exc:  # a bad input named in one line (the job's log), not a traceback
@@ -96,6 +105,7 @@ def _analysis_part(args: argparse.Namespace) -> int:
         return 1
     print(f"analysis part {args.part}: {manifest}")
     return 0
+
 
 def _report(args: argparse.Namespace) -> int:
     from calibench.integrity import verify
