@@ -204,6 +204,14 @@ def part_manifest(results: str | Path, part: str) -> Path:
     return analysis_dir(results) / "parts" / f"{part}.json"
 
 
+def part_of_manifest(path: str | Path) -> str:
+    """The part whose manifest (:func:`part_manifest`) ``path`` is."""
+    path = Path(path)
+    if path.suffix != ".json" or path.parent.name != "parts":
+        raise ValueError(f"{path}: not an analysis part's manifest (analysis/parts/{{part}}.json)")
+    return path.stem
+
+
 def part_plots_dir(results: str | Path, part: str) -> Path:
     """An analysis part's figures: ``plots/{part}/``."""
     return plots_dir(results) / part

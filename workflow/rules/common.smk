@@ -317,10 +317,10 @@ def part_plots(part, title):
                   caption="../report/figures.rst", category="Figures", subcategory=title)
 
 
-# The job of one analysis part (its threads: what the rule grants it), named by its rule
-# (analysis_{part}), not by the loop's variable: a rule's shell command is formatted when its job
-# runs, after the loop. Not a param either: the params stay exactly the part's settings.
-PART_SHELL = ("OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench analysis-part --part {rule} "
+# The job of one analysis part (its threads: what the rule grants it), named by its manifest
+# (analysis/parts/{part}.json), not by the loop's variable: a rule's shell command is formatted
+# when its job runs, after the loop. Not a param either: the params stay exactly the part's settings.
+PART_SHELL = ("OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench analysis-part --manifest {output.manifest} "
               "--settings {params.settings:q} --results {params.results} --threads {threads} --tables {input.tables} "
               "> {log} 2>&1")
 

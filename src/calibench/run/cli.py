@@ -468,8 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--failures", default=None)
             p.add_argument("--manifests", nargs="*", default=[])
         if name == "analysis-part":
-            p.add_argument("--part", required=True, help="kendall, hcs, methods, ... or its rule's name, analysis_kendall "
-                                                         "(calibench.analysis.registry)")
+            which = p.add_mutually_exclusive_group(required=True)
+            which.add_argument("--part", help="kendall, hcs, methods, ... (calibench.analysis.registry)")
+            which.add_argument("--manifest", help="the part's manifest, analysis/parts/{part}.json: the part it names "
+                                                  "(what the workflow's rules pass)")
             p.add_argument("--threads", type=int, default=1, help="threads a part may compute in (kendall)")
         if name in ("analysis-part", "report"):
             p.add_argument("--tables", nargs="+", required=True)

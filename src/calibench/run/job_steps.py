@@ -97,7 +97,9 @@ def _build_table(args: argparse.Namespace) -> int:
 def _analysis_part(args: argparse.Namespace) -> int:
     from calibench.analysis.parts import run_part
 
-    args.part = args.part.removeprefix("analysis_")  # the workflow names a part by its rule
+    from calibench.layout import part_of_manifest
+
+    args.part = args.part or part_of_manifest(args.manifest)
     try:
         manifest = run_part(args.part, json.loads(args.settings), args.tables, args.results, threads=args.threads)
     except (OSError, ValueError) as exc:  # a bad input named in one line (the job's log), not a traceback
