@@ -27,11 +27,6 @@ from calibench.layout import analysis_dir, part_manifest, part_plots_dir
 log = logging.getLogger(__name__)
 
 
-def outputs(results: str | Path, part: str, settings: Mapping | None = None) -> list[Path]:
-    """The files a part writes under ``analysis/`` (its manifest and figures aside)."""
-    return list(registry.output_paths(results, registry.find(part, settings)).values())
-
-
 def run_part(part: str, settings: Mapping, tables: Sequence[str | Path], results: str | Path,
              threads: int = 1) -> Path:
     """Run one part; returns its manifest. ``settings``: the part's
