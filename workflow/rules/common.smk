@@ -279,13 +279,8 @@ def odir_input(wildcards):
 
 # The analysis parts this config has, (spec, part): spec names an extra part's code, None a
 # built-in one (workflow/rules/analysis.smk, calibench.analysis.registry).
-def _analysis_parts():
-    extras = {part.name: spec for spec, part in registry.extra_parts(config)}
-    return [(extras.get(part.name), part) for part in registry.parts_of_config(config)]
-
-
 try:
-    ANALYSIS_PARTS = _analysis_parts()
+    ANALYSIS_PARTS = registry.config_parts(config)
 except ValueError as exc:  # a part the config names that does not exist or cannot be loaded
     raise WorkflowError(str(exc))
 

@@ -178,15 +178,23 @@ def choose(available: Sequence[Part], chosen: Sequence[str] | None, nats: bool, 
     return [p for p in available if (chosen is None or p.name in chosen) and applies(p, nats, schedules, robustness)]
 
 
-def parts_of_config(config: Mapping) -> list[Part]:
-    """The parts a config's run has: every run the general ones; with a NATS-Bench space NAS
-    and the architecture figures, with two or more schedules of a space their comparison,
-    with ``robustness.path`` question 2; then ``analysis.extra_parts``; all of them out of
+def config_parts(config: Mapping) -> list[tuple[str | None, Part]]:
+    """(spec, part) of every part a config's run has: every run the general ones; with a
+    NATS-Bench space NAS and the architecture figures, with two or more schedules of a space
+    their comparison, with ``robustness.path`` question 2; then ``analysis.extra_parts``
+    (spec: its ``module:ATTRIBUTE``; None for a built-in part); all of them out of
     ``analysis.parts`` where the config lists some."""
+    extras = extra_parts(config)
+    spec_of = {part.name: spec for spec, part in extras}
     nats = [s for s in config.get("spaces") or [] if s in NATS_SPACES]
-    available = [*BUILTIN, *(part for _, part in extra_parts(config))]
-    return choose(available, (config.get("analysis") or {}).get("parts"), bool(nats),
-                  any(len(hps(config, s)) > 1 for s in nats), bool((config.get("robustness") or {}).get("path")))
+    chosen = choose([*BUILTIN, *(part for _, part in extras)], (config.get("analysis") or {}).get("parts"), bool(nats),
+                    any(len(hps(config, s)) > 1 for s in nats), bool((config.get("robustness") or {}).get("path")))
+    return [(spec_of.get(part.name), part) for part in chosen]
+
+
+def parts_of_config(config: Mapping) -> list[Part]:
+    """The parts of :func:`config_parts`, in report order."""
+    return [part for _, part in config_parts(config)]
 
 
 def parts_of_tables(settings: Mapping, table_keys: Sequence[tuple[str, str, str]]) -> list[Part]:
@@ -218,13 +226,13 @@ def config_part_settings(config: Mapping, part: Part, spec: str | None = None) -
 def config_report_settings(config: Mapping) -> dict:
     """The report's rule params: :func:`report_settings`, the parts it assembles (with where an
     extra part's code is) and whether the run writes the explorer it links to."""
-    parts = parts_of_config(config)
-    extras = {part.name: spec for spec, part in extra_parts(config)}
-    out = {**report_settings(analysis_settings(config)), "parts": [p.name for p in parts],
+    parts = config_parts(config)
+    analysis = config.get("analysis") or {}
+    out = {**report_settings(analysis_settings(config)), "parts": [part.name for _, part in parts],
            "explorer": bool(config.get("explorer", schema_default("explorer")))}
-    if extras:
-        out["extra_parts"] = {name: spec for name, spec in extras.items() if name in out["parts"]}
-        out["python_path"] = list((config.get("analysis") or {}).get("python_path") or [])
+    if analysis.get("extra_parts"):
+        out["extra_parts"] = {part.name: spec for spec, part in parts if spec is not None}
+        out["python_path"] = list(analysis.get("python_path") or [])
     return out
 
 
