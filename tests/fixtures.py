@@ -111,7 +111,7 @@ def workflow_run(tmp_path_factory) -> Path:
     """WORKFLOW_TINY run to the end (report included), with the archive read log of every job.
     Its mini benchmark is the session's (:func:`workflow_minibench`, the same spec) copied in
     place, so Snakemake finds the minibench rule's outputs and does not build it a second time
-    (the rule's job is run by every other whole-run test)."""
+    (the rule's job is run by the SMALL_SSS run)."""
     def build(workdir):
         copy_workflow(workdir, WORKFLOW_TINY)
         shutil.copytree(workflow_minibench(tmp_path_factory), workdir / WORKFLOW_TINY["minibench"]["dir"])

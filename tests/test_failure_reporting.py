@@ -16,15 +16,17 @@ import pytest
 
 from calibench.results import failures
 from calibench.run import repair
-from fixtures import copy_workflow
+from fixtures import WORKFLOW_TINY, copy_workflow, workflow_minibench
 
 RUN = [sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml", "--cores", "2"]
 # The table only, no analysis: where a test is about measurement, the analysis parts would only cost time.
 RUN_TABLE = RUN + ["--space", "sss"]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--configfile", "tiny.yaml", "--cores", "2"]
 TINY = {
-    "minibench": {"build": True, "dir": "resources/minibench", "n_tss": 1, "n_sss": 3, "n_test": 60, "n_train": 30,
-                  "seed": 3},
+    # the session's mini benchmark (fixtures.workflow_minibench), copied in: the minibench rule's job is
+    # run by the small SSS run; three of its SSS networks
+    "minibench": {**WORKFLOW_TINY["minibench"], "build": False},
+    "population": {"sss": {"mode": "range", "start": 0, "stop": 3}},
     "spaces": ["sss"], "datasets": ["cifar10"], "bins": [5, 15], "stages": ["pre", "post"], "chunk_size": 2,
     # no analysis part: the report's failure section is what these tests read (analysis.parts, docs/analysis.md)
     "measure_group": 1, "analysis": {"hcs_betas": [1], "top_k": [], "top_n": 3, "parts": []},
@@ -41,6 +43,7 @@ def _run(workdir: Path, cmd=RUN, **kw) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     workdir = copy_workflow(tmp_path_factory.mktemp("visible"), TINY)
+    shutil.copytree(workflow_minibench(tmp_path_factory), workdir / TINY["minibench"]["dir"])
     proc = _run(workdir, RUN_TABLE)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "calibench:" not in proc.stderr  # nothing failed, nothing to say

@@ -198,12 +198,16 @@ def read_parquet(path: str | os.PathLike, columns=None, schema_only: bool = Fals
     try:
         if schema_only:
             return _unmarked(pq.read_schema(pa.BufferReader(data)))
-        table = pq.read_table(pa.BufferReader(data), columns=columns, page_checksum_verification=True)
+        # ParquetFile, not pq.read_table: that goes through pyarrow.dataset, whose import (pandas
+        # with it) costs every job 0.3 CPU s (BENCHMARKS.md, "The test suite", session 44)
+        file = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
+        table = file.read(columns=columns)
     except Exception as exc:
         raise DamagedFile(path, f"undecodable ({type(exc).__name__}: {exc})") from exc
     if table.num_rows != meta.num_rows:
         raise DamagedFile(path, f"{table.num_rows} rows decoded, its footer counts {meta.num_rows}")
-    return table.replace_schema_metadata(_unmarked(table.schema).metadata)
+    # the Arrow schema as written: without the footer's seal, which ParquetFile.read adds
+    return table.replace_schema_metadata(_unmarked(file.schema_arrow).metadata)
 
 
 def _unmarked(schema):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.optimize import isotonic_regression
 
 from calibench.metrics._arrays import check_logits
 from calibench.recalibration.base import Fitted, as_info, non_finite_failures
@@ -207,6 +206,8 @@ def isotonic_knots(probs_val: torch.Tensor, labels_val: torch.Tensor) -> dict[st
     gx = np.zeros(r * n)
     gx[group_slot] = sv.ravel()[group_first]
     gx = gx.reshape(r, n)
+    from scipy.optimize import isotonic_regression  # here: a job without iso never pays scipy's import
+
     fitted = np.zeros((r, n))
     for i in range(r):
         g = n_groups[i]

@@ -170,7 +170,7 @@ def shard_problem(path: str | Path, expected_hash: str) -> str | None:
         meta = integrity.verify_bytes(path, data)
         if meta.num_rows == 0 or not REQUIRED_COLUMNS <= set(pq.read_schema(pa.BufferReader(data)).names):
             return "no rows or not the shard schema"
-        hashes = pq.read_table(pa.BufferReader(data), columns=["config_hash"]).column(0).unique().to_pylist()
+        hashes = pq.ParquetFile(pa.BufferReader(data)).read(columns=["config_hash"]).column(0).unique().to_pylist()
     except integrity.DamagedFile as exc:
         return f"damaged ({exc.cause})"
     except Exception as exc:
