@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from calibench.results import failures
 from calibench.run import repair
@@ -171,7 +172,10 @@ def test_config_errors_name_the_file_line_and_key_in_a_few_lines(finished, tmp_p
 
 
 def test_a_second_run_while_one_is_live_is_told_not_to_unlock(finished, tmp_path):
-    workdir = _clone(finished, tmp_path / "busy", results=False)
+    # The finished run with a bin count added: the live run has measurement jobs to do, and no inference.
+    workdir = _clone(finished, tmp_path / "busy")
+    (workdir / "tiny.yaml").write_text(yaml.safe_dump({"explorer": False, **TINY, "bins": [5, 15, 30]}))
+    shutil.rmtree(workdir / "results/logs")  # the jobs' logs of this run are how it is seen to be under way
     live = subprocess.Popen(RUN_TABLE, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     try:

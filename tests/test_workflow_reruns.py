@@ -49,14 +49,16 @@ def _stored(results: Path, sub: str) -> dict[Path, int]:
 
 
 def test_kill_9_of_the_whole_run_then_the_readme_command_completes_it(tmp_path, tmp_path_factory, request):
-    # Two stages: the test is about resuming, and fits cost time.
+    # Two stages and two datasets: the test is about resuming, and fits and jobs cost time.
+    datasets = ["cifar10", "cifar100"]
     workdir = copy_workflow(tmp_path / "killed", {**TINY, "spaces": ["sss"], "stages": ["pre", "post"],
+                                                  "datasets": datasets,
                                                   "minibench": {**TINY["minibench"], "build": False}})
     # The run's own mini benchmark, built on its own: this test needs no finished run, so it runs
     # first in this file while another worker builds the run the others clone.
     shutil.copytree(workflow_minibench(tmp_path_factory), workdir / "resources" / "minibench")
     results = workdir / "results"
-    n_logits = len(SELECTED["sss"]) * len(DATASETS)
+    n_logits = len(SELECTED["sss"]) * len(datasets)
 
     # 1. Killed mid-inference.
     run = _start_run(workdir)
@@ -97,7 +99,7 @@ def test_kill_9_of_the_whole_run_then_the_readme_command_completes_it(tmp_path, 
         assert path.stat().st_mtime_ns == mtime, f"{path} was computed twice"
     assert len(_stored(results, "logits")) == n_logits and len(_stored(results, "shards")) == n_logits
     finished_run = request.getfixturevalue("workflow_run")  # by now another worker has (nearly) finished it
-    for dataset in DATASETS:  # the same numbers as an uninterrupted run
+    for dataset in datasets:  # the same numbers as an uninterrupted run
         # The archive files' sizes and times differ between two builds of the same mini benchmark (torch's
         # legacy pickle names storages by address); they describe the file, not the numbers.
         resumed = pd.read_parquet(results / "tables" / f"sss_90_{dataset}.parquet").drop(
