@@ -174,6 +174,18 @@ def test_every_cited_test_and_bench_file_exists():
     assert not missing, missing
 
 
+def test_the_readmes_screenshots_are_in_the_repository_and_are_pngs():
+    """The README's images (a screenshot of the report and one of the explorer, issue 36) are
+    PNG files of the repository, each named by exactly one image link."""
+    images = re.findall(r"!\[[^\]]+\]\(([^)]+)\)", (ROOT / "README.md").read_text())
+    assert sorted(images) == ["docs/images/explorer.png", "docs/images/report.png"]
+    for image in images:
+        head = (ROOT / image).read_bytes()[:24]
+        assert head[:8] == b"\x89PNG\r\n\x1a\n", image
+        width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+        assert width >= 1000 and 500 <= height <= 1500, (image, width, height)  # legible, one screen
+
+
 def shell_commands(path: Path) -> list[str]:
     """The command lines of the shell blocks (bare or ``bash``) of a page: lines that start with
     a command the project has (``calibench``, ``snakemake``, ``make``, ``export``), comments cut."""
