@@ -183,6 +183,29 @@ def test_the_search_box_finds_an_arch_string(workflow_run, page):
     page.wait_for("document.getElementById('status').textContent.startsWith('no architecture matches')")
 
 
+def test_the_column_filter_narrows_the_column_choosers_and_keeps_what_is_chosen(workflow_run, page):
+    """Issue 37, item 5: words typed in the filter keep the columns whose names hold every one
+    (any case); the chosen x, y and colour stay chosen and in their lists; clearing restores all."""
+    def listed(select):
+        return page.evaluate(f"Array.from(document.getElementById('{select}').options, o => o.value)")
+
+    def type_filter(text):
+        page.evaluate(f"(() => {{ const f = document.getElementById('colfilter'); f.value = {json.dumps(text)};"
+                      " f.dispatchEvent(new Event('input')); })()")
+
+    every = listed("xcol")
+    chosen = page.evaluate("['xcol', 'ycol', 'ccol'].map(id => document.getElementById(id).value)")
+    type_filter("CWCE_em 15")
+    matching = [c for c in every if "cwce_em" in c and "15" in c]
+    assert len(matching) >= 2, matching  # at least pre and post
+    for select, value in zip(["xcol", "ycol", "ccol"], chosen):
+        assert set(listed(select)) == set(matching) | {value}
+    assert page.evaluate("['xcol', 'ycol', 'ccol'].map(id => document.getElementById(id).value)") == chosen
+    assert page.evaluate("document.getElementById('colcount').textContent") == f"{len(matching)} of {len(every)} columns"
+    type_filter("")
+    assert listed("xcol") == every and page.evaluate("document.getElementById('colcount').textContent") == ""
+
+
 def test_the_kendall_matrices_hold_the_analysis_values(workflow_run, page):
     page.evaluate("CB.tab('kendall')")
     sel = page.evaluate("Object.fromEntries(['figure','table','metric','stage','population','bins']"

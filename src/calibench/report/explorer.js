@@ -139,6 +139,11 @@ const CB = (() => {
     if (selected !== undefined && items.some(it => String(it.value) === String(selected))) select.value = selected;
   }
   const columnItems = t => t.columns.map(c => ({value: c.name, group: c.group}));
+  // the column filter: every word typed is in the column's name (e.g. "cwce_em 15")
+  function columnFilter(items) {
+    const words = $('colfilter').value.toLowerCase().split(/\s+/).filter(Boolean);
+    return words.length ? items.filter(i => words.every(w => i.value.toLowerCase().includes(w))) : items;
+  }
 
   // ------------------------------------------------------------ the scatter
   function scatterTables() {
@@ -424,9 +429,14 @@ const CB = (() => {
     return Promise.resolve();
   }
   function tableChanged(keep) {
-    const t = byId($('table').value), items = columnItems(t), d = S.manifest.defaults;
-    const pick = (sel, want) => options(sel, items, items.some(i => i.value === sel.value) && keep ? sel.value : want);
+    const t = byId($('table').value), items = columnItems(t), d = S.manifest.defaults, shown = columnFilter(items);
+    const pick = (sel, want) => {
+      const value = items.some(i => i.value === sel.value) && keep ? sel.value : want;
+      // the chosen column stays in its list, whatever the filter: the plot does not change under it
+      options(sel, shown.some(i => i.value === value) ? shown : [...items.filter(i => i.value === value), ...shown], value);
+    };
     pick($('xcol'), keep && keep.x || d[0]); pick($('ycol'), keep && keep.y || d[1]); pick($('ccol'), keep && keep.c || d[2]);
+    $('colcount').textContent = shown.length === items.length ? '' : `${shown.length} of ${items.length} columns`;
   }
   async function start(manifest) {
     S.manifest = manifest;
@@ -438,6 +448,7 @@ const CB = (() => {
     const redraw = () => drawScatter().catch(fail);
     $('table').onchange = () => { tableChanged({x: $('xcol').value, y: $('ycol').value, c: $('ccol').value}); redraw(); };
     for (const id of ['alldatasets', 'xcol', 'ycol', 'ccol']) $(id).onchange = redraw;
+    $('colfilter').oninput = () => tableChanged({x: $('xcol').value, y: $('ycol').value, c: $('ccol').value});
     $('searchgo').onclick = () => search().catch(fail);
     $('search').onkeydown = e => { if (e.key === 'Enter') search().catch(fail); };
     for (const b of document.querySelectorAll('nav button')) b.onclick = () => tab(b.dataset.tab);
