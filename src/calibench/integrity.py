@@ -200,7 +200,7 @@ def read_parquet(path: str | os.PathLike, columns=None, schema_only: bool = Fals
             return _unmarked(pq.read_schema(pa.BufferReader(data)))
         # ParquetFile, not pq.read_table: that goes through pyarrow.dataset, whose import (pandas
         # with it) costs every job 0.3 CPU s (BENCHMARKS.md, "The test suite", session 44)
-        file = pq.ParquetFile(pa.BufferReader(data), page_checksum_verification=True)
+        file = pq.ParquetFile(pa.BufferReader(data), metadata=meta, page_checksum_verification=True)
         table = file.read(columns=columns)
     except Exception as exc:
         raise DamagedFile(path, f"undecodable ({type(exc).__name__}: {exc})") from exc

@@ -167,10 +167,10 @@ def shard_problem(path: str | Path, expected_hash: str) -> str | None:
         return "missing"
     try:
         data = path.read_bytes()
-        meta = integrity.verify_bytes(path, data)
-        if meta.num_rows == 0 or not REQUIRED_COLUMNS <= set(pq.read_schema(pa.BufferReader(data)).names):
+        file = pq.ParquetFile(pa.BufferReader(data), metadata=integrity.verify_bytes(path, data))  # one footer read
+        if file.metadata.num_rows == 0 or not REQUIRED_COLUMNS <= set(file.schema_arrow.names):
             return "no rows or not the shard schema"
-        hashes = pq.ParquetFile(pa.BufferReader(data)).read(columns=["config_hash"]).column(0).unique().to_pylist()
+        hashes = file.read(columns=["config_hash"]).column(0).unique().to_pylist()
     except integrity.DamagedFile as exc:
         return f"damaged ({exc.cause})"
     except Exception as exc:
