@@ -149,3 +149,33 @@ def test_adaptive_ties_keep_sample_order():
     # ranges [s4, s5, s0] freq 0 vs 0.5; [s1, s2, s3] freq 1 vs 0.7
     expected = ((abs(1 / 3 - 0.3) + abs(2 / 3 - 0.5)) / 2 + (abs(0 - 0.5) + abs(1 - 0.7)) / 2) / 2
     assert M.ace(probs, labels, 2) == pytest.approx(expected, abs=1e-15)
+
+
+@pytest.mark.parametrize("case", ["distinct", "ties_in_unsampled_rows", "step_map", "zeros_and_one", "above_one"])
+def test_class_rows_sort_equals_torchs_stable_sort_bit_for_bit(case):
+    """The packed-key sort of the class rows (and its fallbacks: rows with repeats, values that
+    do not pack) gives torch's stable sort: the same values, indicators and prefix sums."""
+    from calibench.metrics import binned
+
+    g = torch.Generator().manual_seed(7)
+    rows, n, k = 40, 3001, 10
+    values = torch.softmax(torch.randn(rows, n, generator=g, dtype=torch.float64) * 6, -1)
+    if case == "ties_in_unsampled_rows":  # the sampled rows (0, 13, 26, 39) stay distinct
+        values[5, ::3] = values[5, 1]
+        values[30, 100:200] = values[30, 7]
+    elif case == "step_map":
+        values = torch.randint(0, 9, (rows, n), generator=g).double() / 8
+    elif case == "zeros_and_one":
+        values[::2, :50] = 0.0
+        values[3, 0] = 1.0
+    elif case == "above_one":
+        values = values * 3
+    values = values.contiguous()
+    labels = torch.randint(0, k, (n,), generator=g)
+    classes = torch.randint(0, k, (rows,), generator=g)
+    got = binned.sort_class_rows(values, labels, classes)
+    expected_values, order = torch.sort(values, dim=-1, stable=True)
+    expected_hits = labels[order] == classes[:, None]
+    assert torch.equal(got.values.view(torch.int64), expected_values.view(torch.int64))
+    assert torch.equal(got.cum_values.view(torch.int64), torch.cumsum(expected_values, -1).view(torch.int64))
+    assert torch.equal(got.cum_targets, torch.cumsum(expected_hits, -1))

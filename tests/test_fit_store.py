@@ -13,6 +13,7 @@ import pytest
 from calibench import layout
 from calibench.config import settings as stage_settings
 from calibench.measure.jobs import measure_chunk_job
+from calibench.results import shards
 from calibench.store import fits as fit_store
 from test_measure_device import M, _config, _population
 
@@ -58,6 +59,8 @@ def test_a_bins_change_refits_nothing_and_equals_a_measurement_from_scratch_bit_
     summary = _measure(made, config, "again")
     assert summary["computed"] == M
     assert summary["fits"] == {"made": {}, "reused": {s: M for s in FITTED}}
+    # every stage keeps its rows at 5 and 15 bins and its unbinned metrics; 50 alone is measured
+    assert summary["stages_measured"] == {"whole": {}, "new_bins": {s: M for s in ["pre"] + FITTED}, "kept": {}}
     assert {i: p.stat().st_mtime_ns for i, p in fit_files.items()} == before  # nothing written again
     scratch = _population(tmp_path / "scratch")
     assert _measure(scratch, config)["fits"]["made"] == {s: M for s in FITTED}
@@ -73,7 +76,10 @@ def test_a_hist_bins_change_refits_hist_only_and_leaves_the_other_stages_bit_ide
     config = _config()
     config["recalibration"]["hist_bins"] = 7
     summary = _measure(made, config, "hist")
-    assert summary["fits"] == {"made": {"hist": M}, "reused": {s: M for s in FITTED if s != "hist"}}
+    # the other stages' rows are kept as they were: their fits are not even re-applied
+    assert summary["fits"] == {"made": {"hist": M}, "reused": {}}
+    assert summary["stages_measured"] == {"whole": {"hist": M}, "new_bins": {},
+                                          "kept": {s: M for s in ["pre"] + FITTED if s != "hist"}}
     after = _shards(made[0])
     for i in range(M):
         keep = ["stage", "metric", "bins", "value"]
@@ -83,6 +89,38 @@ def test_a_hist_bins_change_refits_hist_only_and_leaves_the_other_stages_bit_ide
         assert not before[i][before[i]["stage"] == "hist"]["value"].equals(after[i][after[i]["stage"] == "hist"]["value"])
     stored = fit_store.read_network_fits(layout.fits_path(made[0], "zoo", "", "cifar10", 0))
     assert stored[0]["hist"].params["bin_values"].shape == (10, 7)  # the new fit replaced the old one
+
+
+def test_bins_removed_or_reordered_and_a_stage_dropped_then_added_back_measure_nothing_they_keep(first, tmp_path):
+    """Rows that hold are kept: fewer bin counts, another order, a stage dropped, then the stage
+    added back (its fit still in the store: measured whole from it, nothing refitted); each
+    result equals a measurement from scratch with those settings, bit for bit."""
+    made = _copy(first, tmp_path)
+    config = _config()
+    config["bins"] = [15]
+    config["stages"] = [s for s in config["stages"] if s != "spline"]
+    summary = _measure(made, config, "fewer")
+    assert summary["computed"] == M
+    assert summary["fits"] == {"made": {}, "reused": {}}
+    assert summary["stages_measured"] == {"whole": {}, "new_bins": {}, "kept": {s: M for s in config["stages"]}}
+    assert not any((s["stage"] == "spline").any() or (s["bins"] == 5).any() for s in _shards(made[0]).values())
+    config["bins"] = [15, 5]  # 5 measured again, after 15
+    config["stages"] = _config()["stages"]
+    summary = _measure(made, config, "back")
+    assert summary["fits"] == {"made": {}, "reused": {s: M for s in FITTED}}
+    assert summary["stages_measured"]["whole"] == {"spline": M}
+    assert summary["stages_measured"]["new_bins"] == {s: M for s in config["stages"] if s != "spline"}
+    scratch = _population(tmp_path / "scratch")
+    _measure(scratch, config)
+    served, fresh = _shards(made[0]), _shards(scratch[0])
+    for i in range(M):
+        pd.testing.assert_frame_equal(served[i], fresh[i], check_exact=True)
+        kept, new = (layout.shard_path(r, "zoo", "", "cifar10", i) for r in (made[0], scratch[0]))
+        assert shards.read_stage_failures(kept) == shards.read_stage_failures(new)
+        a, b = shards.read_reliability(kept), shards.read_reliability(new)
+        assert a.keys() == b.keys() and all(
+            np.array_equal(a[seed][stage][k], b[seed][stage][k], equal_nan=True)
+            for seed in a for stage in a[seed] for k in a[seed][stage])
 
 
 def test_a_damaged_fit_store_file_is_named_set_aside_and_refitted(first, tmp_path):

@@ -272,8 +272,8 @@ def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_
     proc = subprocess.run(status, cwd=run, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert ("to run    results/tables/tss_200_cifar10.parquet  (settings changed: bins: 5, 15, 50 → 5, 15; "
-            "fits made again: none; re-applied from the fit store: post, vs, ms, dir, iso, hist, spline)") \
-        in proc.stdout.splitlines(), proc.stdout  # the fit store (issue 35): a bins change refits nothing
+            "fits made again: none; rows kept: pre, post, vs, ms, dir, iso, hist, spline)") \
+        in proc.stdout.splitlines(), proc.stdout  # issue 35: a bin count dropped refits and measures nothing
     assert "a measurement setting changed: the measure job of each chunk of those tables reruns from the stored " \
            "logits" in proc.stdout, proc.stdout
 

@@ -153,8 +153,12 @@ def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp
     # the fit store (issue 35): the bins changed, the temperature fits did not: none was made again
     for dataset in DATASETS:
         for chunk in (0, 1):
-            fits = integrity.read_json(layout.measure_manifest(results, "sss_90", dataset, chunk))["fits"]
+            manifest = integrity.read_json(layout.measure_manifest(results, "sss_90", dataset, chunk))
+            fits = manifest["fits"]
             assert fits["made"] == {} and set(fits["reused"]) == {"post"} and fits["reused"]["post"] >= 2, fits
+            # the rows at 5 and 15 bins and the unbinned metrics are kept; 30 bins alone is measured
+            measured = manifest["stages_measured"]
+            assert set(measured["new_bins"]) == {"pre", "post"} and not measured["whole"], measured
 
     ece_before = pd.read_parquet(results / "tables" / "sss_90_cifar100.parquet")["post_ece_15"]
     _set_config(workdir, temperature={"method": "grid_ece", "val_fraction": 0.2, "seed": 42})
@@ -163,14 +167,17 @@ def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp
                              "--space", "sss"], cwd=workdir, capture_output=True, text=True, timeout=300)
     line = next(x for x in status.stdout.splitlines() if "sss_90_cifar100.parquet" in x)
     assert "grid_ece" in line and "fits made again: post" in line and "re-applied" not in line, status.stdout
+    assert line.endswith("rows kept: pre)"), line  # pre does not depend on the temperature fit
     dry = subprocess.run(CALIBENCH_RUN + ["--configfile", "tiny.yaml", "--cores", "1", "--space", "sss", "--", "-n"],
                          cwd=workdir, capture_output=True, text=True, timeout=300)  # a dry run says the same
     assert dry.returncode == 0, dry.stdout[-2000:] + dry.stderr[-2000:]
     said = next(x for x in dry.stdout.splitlines() if x.startswith("dry run: ") and "sss_90_cifar100.parquet" in x)
     assert "grid_ece" in said and "fits made again: post" in said and "re-applied" not in said, said
     _snakemake(workdir, "results/tables/sss_90_cifar100.parquet")  # one table: the others would measure alike
-    fits = integrity.read_json(layout.measure_manifest(results, "sss_90", "cifar100", 1))["fits"]
+    manifest = integrity.read_json(layout.measure_manifest(results, "sss_90", "cifar100", 1))
+    fits = manifest["fits"]
     assert set(fits["made"]) == {"post"} and fits["reused"] == {}, fits
+    assert set(manifest["stages_measured"]["whole"]) == {"post"} and set(manifest["stages_measured"]["kept"]) == {"pre"}
     ece_after = pd.read_parquet(results / "tables" / "sss_90_cifar100.parquet")["post_ece_15"]
     assert not np.allclose(ece_before, ece_after)  # a different temperature fit, measured from the same logits
     assert _mtimes(results / "benchmarks" / "infer") == infer_records  # no inference job ran

@@ -20,7 +20,7 @@ from calibench import layout
 from calibench.user_code import module_sha256
 from calibench.config.check import schema_default
 from calibench.layout import split_target, target_name  # noqa: F401 (split_target: for callers)
-from calibench.vocabulary import NATS_SPACES, ODIR_STAGES
+from calibench.vocabulary import NATS_SPACES, ODIR_STAGES, SEARCH_FLAG
 
 # Bump when inference changes the logits it produces (network forms, data pipeline):
 # every stored logits file's key changes with it (calibench.store.logits), and so do the
@@ -305,6 +305,17 @@ def stage_fit_settings(settings: Mapping, stage: str) -> dict:
     if stage == "spline":
         out["spline_knots"] = rec.get("spline_knots")
     return out
+
+
+def stage_measurement_settings(settings: Mapping, stage: str) -> dict:
+    """What a stage's rows of a shard depend on besides its logits and the bin counts: its fit's
+    settings (:func:`stage_fit_settings`), the TACE threshold, the reliability-diagram bins and,
+    for ms and dir, the search's flag. Rows whose stage keeps these are kept when only ``bins``
+    or another stage changes; the new bin counts alone are measured (issue 35)."""
+    rec = settings.get("recalibration", {})
+    return {"fit": stage_fit_settings(settings, stage), "tace_threshold": settings["tace_threshold"],
+            "reliability_bins": settings.get("reliability_bins"),
+            "search_flag": (rec.get(stage) or {}).get(SEARCH_FLAG) if stage in ODIR_STAGES else None}
 
 
 def odir_searched_stages(config: Mapping) -> list[str]:

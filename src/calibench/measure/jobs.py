@@ -37,6 +37,7 @@ from calibench.results import shards
 from calibench.atomic import file_state
 from calibench.inference.jobs import log_slurm, progress_bar
 from calibench.metrics.scores import auroc
+from calibench.results.kept import KeptRows, kept_plan, kept_rows_of, merged_stages, stage_keys
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +107,11 @@ def device_name(device: torch.device) -> str:
 
 
 def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: Mapping, space: str, hp: str,
-                   dataset: str, shard_keys: Mapping[int, str]):
+                   dataset: str, shard_keys: Mapping[int, str], new_bins: Mapping[str, tuple] | None = None):
     """Metrics of every stage for a group of networks at once, on the device of ``labels``;
-    returns one (provenance, stages, stage failures, reliability bins) per network."""
+    returns one (provenance, stages, stage failures, reliability bins, fits made) per network.
+    ``new_bins``: the stages whose rows are kept, with the bin counts to add
+    (:func:`calibench.measure.stages.measure_stages_batch`): they give only those."""
     from calibench.measure.stages import measure_stages_batch
 
     temp = settings["temperature"]
@@ -121,8 +124,9 @@ def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: M
         logits, labels, bins=settings["bins"], val_fraction=temp["val_fraction"], seed=temp["seed"],
         method=temp["method"], tace_threshold=settings["tace_threshold"], stages=stages,
         recalibration={"temperature": temp, **settings.get("recalibration", {})}, ood_logits=ood,
-        stored_fits={stage: [r.fits.get(stage) for r in group] for stage in stages},
+        stored_fits={stage: [r.fits.get(stage) for r in group] for stage in stages}, new_bins=new_bins,
     )
+    measured = [s for s in stages if s in out]
     temperature = out.get("temperature")
     results = []
     for i, r in enumerate(group):
@@ -134,21 +138,23 @@ def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: M
             "n_eval": int(labels.shape[0]), "config_hash": shard_keys[r.index], "logits_key": r.logits_key,
             "logits_file": r.logits_file, **r.source,
         }
-        per_stage = {stage: {k: v[i] for k, v in out[stage].items()} for stage in stages}
-        failed = {stage: out["failures"][stage][i] for stage in stages if out["failures"][stage][i] is not None}
-        reliability = {stage: {k: v[i] for k, v in out["reliability"][stage].items()} for stage in stages}
-        made = {stage: out["fits"][stage][i] for stage in stages if i in out["fits"][stage]}
+        per_stage = {stage: {k: v[i] for k, v in out[stage].items()} for stage in measured}
+        failed = {stage: out["failures"][stage][i] for stage in measured if out["failures"][stage][i] is not None}
+        reliability = {stage: {k: v[i] for k, v in out["reliability"][stage].items()} for stage in measured
+                       if (new_bins or {}).get(stage) is None}
+        made = {stage: out["fits"][stage][i] for stage in measured if i in out["fits"][stage]}
         results.append((provenance, per_stage, failed, reliability, made))
     return results
 
 
 def _measure_isolating(group: list[StoredNetwork], labels: torch.Tensor, settings: Mapping, space: str, hp: str,
-                       dataset: str, shard_keys: Mapping[int, str], failures: list[dict]):
+                       dataset: str, shard_keys: Mapping[int, str], failures: list[dict],
+                       new_bins: Mapping[str, tuple] | None = None):
     """:func:`_measure_group`, and where the batch raises (logits that cannot be measured, e.g.
     non-finite values in a damaged store file), each network on its own: one that still raises
     becomes a failure row naming its file and the reason, and the others are measured."""
     try:
-        return _measure_group(group, labels, settings, space, hp, dataset, shard_keys)
+        return _measure_group(group, labels, settings, space, hp, dataset, shard_keys, new_bins)
     except (ValueError, RuntimeError) as exc:
         if len({n.index for n in group}) == 1:
             network = group[0]
@@ -160,7 +166,7 @@ def _measure_isolating(group: list[StoredNetwork], labels: torch.Tensor, setting
     out = []
     for index in dict.fromkeys(n.index for n in group):
         out += _measure_isolating([n for n in group if n.index == index], labels, settings, space, hp, dataset,
-                                  shard_keys, failures)
+                                  shard_keys, failures, new_bins)
     return out
 
 
@@ -322,10 +328,13 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     failures = [dict(f) for f in inferred["failures"] if f["dataset"] == dataset]  # carried into the table
     keys = {i: shard_key(settings, k) for i, k in logits_keys.items()}
     todo = []
+    other_settings = set()  # shards made with other settings: what of them holds is kept (issue 35)
     for i in indices:
         problem = shards.shard_problem(layout.shard_path(results, space, hp, dataset, i), keys[i]) if i in keys else None
         if problem is not None:
             todo.append(i)
+            if problem == "made with other settings":
+                other_settings.add(i)
             if problem.startswith(("damaged", "unreadable")):
                 log.warning("%s: %s: measured again", layout.shard_path(results, space, hp, dataset, i), problem)
     fit_problems: list[dict] = []  # fit-store files missing or failing their check (set aside, fitted again)
@@ -349,6 +358,9 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     measured: set[int] = set()
     stage_failures: list[dict] = []  # a stage of a network is NaN (its fit failed); the shard stands
     fit_counts: dict[str, dict[str, int]] = {"made": {}, "reused": {}}  # per stage: fitted now, re-applied
+    # per stage, networks measured whole, only at new bin counts, or kept as they were
+    stage_counts: dict[str, dict[str, int]] = {"whole": {}, "new_bins": {}, "kept": {}}
+    kept_rows: dict[int, KeptRows] = {}
     fits_changed: set[int] = set()
     start = time.perf_counter()
     if todo:
@@ -368,13 +380,27 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
             fits_of: dict[int, dict] = {}
             for n in pending:  # what is kept of the store; the fits made now replace theirs below
                 fits_of.setdefault(n.index, {})[n.seed] = dict(n.fits)
+            plan = kept_plan(pending, kept_rows, settings)
             for provenance, stages, failed, rel, made in _measure_isolating(pending, labels, settings, space, hp,
-                                                                            dataset, keys, failures):
-                by_index.setdefault(provenance["arch_index"], []).append(shards.shard_table(provenance, stages))
-                reliability.setdefault(provenance["arch_index"], {})[provenance["seed"]] = rel
+                                                                            dataset, keys, failures, plan):
+                index, seed = provenance["arch_index"], provenance["seed"]
+                if plan:
+                    kept = kept_rows[index]
+                    stages = merged_stages(kept, seed, plan, stages, settings)
+                    rel = {**{s: kept.reliability[seed][s] for s in plan}, **rel}
+                    if "post" in plan:
+                        provenance["temperature"] = kept.temperature[seed]
+                    stage_failures.extend(f for f in kept.stage_failures
+                                          if f["seed"] == seed and f["stage"] in plan and not plan[f["stage"]])
+                for stage in settings["stages"]:
+                    how = "whole" if stage not in plan else "new_bins" if plan[stage] else "kept"
+                    stage_counts[how][stage] = stage_counts[how].get(stage, 0) + 1
+                by_index.setdefault(index, []).append(shards.shard_table(provenance, stages))
+                reliability.setdefault(index, {})[seed] = rel
                 expected = fit_keys(settings, provenance["logits_key"], labels_sha)
                 for stage in set(expected) - set(made):
-                    fit_counts["reused"][stage] = fit_counts["reused"].get(stage, 0) + 1
+                    if plan.get(stage, True):  # re-applied (a kept stage with no new bins is not)
+                        fit_counts["reused"][stage] = fit_counts["reused"].get(stage, 0) + 1
                 for stage, (params, info, why) in made.items():
                     fits_of[provenance["arch_index"]][provenance["seed"]][stage] = fit_store.StageFit(
                         expected[stage], params, info, why)
@@ -395,6 +421,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                 own = [f for f in stage_failures if f["arch_index"] == index]
                 table = shards.with_stage_failures(pa.concat_tables(tables), own)
                 table = shards.with_reliability(table, reliability[index])
+                table = shards.with_measured(table, settings["bins"], stage_keys(settings, logits_keys[index]))
                 metadata = dict(table.schema.metadata or {})
                 measured_with = prov.measurement(measured_on, {"calibench_version": written.get(index)})
                 metadata[prov.PROVENANCE_KEY] = prov.dumps(measured_with)
@@ -408,6 +435,11 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                 networks = _read_stored(results, space, hp, dataset, index, logits_keys[index], labels_read)
                 networks = _with_stored_fits(results, space, hp, dataset, index, networks,
                                              fit_keys(settings, logits_keys[index], labels_sha), fit_problems)
+                if index in other_settings:
+                    kept = kept_rows_of(layout.shard_path(results, space, hp, dataset, index), settings,
+                                      stage_keys(settings, logits_keys[index]), [n.seed for n in networks])
+                    if kept is not None:
+                        kept_rows[index] = kept
             except (store.StoreError, OSError, KeyError, ValueError) as exc:
                 source = layout.logits_path(results, space, hp, dataset, index)
                 if isinstance(exc, integrity.DamagedFile):  # set aside: the repair check sees it gone
@@ -448,7 +480,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                "fit_files": {str(i): file_state(layout.fits_path(results, space, hp, dataset, i))
                              for i in keys if i not in failed and has_fits},
                "logits_removed": removed, "odir": Path(odir_file).name if odir_file else None,
-               "fits": fit_counts, "fit_problems": fit_problems,
+               "fits": fit_counts, "fit_problems": fit_problems, "stages_measured": stage_counts,
                "settings": settings,  # the measurement settings, searched lambda, mu filled in: what a table records
                "seconds": round(time.perf_counter() - start, 3)}
     log.info("chunk %d done: %d measured, %d skipped, %d failed in %.1f s%s; fits made %s, re-applied from the fit "

@@ -101,13 +101,15 @@ def _new_fits(fitted: Fitted | None, reason: str | None, count: int) -> list[tup
 
 
 def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold, chunk_elements, ood_logits,
-                   stored=None):
+                   stored=None, binned_only=False):
     """Metrics (test part), fitted-parameter summaries, failures and reliability-diagram bins
     (:mod:`calibench.metrics.reliability`) of one stage for M networks, and the fits made
     (network -> (params, info, failure)). ``stored``: per network a stored fit of this stage
     (:class:`calibench.store.fits.StageFit`, its key checked) or None. The stage is re-applied
     for every network or fitted for every network: a batched fit's last bits can depend on its
-    batch, so a refit takes the whole batch, as the fits being replaced were made."""
+    batch, so a refit takes the whole batch, as the fits being replaced were made. ``binned_only``: the binned metrics
+    at ``bins`` only (no unbinned metric, OoD AUROC, reliability bins or fit summaries), from
+    stored fits: what a re-measurement of new bin counts adds to a kept shard."""
     m = z.shape[0]
     names = None
     rel = {key: np.full((m, RELIABILITY_BINS), np.nan) for key in ("count", "confidence", "accuracy")}
@@ -141,10 +143,12 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
             recalibrated = transform(z[idx][:, test_idx])
         finite = ~(torch.isnan(recalibrated) | torch.isposinf(recalibrated)).flatten(1).any(1)
         finite &= torch.isfinite(recalibrated.amax(-1)).all(-1)
-        values = measure_validated(recalibrated, y[test_idx], bins, tace_threshold, chunk_elements)
-        for key, v in reliability_from_logits(recalibrated, y[test_idx]).items():
-            rel[key][list(indices)] = v
-        for name, ood in (ood_logits or {}).items():
+        values = measure_validated(recalibrated, y[test_idx], bins, tace_threshold, chunk_elements,
+                                   unbinned=not binned_only)
+        if not binned_only:
+            for key, v in reliability_from_logits(recalibrated, y[test_idx]).items():
+                rel[key][list(indices)] = v
+        for name, ood in ({} if binned_only else ood_logits or {}).items():
             with torch.inference_mode():
                 id_scores = torch.softmax(transform(z[idx]), -1).amax(-1)
                 ood_scores = torch.softmax(transform(ood[idx].to(torch.float64)), -1).amax(-1)
@@ -163,8 +167,9 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
             if failures[i] is None and not bool(finite[j]):
                 failures[i] = f"{stage}: the recalibrated probabilities are not finite"
     if names is None:  # every network failed: NaN metrics of the suite's names
-        names = list(measure_validated(z[:1, test_idx], y[test_idx], bins, tace_threshold, chunk_elements))
-        names += [f"ood_auroc_{name}" for name in (ood_logits or {})]
+        names = list(measure_validated(z[:1, test_idx], y[test_idx], bins, tace_threshold, chunk_elements,
+                                       unbinned=not binned_only))
+        names += [f"ood_auroc_{name}" for name in ({} if binned_only else ood_logits or {})]
         metrics = {n: np.full(m, np.nan) for n in names}
     for i, why in enumerate(failures):
         if why is not None:
@@ -172,6 +177,8 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
                 metrics[n][i] = np.nan
             for v in rel.values():
                 v[i] = np.nan
+    if binned_only:
+        return metrics, failures, rel, made
     flag = underdetermined(stage, y[val_idx], z.shape[-1])
     if flag is not None:  # a property of the validation part: recorded even where the fit failed
         info["underdetermined"] = np.full(m, float(flag))
@@ -195,6 +202,7 @@ def measure_stages_batch(
     recalibration: Mapping | None = None,
     ood_logits: Mapping[str, torch.Tensor] | None = None,
     stored_fits: Mapping[str, Sequence] | None = None,
+    new_bins: Mapping[str, Sequence[int]] | None = None,
 ) -> dict:
     """Every stage's metrics for M networks on a shared evaluation set.
 
@@ -208,7 +216,10 @@ def measure_stages_batch(
     the methods' options (:func:`calibench.recalibration.fit_stage`); ``method``: the
     temperature fit. ``stored_fits``: per stage, per network a stored fit to re-apply instead of
     fitting (its key checked by the caller; :mod:`calibench.store.fits`) or None; the fits made
-    are returned under ``"fits"``: {stage: {network: (params, info, failure)}}.
+    are returned under ``"fits"``: {stage: {network: (params, info, failure)}}. ``new_bins``:
+    per stage whose other metrics are kept from an earlier measurement, the bin counts to add:
+    that stage gives its binned metrics at those counts only (none: the stage is not measured),
+    from its stored fits.
     """
     z, y = check_logits(logits, labels, batched=True)
     bins = check_bins(bins)
@@ -223,14 +234,19 @@ def measure_stages_batch(
     with torch.inference_mode():
         accuracy_full = (torch.argmax(z, dim=-1) == y).to(z.dtype).mean(dim=-1)  # argmax of logits = of softmax
     out: dict = {"accuracy_full": accuracy_full.cpu().numpy(), "failures": {}, "reliability": {}, "fits": {}}
+    new_bins = dict(new_bins or {})
     for stage in stages:
-        metrics, failures, rel, made = _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold,
-                                                      chunk_elements, ood_logits, (stored_fits or {}).get(stage))
+        added = new_bins.get(stage)
+        if added is not None and not added:
+            continue
+        metrics, failures, rel, made = _stage_outputs(
+            stage, z, y, val_idx, test_idx, options, bins if added is None else check_bins(added), tace_threshold,
+            chunk_elements, ood_logits, (stored_fits or {}).get(stage), binned_only=added is not None)
         out["fits"][stage] = made
         out[stage] = metrics
         out["failures"][stage] = failures
         out["reliability"][stage] = rel
-    if "post" in out:
+    if "post" in out and "fit_temperature" in out["post"]:
         out["temperature"] = out["post"]["fit_temperature"]
     return out
 

@@ -45,15 +45,92 @@ def sort_rows(values: torch.Tensor, targets: torch.Tensor, stable: bool = False)
     )
 
 
-def sort_class_rows(values: torch.Tensor, labels: torch.Tensor, classes: torch.Tensor) -> SortedRows:
-    """Stably sort one row per class, ``values`` (R, N) against ``1[labels = classes[r]]``.
+_FLOAT64_INF_BITS = 0x7FF0000000000000
 
-    The indicator is built in sorted order from the labels (no one-hot matrix), and
-    its cumsum stays integer.
+
+def stable_sort(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.sort(values, dim=-1, stable=True)``, faster for float64 rows of values in [0, inf]:
+    their bit patterns read as int64 sort in the same order (about 1.4x faster on the CPU). Rows
+    with a negative value, a -0.0 or a NaN (sign bit set, or bits above inf's) take the float sort."""
+    if values.dtype == torch.float64 and values.is_contiguous() and values.numel():
+        bits = values.view(torch.int64)
+        if int(bits.amin()) >= 0 and int(bits.amax()) <= _FLOAT64_INF_BITS:
+            sorted_bits, order = torch.sort(bits, dim=-1, stable=True)
+            return sorted_bits.view(torch.float64), order
+    return torch.sort(values, dim=-1, stable=True)
+
+
+def sort_class_rows(values: torch.Tensor, labels: torch.Tensor, classes: torch.Tensor) -> SortedRows:
+    """Stably sort one row per class, ``values`` (R, N) against ``1[labels = classes[r]]``; the
+    indicator's cumsum stays integer.
+
+    On the CPU, probabilities in [0, 1] (float64) without repeated values are sorted as packed
+    keys: the value's bit pattern shifted left, the indicator in the freed bit. A row without
+    repeats has one order, so no permutation is needed and numpy's vectorised sort runs on a
+    thread per core (:func:`_sort_packed`, about 2x the stable sort). Rows with repeats (a step
+    map's, e.g. ``iso``, ``hist``; a few rows sampled first) take the stable sort.
     """
-    sorted_values, order = torch.sort(values, dim=-1, stable=True)
+    if values.device.type == "cpu" and values.dtype == torch.float64 and values.is_contiguous() and values.numel():
+        bits = values.view(torch.int64)
+        if int(bits.amin()) >= 0 and int(bits.amax()) <= _FLOAT64_ONE_BITS and not _sample_repeats(bits.numpy()):
+            hits = labels[None, :] == classes[:, None]
+            sorted_values, sorted_hits, tied = _sort_packed(bits.numpy(), hits.numpy())
+            if tied.size:  # ties keep sample order (ACE, TACE): those rows by the stable sort
+                rows = torch.from_numpy(tied)
+                stable_values, order = stable_sort(values[rows])
+                sorted_values[rows] = stable_values
+                sorted_hits[rows] = (labels[order] == classes[rows, None]).long()
+            return SortedRows(sorted_values, None, torch.cumsum(sorted_values, -1), torch.cumsum(sorted_hits, -1))
+    sorted_values, order = stable_sort(values)
     hits = labels[order] == classes[:, None]
     return SortedRows(sorted_values, None, torch.cumsum(sorted_values, -1), torch.cumsum(hits, -1))
+
+
+_FLOAT64_ONE_BITS = 0x3FF0000000000000  # below 2**62: one bit left over when shifted
+
+
+def _sample_repeats(bits: np.ndarray, rows: int = 4) -> bool:
+    """Whether any of a few rows spread over ``bits`` (R, N) repeats a value."""
+    sample = np.sort(bits[np.unique(np.linspace(0, bits.shape[0] - 1, rows).astype(int))], axis=-1)
+    return bool((sample[:, 1:] == sample[:, :-1]).any())
+
+
+def _sort_packed(bits: np.ndarray, hits: np.ndarray):
+    """Sorted values (R, N) float64 and indicators (R, N) int64 of :func:`sort_class_rows` from
+    the packed keys, and the rows that repeat a value (left for the stable sort); rows split
+    among ``torch.get_num_threads()`` threads (numpy's sort releases the GIL)."""
+    rows, n = bits.shape
+    sorted_values = np.empty((rows, n), np.float64)
+    sorted_hits = np.empty((rows, n), np.int64)
+    tied = np.zeros(rows, bool)
+
+    def sort_part(part: slice) -> None:
+        keys = np.left_shift(bits[part], 1)
+        keys |= hits[part]
+        keys.sort(axis=-1)
+        np.bitwise_and(keys, 1, out=sorted_hits[part])
+        keys >>= 1
+        tied[part] = (keys[:, 1:] == keys[:, :-1]).any(axis=1)
+        sorted_values[part] = keys.view(np.float64)
+
+    step = -(-rows // max(1, min(torch.get_num_threads(), rows)))
+    parts = [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
+    if len(parts) == 1:
+        sort_part(parts[0])
+    else:
+        list(_sort_pool(len(parts)).map(sort_part, parts))
+    return torch.from_numpy(sorted_values), torch.from_numpy(sorted_hits), np.flatnonzero(tied)
+
+
+_POOLS: dict = {}
+
+
+def _sort_pool(workers: int):
+    from concurrent.futures import ThreadPoolExecutor
+
+    if workers not in _POOLS:
+        _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="calibench-sort")
+    return _POOLS[workers]
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,12 @@ def default_chunk_elements(device: torch.device) -> int:
 def metric_names(bins=DEFAULT_BINS) -> list[str]:
     """The keys ``measure`` returns, in a stable order: ``{metric}_{bins}`` then unbinned."""
     bins = check_bins(bins)
-    return [f"{m}_{b}" for m in BINNED_METRICS for b in bins] + list(UNBINNED_METRICS)
+    return binned_metric_names(bins) + list(UNBINNED_METRICS)
+
+
+def binned_metric_names(bins=DEFAULT_BINS) -> list[str]:
+    """The binned keys ``{metric}_{bins}`` of :func:`metric_names`, in its order."""
+    return [f"{m}_{b}" for m in BINNED_METRICS for b in check_bins(bins)]
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,15 @@ def classwise_rows(probs: torch.Tensor, labels: torch.Tensor) -> binned.SortedRo
     return binned.sort_class_rows(values, labels, classes)
 
 
-def _measure_chunk(logits: torch.Tensor, labels: torch.Tensor, bins: tuple[int, ...], tace_threshold: float):
+def _class_mean(per_class: torch.Tensor, m: int, k: int) -> torch.Tensor:
+    """(M*K, G) per-class values -> (M, G) means over the K classes. Each mean is reduced over
+    a contiguous row of K, so its bits do not depend on which other bin counts are measured
+    with it (a re-measurement of new bin counts only equals a measurement of all of them)."""
+    return per_class.reshape(m, k, -1).transpose(1, 2).contiguous().mean(dim=-1)
+
+
+def _measure_chunk(logits: torch.Tensor, labels: torch.Tensor, bins: tuple[int, ...], tace_threshold: float,
+                   unbinned: bool = True):
     m, n, k = logits.shape
     probs = torch.softmax(logits, dim=-1)
     top = top_label(probs, labels)
@@ -103,16 +116,18 @@ def _measure_chunk(logits: torch.Tensor, labels: torch.Tensor, bins: tuple[int, 
     class_rows = classwise_rows(probs, labels)
     cw = binned.segment_sums(class_rows, binned.equal_width_segments(class_rows, bins))
     cw_em = binned.segment_sums(class_rows, binned.equal_mass_segments(class_rows, bins))
-    per_bins["cwce"] = (binned.total_gap(cw) / n).reshape(m, k, -1).mean(dim=1)
-    per_bins["cwce_em"] = (binned.total_gap(cw_em) / n).reshape(m, k, -1).mean(dim=1)
+    per_bins["cwce"] = _class_mean(binned.total_gap(cw) / n, m, k)
+    per_bins["cwce_em"] = _class_mean(binned.total_gap(cw_em) / n, m, k)
     for name, threshold in (("ace", 0.0), ("tace", tace_threshold)):
         segments, kept = binned.adaptive_segments(class_rows, bins, threshold)
         gaps = binned.total_gap(binned.segment_sums(class_rows, segments))
         per_class = torch.where(kept[:, None] > 0, gaps / kept.clamp(min=1)[:, None], torch.zeros_like(gaps))
-        per_bins[name] = per_class.reshape(m, k, -1).mean(dim=1)
+        per_bins[name] = _class_mean(per_class, m, k)
     for name, values in per_bins.items():
         for j, b in enumerate(bins):
             out[f"{name}_{b}"] = values[:, j]
+    if not unbinned:
+        return out
 
     out["ksce"] = ks_from_sorted(top_rows)
     top2_rows = binned.sort_rows(
@@ -159,8 +174,11 @@ def measure_validated(
     bins: tuple[int, ...],
     tace_threshold: float = DEFAULT_TACE_THRESHOLD,
     chunk_elements: int | None = None,
+    unbinned: bool = True,
 ) -> dict[str, np.ndarray]:
-    """:func:`measure_batch` on already checked float64 logits (M, N, K) and int64 labels."""
+    """:func:`measure_batch` on already checked float64 logits (M, N, K) and int64 labels;
+    ``unbinned=False``: the binned metrics only (a re-measurement of new bin counts; each bin
+    count's values do not depend on the others measured with it)."""
     m, n, k = z.shape
     if chunk_elements is None:
         chunk_elements = default_chunk_elements(z.device)
@@ -168,8 +186,9 @@ def measure_validated(
     parts: list[dict[str, torch.Tensor]] = []
     with torch.inference_mode():
         for start in range(0, m, per_chunk):
-            parts.append(_measure_chunk(z[start : start + per_chunk], y, bins, tace_threshold))
-    return {name: torch.cat([p[name] for p in parts]).cpu().numpy() for name in metric_names(bins)}
+            parts.append(_measure_chunk(z[start : start + per_chunk], y, bins, tace_threshold, unbinned))
+    names = metric_names(bins) if unbinned else binned_metric_names(bins)
+    return {name: torch.cat([p[name] for p in parts]).cpu().numpy() for name in names}
 
 
 def measure(

@@ -159,6 +159,35 @@ def read_reliability(path: str | Path) -> dict[int, dict]:
             for seed, stages in blob.items()}
 
 
+MEASURED_KEY = b"calibench_measured"
+
+
+def with_measured(table: pa.Table, bins, stage_keys: Mapping[str, str]) -> pa.Table:
+    """The shard with what its rows were measured with in its schema metadata: the bin counts
+    and, per stage, the key of everything else its rows depend on
+    (:func:`calibench.config.settings.stage_measurement_settings`)."""
+    metadata = dict(table.schema.metadata or {})
+    metadata[MEASURED_KEY] = json.dumps({"bins": list(bins), "stages": dict(stage_keys)}).encode()
+    return table.replace_schema_metadata(metadata)
+
+
+def read_measured(table: pa.Table) -> dict | None:
+    """``{"bins": [...], "stages": {stage: key}}`` of a shard read back; None for one written
+    without it (before calibench kept it)."""
+    blob = (table.schema.metadata or {}).get(MEASURED_KEY)
+    return None if blob is None else json.loads(blob)
+
+
+def stage_values(table: pa.Table) -> dict[int, dict[str, dict[str, float]]]:
+    """A shard's values as :func:`shard_table` took them: ``{seed: {stage: {name: value}}}``,
+    names ``{metric}_{bins}`` for binned rows, in the rows' order."""
+    out: dict[int, dict[str, dict[str, float]]] = {}
+    columns = [table[c].to_pylist() for c in ("seed", "stage", "metric", "bins", "value")]
+    for seed, stage, metric, bins, value in zip(*columns):
+        out.setdefault(seed, {}).setdefault(stage, {})[metric if bins is None else f"{metric}_{bins}"] = value
+    return out
+
+
 def shard_problem(path: str | Path, expected_hash: str) -> str | None:
     """Why a shard cannot be kept (None if it can): missing, damaged (its content check,
     :mod:`calibench.integrity`), empty, another schema, or made with other settings."""

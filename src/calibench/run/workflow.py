@@ -105,11 +105,12 @@ def _settings_changed(config: dict, recorded: dict | None) -> str:
 
 
 def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
-    """Which fitted stages of ``table`` a measurement rerun fits again and which it re-applies
-    from the fit store (docs/running.md, "The fit store"), from the settings the table recorded and the
-    config now (``recorded``: :func:`_recorded_settings` of ``table``); "" when nothing was
-    recorded. Lambda, mu left to the search count as recorded."""
-    from calibench.config.settings import measurement_settings, stage_fit_settings
+    """What a measurement rerun of ``table`` does stage by stage (docs/running.md, "The fit
+    store"), from the settings the table recorded and the config now (``recorded``:
+    :func:`_recorded_settings` of ``table``): the stages fitted again, those re-applied from the
+    fit store and measured whole, those measured at the new bin counts only, and those whose rows
+    are kept; "" when nothing was recorded. Lambda, mu left to the search count as recorded."""
+    from calibench.config.settings import measurement_settings, stage_fit_settings, stage_measurement_settings
 
     if not recorded:
         return ""
@@ -118,17 +119,40 @@ def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
         given, before = new["recalibration"].get(stage), recorded.get("recalibration", {}).get(stage)
         if given and before:
             given.update({k: before.get(k) for k in ("lambda", "mu") if given.get(k) is None})
+            given.setdefault(vocabulary.SEARCH_FLAG, before.get(vocabulary.SEARCH_FLAG))
     target, _, dataset = Path(table).stem.rpartition("_")
     space, hp = layout.split_target(target)
     stored = any(layout.fits_path(config["results"], space, hp, dataset, 0).parent.glob("*.parquet"))
-    fitted = [s for s in new["stages"] if s != "pre"]
-    same = [s for s in fitted if stored and s in recorded.get("stages", [])
-            and stage_fit_settings(recorded, s) == stage_fit_settings(new, s)]
-    refit = [s for s in fitted if s not in same]
-    if not fitted:
-        return ""
-    return (f"fits made again: {', '.join(refit) or 'none'}"
-            + (f"; re-applied from the fit store: {', '.join(same)}" if same else ""))
+    added = [b for b in new["bins"] if b not in recorded.get("bins", [])]
+    was = recorded.get("stages", []) if _records_stage_keys(config["results"], space, hp, dataset) else []
+    kept = [s for s in new["stages"] if s in was and (stored or s == "pre" or not added)
+            and stage_measurement_settings(recorded, s) == stage_measurement_settings(new, s)]
+    fitted = [s for s in new["stages"] if s != "pre" and s not in kept]
+    same = [s for s in fitted if stored and s in was and stage_fit_settings(recorded, s) == stage_fit_settings(new, s)]
+    parts = []
+    if fitted or any(s != "pre" for s in new["stages"]):
+        parts.append(f"fits made again: {', '.join(s for s in fitted if s not in same) or 'none'}")
+    if same:
+        parts.append(f"re-applied from the fit store and measured whole: {', '.join(same)}")
+    if kept and added:
+        parts.append(f"measured at the new bin counts only ({', '.join(map(str, added))}): {', '.join(kept)}")
+    elif kept:
+        parts.append(f"rows kept: {', '.join(kept)}")
+    return "; ".join(parts)
+
+
+def _records_stage_keys(results, space: str, hp: str, dataset: str) -> bool:
+    """Whether the shards of a table record their stages' keys (a shard written before they did
+    keeps no rows: it is measured whole); read from one shard's footer."""
+    import pyarrow.parquet as pq
+
+    from calibench.results.shards import MEASURED_KEY
+
+    first = next(iter(layout.matching(layout.shard_path(results, space, hp, dataset, "*"))), None)
+    try:
+        return first is not None and MEASURED_KEY in (pq.read_schema(first).metadata or {})
+    except Exception:  # noqa: BLE001 - a damaged shard is measured again: repair says so
+        return False
 
 
 def _measurement_plan(config: dict, tables: list[str]) -> list[str]:
