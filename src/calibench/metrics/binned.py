@@ -64,11 +64,13 @@ def sort_class_rows(values: torch.Tensor, labels: torch.Tensor, classes: torch.T
     """Stably sort one row per class, ``values`` (R, N) against ``1[labels = classes[r]]``; the
     indicator's cumsum stays integer.
 
-    On the CPU, probabilities in [0, 1] (float64) without repeated values are sorted as packed
-    keys: the value's bit pattern shifted left, the indicator in the freed bit. A row without
-    repeats has one order, so no permutation is needed and numpy's vectorised sort runs on a
-    thread per core (:func:`_sort_packed`, about 2x the stable sort). Rows with repeats (a step
-    map's, e.g. ``iso``, ``hist``; a few rows sampled first) take the stable sort.
+    On the CPU, probabilities in [0, 1] (float64) are sorted as packed keys (:func:`_sort_keys`):
+    the value's bit pattern shifted left, the indicator in the freed bit, and a zero replaced by
+    its sample index below every other value, so that zeros keep sample order as a stable sort
+    keeps them. Keys without repeats have one order, so no permutation is needed and numpy's
+    vectorised sort runs on a thread per core (:func:`_sort_packed`, about 2x the stable sort).
+    Rows that repeat a value other than zero (a step map's, e.g. ``hist``; a few rows are
+    sampled first) take the stable sort.
     """
     if values.device.type == "cpu" and values.dtype == torch.float64 and values.is_contiguous() and values.numel():
         bits = values.view(torch.int64)
@@ -89,9 +91,21 @@ def sort_class_rows(values: torch.Tensor, labels: torch.Tensor, classes: torch.T
 _FLOAT64_ONE_BITS = 0x3FF0000000000000  # below 2**62: one bit left over when shifted
 
 
+def _sort_keys(bits: np.ndarray, out: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+    """Rows of value bits (float64 in [0, 1] read as int64) as order-keeping keys without ties
+    at zero: a zero becomes its sample index, any other value its bits + N (below 2**62); and
+    whether there was a zero."""
+    n = bits.shape[-1]
+    keys = np.add(bits, n, out=out)
+    has_zero = bool(bits.size) and int(bits.min()) == 0
+    if has_zero:
+        np.copyto(keys, np.broadcast_to(np.arange(n, dtype=np.int64), keys.shape), where=bits == 0)
+    return keys, has_zero
+
+
 def _sample_repeats(bits: np.ndarray, rows: int = 4) -> bool:
-    """Whether any of a few rows spread over ``bits`` (R, N) repeats a value."""
-    sample = np.sort(bits[np.unique(np.linspace(0, bits.shape[0] - 1, rows).astype(int))], axis=-1)
+    """Whether any of a few rows spread over ``bits`` (R, N) repeats a value other than zero."""
+    sample = np.sort(_sort_keys(bits[np.unique(np.linspace(0, bits.shape[0] - 1, rows).astype(int))])[0], axis=-1)
     return bool((sample[:, 1:] == sample[:, :-1]).any())
 
 
@@ -100,18 +114,21 @@ def _sort_packed(bits: np.ndarray, hits: np.ndarray):
     the packed keys, and the rows that repeat a value (left for the stable sort); rows split
     among ``torch.get_num_threads()`` threads (numpy's sort releases the GIL)."""
     rows, n = bits.shape
-    sorted_values = np.empty((rows, n), np.float64)
+    sorted_keys = np.empty((rows, n), np.int64)  # the sorted values' bits in the end, in place
     sorted_hits = np.empty((rows, n), np.int64)
     tied = np.zeros(rows, bool)
 
     def sort_part(part: slice) -> None:
-        keys = np.left_shift(bits[part], 1)
+        keys, has_zero = _sort_keys(bits[part], out=sorted_keys[part])
+        keys <<= 1
         keys |= hits[part]
         keys.sort(axis=-1)
         np.bitwise_and(keys, 1, out=sorted_hits[part])
         keys >>= 1
         tied[part] = (keys[:, 1:] == keys[:, :-1]).any(axis=1)
-        sorted_values[part] = keys.view(np.float64)
+        keys -= n
+        if has_zero:
+            np.maximum(keys, 0, out=keys)  # the zeros' keys (their indices) back to 0.0's bits
 
     step = -(-rows // max(1, min(torch.get_num_threads(), rows)))
     parts = [slice(i, min(i + step, rows)) for i in range(0, rows, step)]
@@ -119,7 +136,7 @@ def _sort_packed(bits: np.ndarray, hits: np.ndarray):
         sort_part(parts[0])
     else:
         list(_sort_pool(len(parts)).map(sort_part, parts))
-    return torch.from_numpy(sorted_values), torch.from_numpy(sorted_hits), np.flatnonzero(tied)
+    return torch.from_numpy(sorted_keys.view(np.float64)), torch.from_numpy(sorted_hits), np.flatnonzero(tied)
 
 
 _POOLS: dict = {}

@@ -66,14 +66,17 @@ class TopLabel:
 
     conf: torch.Tensor
     hit: torch.Tensor
-    second_conf: torch.Tensor
-    second_hit: torch.Tensor
+    second_conf: torch.Tensor | None
+    second_hit: torch.Tensor | None
 
 
-def top_label(probs: torch.Tensor, labels: torch.Tensor) -> TopLabel:
-    """Top-1 by ``argmax`` (ties: lowest index); the 2nd class is the argmax with the 1st masked."""
+def top_label(probs: torch.Tensor, labels: torch.Tensor, second: bool = True) -> TopLabel:
+    """Top-1 by ``argmax`` (ties: lowest index); the 2nd class is the argmax with the 1st masked
+    (``second=False``: not computed, its fields None)."""
     pred = torch.argmax(probs, dim=-1, keepdim=True)
     conf = torch.gather(probs, -1, pred).squeeze(-1)
+    if not second:
+        return TopLabel(conf, (pred.squeeze(-1) == labels).to(probs.dtype), None, None)
     masked = probs.scatter(-1, pred, float("-inf"))
     second = torch.argmax(masked, dim=-1, keepdim=True)
     second_conf = torch.gather(probs, -1, second).squeeze(-1)
@@ -101,7 +104,7 @@ def _measure_chunk(logits: torch.Tensor, labels: torch.Tensor, bins: tuple[int, 
                    unbinned: bool = True):
     m, n, k = logits.shape
     probs = torch.softmax(logits, dim=-1)
-    top = top_label(probs, labels)
+    top = top_label(probs, labels, second=unbinned)
     out: dict[str, torch.Tensor] = {}
 
     top_rows = binned.sort_rows(top.conf, top.hit)
