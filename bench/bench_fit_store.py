@@ -13,6 +13,10 @@ results: every shard re-measured, every fit re-applied; (3) the store's bytes pe
 
 from __future__ import annotations
 
+from calibench.runtime import short_omp_spin
+
+short_omp_spin()  # before torch, as a measurement job does
+
 import argparse
 import json
 import shutil

@@ -157,3 +157,22 @@ def test_cuda_measurement_agrees_with_the_cpu_and_records_its_device(cpu_run, tm
         assert (diff[exact] <= tolerance[exact]).all(), merged[exact & (diff > tolerance)][shown].to_string()
         loose = merged["stage"].isin(LOOSE_STAGES) & ~merged["metric"].str.startswith("fit_")
         assert (diff[loose] <= 2e-2 * scale[loose]).all(), merged[loose & (diff > 2e-2 * scale)][shown].to_string()
+
+
+def test_the_command_line_shortens_openmps_spin_before_torch_and_keeps_a_users_setting():
+    """Measurement jobs sort on numpy threads between torch's OpenMP regions; libgomp's default
+    spin (about 15-20 ms) would take their core (calibench.runtime.short_omp_spin)."""
+    import subprocess
+    import sys
+
+    from calibench import runtime
+
+    code = ("import os, sys\nfrom calibench.run.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules)")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "GOMP_SPINCOUNT"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split()[-2:] == [runtime.OMP_SPIN_COUNT, "False"], out.stdout + out.stderr
+    env["GOMP_SPINCOUNT"] = "500"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split()[-2:] == ["500", "False"], out.stdout + out.stderr

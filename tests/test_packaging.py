@@ -8,13 +8,23 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_environment_yml_lists_the_runtime_dependencies():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+def _pip_list(path: Path) -> tuple[list, list]:
+    env = yaml.safe_load(path.read_text())
     pip_sections = [d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d]
     assert len(pip_sections) == 1
-    assert sorted(pip_sections[0]) == sorted(project["dependencies"])
-    assert "python=3.11" in env["dependencies"]
+    return pip_sections[0], env["dependencies"]
+
+
+def test_both_conda_environments_list_the_runtime_dependencies():
+    """environment.yml (by hand) installs the dependencies and calibench from the checkout;
+    workflow/envs/calibench.yaml (every rule's under --sdm conda) the dependencies only."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    by_hand, dependencies = _pip_list(ROOT / "environment.yml")
+    assert sorted(by_hand) == sorted(project["dependencies"] + ["-e ."])
+    assert "python=3.11" in dependencies
+    jobs, dependencies = _pip_list(ROOT / "workflow" / "envs" / "calibench.yaml")
+    assert sorted(jobs) == sorted(project["dependencies"])
+    assert "python=3.11" in dependencies
 
 
 def test_ci_runs_the_readme_test_command():

@@ -6,6 +6,12 @@ import ctypes
 import ctypes.util
 import functools
 
+# OpenMP threads spin this many times before they sleep once a parallel region ends (libgomp's
+# default, 300,000 pauses, is 15-20 ms on recent x86 cores): long enough to take a core from
+# the metric suite's sorting threads (numpy, between torch's regions), for no gain in torch's
+# own back-to-back regions (BENCHMARKS.md, "The fit store").
+OMP_SPIN_COUNT = "10000"
+
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 
@@ -33,3 +39,12 @@ def keep_freed_memory(threshold_bytes: int = 1 << 30) -> bool:
     ok_mmap = mallopt(_M_MMAP_THRESHOLD, min(threshold_bytes, 2**31 - 1))
     ok_trim = mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
     return bool(ok_mmap and ok_trim)
+
+
+def short_omp_spin() -> None:
+    """Shorten OpenMP's spin before its threads sleep (:data:`OMP_SPIN_COUNT`) unless the
+    environment sets it: effective only before torch is imported, so entry points of batch
+    jobs call it first; a library import never does."""
+    import os
+
+    os.environ.setdefault("GOMP_SPINCOUNT", OMP_SPIN_COUNT)

@@ -22,14 +22,14 @@ for _spec, _part in ANALYSIS_PARTS:
             plots=part_plots(_part.name, _part.title),
         threads: _part.threads
         conda:
-            "../../environment.yml"
+            "../envs/calibench.yaml"
         log:
             log_file(f"analysis/{_part.name}"),
         benchmark:
             benchmark_file(f"analysis/{_part.name}")
         params:
             settings=part_settings(_part, _spec),
-            results=results_of(2),
+            results=RESULTS_DIR,
         shell:
             PART_SHELL
 
@@ -44,14 +44,14 @@ rule assemble_report:
         findings=part_file("findings.csv"),
         claims=part_file("claims.csv"),
     conda:
-        "../../environment.yml"
+        "../envs/calibench.yaml"
     log:
         log_file("report"),
     benchmark:
         benchmark_file("report")
     params:
         settings=stage_json(registry.config_report_settings(config)),
-        results=results_of(0),
+        results=RESULTS_DIR,
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench report --settings {params.settings:q} --results {params.results} "
         "--tables {input.tables} > {log} 2>&1"

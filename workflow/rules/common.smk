@@ -4,6 +4,10 @@ import re
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
+from snakemake_interface_executor_plugins.settings import DeploymentMethod
+
 from calibench import integrity, layout
 from calibench.analysis import registry
 from calibench.results import provenance
@@ -11,6 +15,7 @@ from calibench.config import settings as stage
 from calibench.config.inputs import check_inputs
 
 RESULTS = config["results"]
+RESULTS_DIR = str(Path(RESULTS))  # the results directory as the jobs are given it (a setting: params)
 # Every path under RESULTS comes from calibench.layout (the jobs, queries and repair check use
 # the same functions); Snakemake wildcards passed as strings ("{target}") give the patterns.
 
@@ -40,8 +45,21 @@ os.environ[stage.PATHS_ENV] = json.dumps(stage.input_paths(config))
 # and not params, so a finished run called through another entry point or venv plans nothing.
 # Each job computes in the threads Snakemake grants it (OMP_NUM_THREADS={threads}).
 # (Set here, not required of the user: so not an `envvars:` directive.)
+# Under `--sdm conda` each job runs in the environment of workflow/envs/calibench.yaml instead:
+# its `python`, with this checkout's calibench on PYTHONPATH (docs/cluster.md, "Software
+# environments").
 PYTHON_ENV = "CALIBENCH_PYTHON"
-os.environ[PYTHON_ENV] = sys.executable
+JOBS_USE_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+if JOBS_USE_CONDA:
+    os.environ[PYTHON_ENV] = "python"
+    SOURCE_ROOT = str(Path(sys.modules["calibench"].__file__).resolve().parents[1])
+    if Path(SOURCE_ROOT).name != "src":  # an installed calibench: its folder holds the venv's other packages too
+        raise WorkflowError(f"--sdm conda runs the jobs with a checkout's calibench (pip install -e .); this one is "
+                            f"installed in {SOURCE_ROOT}")
+    os.environ["PYTHONPATH"] = os.pathsep.join([SOURCE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    logger.info(f"--sdm conda: jobs run calibench from {SOURCE_ROOT} in the environment of workflow/envs/calibench.yaml")
+else:
+    os.environ[PYTHON_ENV] = sys.executable
 KEEP_LOGITS = bool(config["keep_logits"])
 # Each rule's params carry exactly the settings its outputs depend on (calibench.config.settings),
 # so the profiles' `params` rerun trigger reruns exactly the jobs a config change affects.
@@ -110,11 +128,6 @@ wildcard_constraints:
     target=_alternatives(TARGETS),
     dataset=_alternatives([d for ds in DATASETS.values() for d in ds]),
     chunk="[0-9]+",
-
-
-def results_of(levels):
-    """The results directory, inferred from a job's first output ``levels`` folders deep."""
-    return lambda wildcards, output: str(Path(output[0]).parents[levels])
 
 
 # hp.<space> is one training schedule or a list of them (question 6 compares them): one

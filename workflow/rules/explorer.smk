@@ -12,14 +12,14 @@ rule explorer:
         # not a report() output: the page needs its folder (plotly.js, data/), which Snakemake's report would not pack
         page=results_path(layout.explorer_page),
     conda:
-        "../../environment.yml"
+        "../envs/calibench.yaml"
     log:
         log_file("explorer"),
     benchmark:
         benchmark_file("explorer")
     params:
         settings=lambda wildcards: stage_json(stage.explorer_settings(config)),
-        results=results_of(1),
+        results=RESULTS_DIR,
     shell:
         "\"$CALIBENCH_PYTHON\" -m calibench explore --settings {params.settings:q} --results {params.results} "
         "--threads {threads} {input.tables} > {log} 2>&1"

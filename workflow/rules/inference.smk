@@ -4,7 +4,7 @@ rule labels:
     output:
         maybe_temp(results_path(layout.labels_path, "{dataset}")),
     conda:
-        "../../environment.yml"
+        "../envs/calibench.yaml"
     log:
         log_file("labels/{dataset}"),
     params:
@@ -21,7 +21,7 @@ rule population_labels:
     output:
         maybe_temp(results_path(layout.labels_path, "{dataset}", space="{space}")),
     conda:
-        "../../environment.yml"
+        "../envs/calibench.yaml"
     log:
         log_file("labels/{space}_{dataset}"),
     params:
@@ -43,7 +43,7 @@ rule infer:
     output:
         maybe_temp(results_path(layout.infer_manifest, "{target}", "{chunk}")),
     conda:
-        "../../environment.yml"
+        "../envs/calibench.yaml"
     log:
         log_file("infer/{target}_chunk{chunk}"),
     benchmark:  # wall time and peak memory (max_rss, MB) per job: size cluster requests from these
@@ -53,7 +53,7 @@ rule infer:
         **gpu_resources(infer_gpus),
     params:
         settings=lambda wildcards: stage_json(stage.as_params(stage.inference_settings(config, space_of(wildcards)))),
-        results=results_of(3),
+        results=RESULTS_DIR,
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench infer-chunk --settings {params.settings:q} --target {wildcards.target} "
         "--chunk {wildcards.chunk} --results {params.results} --manifest {output} "

@@ -10,7 +10,7 @@ rule measure:
     output:
         results_path(layout.measure_manifest, "{target}", "{dataset}", "{chunk}"),
     conda:
-        "../../environment.yml"
+        "../envs/calibench.yaml"
     log:
         log_file("measure/{target}_{dataset}_chunk{chunk}"),
     benchmark:
@@ -19,7 +19,7 @@ rule measure:
         **gpu_resources(job_gpus),
     params:
         settings=stage_json(stage.measurement_settings(config)),
-        results=results_of(3),
+        results=RESULTS_DIR,
         odir=lambda wildcards, input: f"--odir {input.odir}" if "odir" in input.keys() else "",
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench measure-chunk --settings {params.settings:q} --target {wildcards.target} "

@@ -13,7 +13,7 @@ if MINI["build"]:
             f"{MINI['dir']}/NATS-sss-v1_0-50262-full/meta.pickle.pbz2",
             f"{MINI['dir']}/README.txt",
         conda:
-            "../../environment.yml"
+            "../envs/calibench.yaml"
         log:
             log_file("minibench"),
         params:

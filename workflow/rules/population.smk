@@ -6,7 +6,7 @@ checkpoint population:
     output:
         results_path(layout.population_path, "{space}"),
     conda:
-        "../../environment.yml"
+        "../envs/calibench.yaml"
     log:
         log_file("population/{space}"),
     params:

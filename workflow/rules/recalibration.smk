@@ -11,7 +11,7 @@ rule odir_search:
     output:
         results_path(layout.odir_path, "{target}", "{dataset}"),
     conda:
-        "../../environment.yml"
+        "../envs/calibench.yaml"
     log:
         log_file("odir_search/{target}_{dataset}"),
     benchmark:
@@ -20,7 +20,7 @@ rule odir_search:
         **gpu_resources(job_gpus),
     params:
         settings=stage_json(stage.odir_search_settings(config)),
-        results=results_of(1),
+        results=RESULTS_DIR,
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench odir-search --settings {params.settings:q} --target {wildcards.target} "
         "--dataset {wildcards.dataset} --results {params.results} --out {output} "

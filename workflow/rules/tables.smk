@@ -8,13 +8,13 @@ rule table:
         table=results_path(layout.table_path, "{target}", "{dataset}"),
         failures=results_path(layout.failures_path, "{target}", "{dataset}"),
     conda:
-        "../../environment.yml"
+        "../envs/calibench.yaml"
     log:
         log_file("tables/{target}_{dataset}"),
     benchmark:
         benchmark_file("tables/{target}_{dataset}")
     params:
-        results=results_of(1),
+        results=RESULTS_DIR,
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench build-table --target {wildcards.target} "
         "--dataset {wildcards.dataset} --results {params.results} --out {output.table} "

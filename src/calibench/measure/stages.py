@@ -140,9 +140,9 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
             continue
         transform = (lambda t: t) if stage == "pre" else fitted.logits
         with torch.inference_mode():
-            recalibrated = transform(z[idx][:, test_idx])
-        finite = ~(torch.isnan(recalibrated) | torch.isposinf(recalibrated)).flatten(1).any(1)
-        finite &= torch.isfinite(recalibrated.amax(-1)).all(-1)
+            recalibrated = transform((z if len(indices) == m else z[idx])[:, test_idx])
+        # a NaN or +inf anywhere in a network's logits, or a row of -inf, makes a row's max non-finite
+        finite = torch.isfinite(recalibrated.amax(-1)).all(-1)
         values = measure_validated(recalibrated, y[test_idx], bins, tace_threshold, chunk_elements,
                                    unbinned=not binned_only)
         if not binned_only:

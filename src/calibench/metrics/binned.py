@@ -262,6 +262,19 @@ def segment_sums(rows: SortedRows, segments: Segments) -> SegmentSums:
     return SegmentSums(count, (sum_targets - sum_values).abs(), segments)
 
 
+def segment_sums_many(rows: SortedRows, many: list[Segments]) -> list[SegmentSums]:
+    """:func:`segment_sums` of several segment sets of the same rows in one pass (one gather per
+    prefix sum instead of one per set); each result equals its own call's, element for element."""
+    sizes = [s.boundaries.shape[-1] for s in many]
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    joined = Segments(torch.cat([s.boundaries for s in many], dim=-1),
+                      torch.cat([s.pairs + int(o) for s, o in zip(many, offsets)]), many[0].group, 0)
+    sums = segment_sums(rows, joined)
+    widths = [s.pairs.shape[0] for s in many]
+    return [SegmentSums(count, gap, s) for s, count, gap in
+            zip(many, torch.split(sums.count, widths, dim=-1), torch.split(sums.gap, widths, dim=-1))]
+
+
 def total_gap(sums: SegmentSums) -> torch.Tensor:
     """Per row and bin count, ``sum_b |sum(t)_b - sum(v)_b|``: (R, G). Divide by N for ECE."""
     out = torch.zeros((sums.gap.shape[0], sums.segments.n_groups), dtype=sums.gap.dtype, device=sums.gap.device)

@@ -108,8 +108,8 @@ def _measure_chunk(logits: torch.Tensor, labels: torch.Tensor, bins: tuple[int, 
     out: dict[str, torch.Tensor] = {}
 
     top_rows = binned.sort_rows(top.conf, top.hit)
-    width = binned.segment_sums(top_rows, binned.equal_width_segments(top_rows, bins))
-    mass = binned.segment_sums(top_rows, binned.equal_mass_segments(top_rows, bins))
+    width, mass = binned.segment_sums_many(
+        top_rows, [binned.equal_width_segments(top_rows, bins), binned.equal_mass_segments(top_rows, bins)])
     per_bins = {
         "ece": binned.total_gap(width) / n,
         "ece_em": binned.total_gap(mass) / n,
@@ -117,13 +117,14 @@ def _measure_chunk(logits: torch.Tensor, labels: torch.Tensor, bins: tuple[int, 
     }
 
     class_rows = classwise_rows(probs, labels)
-    cw = binned.segment_sums(class_rows, binned.equal_width_segments(class_rows, bins))
-    cw_em = binned.segment_sums(class_rows, binned.equal_mass_segments(class_rows, bins))
+    adaptive = [binned.adaptive_segments(class_rows, bins, threshold) for threshold in (0.0, tace_threshold)]
+    cw, cw_em, *adaptive_sums = binned.segment_sums_many(
+        class_rows, [binned.equal_width_segments(class_rows, bins), binned.equal_mass_segments(class_rows, bins)]
+        + [segments for segments, _ in adaptive])
     per_bins["cwce"] = _class_mean(binned.total_gap(cw) / n, m, k)
     per_bins["cwce_em"] = _class_mean(binned.total_gap(cw_em) / n, m, k)
-    for name, threshold in (("ace", 0.0), ("tace", tace_threshold)):
-        segments, kept = binned.adaptive_segments(class_rows, bins, threshold)
-        gaps = binned.total_gap(binned.segment_sums(class_rows, segments))
+    for name, (_, kept), sums in zip(("ace", "tace"), adaptive, adaptive_sums):
+        gaps = binned.total_gap(sums)
         per_class = torch.where(kept[:, None] > 0, gaps / kept.clamp(min=1)[:, None], torch.zeros_like(gaps))
         per_bins[name] = _class_mean(per_class, m, k)
     for name, values in per_bins.items():

@@ -479,6 +479,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from calibench.runtime import short_omp_spin
+
+    short_omp_spin()  # before any job imports torch
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "target", None):
