@@ -337,3 +337,64 @@ def test_a_table_of_two_seeds_keeps_each_rows_own_values(workflow_run, tmp_path)
     _, codes = _payload(tmp_path / "data" / entry["id"] / f"{column['file']}.js")
     values = explorer.decode_column(codes, column, m)[rep]  # each row's value, as the page expands it
     assert _close(values, both["pre_ece_15"])  # the copy of each seed: its representative of that seed
+
+
+def test_the_networks_tab_sorts_filters_follows_the_scatter_selection_and_downloads(workflow_run, page):
+    """Issue 37, item 2: a table of the scatter's table, one row per network (isomorph copies
+    included), sortable by any column (NaN last), filtered by "column op number" clauses, reduced
+    to a box or lasso selection of the scatter, a click selecting a network, the rows shown as CSV."""
+    def evaluate_change(element, value):
+        page.evaluate(f"(() => {{ const e = document.getElementById('{element}'); e.value = {json.dumps(value)};"
+                      " e.dispatchEvent(new Event('change')); })()")
+
+    page.evaluate("CB.tab('networks')")
+    page.wait_for("CB.networks.order.length > 0 && document.querySelectorAll('#nrows tr').length > 0")
+    table = _table(workflow_run, page.evaluate("CB.networks.table"))
+    assert page.evaluate("CB.networks.order.length") == len(table)
+    assert page.evaluate("document.getElementById('ncount').textContent").startswith(f"{len(table)} of {len(table)} networks")
+    assert page.evaluate("CB.networks.columns")[:3] == ["accuracy", "params", "flops"]
+
+    page.evaluate("document.querySelector('#nhead td[data-col=\"accuracy\"]').click()")  # highest first
+    page.wait_for("CB.networks.sort && CB.networks.sort.column === 'accuracy'")
+    order = page.evaluate("Array.from(CB.networks.order)")
+    accuracy = table["accuracy"].to_numpy()[order]
+    assert sorted(order) == list(range(len(table)))
+    assert np.all(accuracy[:-1] >= accuracy[1:] - 2.0 ** -9 * np.abs(accuracy[1:]))  # to the explorer's 3 digits
+    first = page.evaluate("Number(document.querySelector('#nrows tr').dataset.row)")
+    assert first == order[0]
+
+    values = np.unique(table["accuracy"])  # cut in the widest gap: far from any value at 3 digits
+    gap = int(np.argmax(np.diff(values) / values[1:]))
+    assert (values[gap + 1] - values[gap]) > 0.01 * values[gap + 1], values
+    cut = float((values[gap] + values[gap + 1]) / 2)
+    evaluate_change("nwhere", f"accuracy > {cut}, params >= 0")
+    page.wait_for(f"CB.networks.order.length === {int((table['accuracy'] > cut).sum())}")
+    csv = pd.read_csv(__import__("io").StringIO(page.evaluate("CB.networksCsv()")))
+    kept = table[table["accuracy"] > cut]
+    assert sorted(csv["arch_index"]) == sorted(kept["arch_index"])
+    assert list(csv.columns[:3]) == ["arch_index", "arch_str", "accuracy"]
+    by_index = kept.set_index("arch_index").loc[csv["arch_index"]]
+    assert _close(csv["accuracy"], by_index["accuracy"]) and list(csv["arch_str"]) == list(by_index["arch_str"])
+
+    evaluate_change("nwhere", "no_such_column > 1")
+    page.wait_for("document.getElementById('ncount').textContent.includes('has no column no_such_column')")
+    evaluate_change("nwhere", "")
+    page.wait_for(f"CB.networks.order.length === {len(table)}")
+
+    # a box or lasso on the scatter keeps its networks here; a double click (deselect) restores
+    picked = page.evaluate("(() => { const gd = document.getElementById('scatter'), tr = gd.data[0];"
+                           " gd.emit('plotly_selected', {points: [0, 1].map(k => ({data: tr, pointIndex: k}))});"
+                           " return [tr.customdata[0], tr.customdata[1]]; })()")
+    page.wait_for("CB.networks.order.length === 2")
+    assert sorted(page.evaluate("Array.from(CB.networks.order)")) == sorted(picked)
+    page.evaluate("document.getElementById('scatter').emit('plotly_deselect')")
+    page.wait_for(f"CB.networks.order.length === {len(table)}")
+
+    row = page.evaluate("(() => { const tr = document.querySelectorAll('#nrows tr')[1]; tr.click();"
+                        " return Number(tr.dataset.row); })()")
+    page.wait_for(f"CB.state.selected && CB.state.selected.row === {row}"
+                  " && document.getElementById('reliability').dataset.stages", timeout=20)
+    assert page.evaluate("CB.state.selected.index") == int(table.iloc[row]["arch_index"])
+    assert page.evaluate("document.getElementById('details').parentElement.id") == "tab-networks"
+    page.evaluate("CB.tab('scatter')")
+    assert page.evaluate("document.getElementById('details').parentElement.id") == "tab-scatter"

@@ -197,8 +197,7 @@ const CB = (() => {
     $('status').textContent = notes.join(' · ');
     await Plotly.react($('scatter'), traces, layout, {responsive: true, displaylogo: false});
     S.selected = null;
-    location.hash = `t=${encodeURIComponent($('table').value)}&x=${encodeURIComponent(xn)}&y=${encodeURIComponent(yn)}`
-      + `&c=${encodeURIComponent(cn)}`;
+    setHash({t: $('table').value, x: xn, y: yn, c: cn});
   }
 
   function highlight(curve, point) {
@@ -303,6 +302,127 @@ const CB = (() => {
     });
     el.dataset.stages = stages.join(',');
     await Plotly.react(el, traces, layout, {displaylogo: false});
+  }
+
+  // ------------------------------------------------------------ networks: a sortable, filterable table
+  const ROW_HEIGHT = 21;  // px: a row's 20 and its border's 1 (explorer.html's #nrows td)
+  const N = {table: null, columns: [], values: [], order: new Int32Array(0), sort: null, selection: null, notes: ''};
+  function whereClauses(text, t) {  // "accuracy > 0.9, pre_ece_15 <= 0.02" -> [[column, op, number]]
+    const out = [];
+    for (const part of text.split(/,|\band\b/).map(s => s.trim()).filter(Boolean)) {
+      const m = /^([\w.]+)\s*(<=|>=|!=|==|=|<|>)\s*(-?[\d.]+(?:e-?\d+)?)$/i.exec(part);
+      if (!m) throw new Error(`where: "${part}" is not "column op number" (ops: < <= > >= = !=)`);
+      if (!t.columns.some(c => c.name === m[1])) throw new Error(`where: ${tableLabel(t)} has no column ${m[1]}`);
+      out.push([m[1], m[2], Number(m[3])]);
+    }
+    return out;
+  }
+  const OPS = {'<': (a, b) => a < b, '<=': (a, b) => a <= b, '>': (a, b) => a > b, '>=': (a, b) => a >= b,
+               '=': (a, b) => a === b, '==': (a, b) => a === b, '!=': (a, b) => a !== b};
+  async function networksTab() {
+    const t = byId($('table').value);
+    if (N.table !== t.id) {
+      const d = S.manifest.defaults, wanted = ['accuracy', 'params', 'flops', S.scatter.x, S.scatter.y, S.scatter.color, ...d];
+      N.columns = [...new Set(wanted)].filter(n => n && t.columns.some(c => c.name === n));
+      N.table = t.id; N.sort = null;
+      if (N.selection && N.selection.table !== t.id) N.selection = null;
+    }
+    options($('naddcol'), columnFilter(columnItems(t)).filter(i => !N.columns.includes(i.value)));
+    await drawNetworks();
+  }
+  async function drawNetworks() {
+    const t = byId(N.table), r = await rows(t);
+    N.values = await Promise.all(N.columns.map(name => column(t, name)));
+    let keep;
+    try {
+      const clauses = whereClauses($('nwhere').value, t);
+      const cols = await Promise.all(clauses.map(([name]) => column(t, name)));
+      keep = i => clauses.every(([, op, v], k) => OPS[op](cols[k][i], v));
+      N.notes = clauses.length ? `where ${clauses.map(c => c.join(' ')).join(', ')}` : '';
+    } catch (err) {
+      keep = () => true;
+      N.notes = String(err.message || err);
+    }
+    const chosen = [];
+    for (let i = 0; i < t.n; i++) if ((!N.selection || N.selection.rows.has(i)) && keep(i)) chosen.push(i);
+    if (N.sort) {
+      const v = N.values[N.columns.indexOf(N.sort.column)] || null, sign = N.sort.descending ? -1 : 1;
+      const key = N.sort.column === 'index' ? i => r.index[i] : N.sort.column === 'arch' ? null : i => v[i];
+      chosen.sort((a, b) => {
+        if (key === null) return sign * (r.names[a] < r.names[b] ? -1 : r.names[a] > r.names[b] ? 1 : 0) || a - b;
+        const x = key(a), y = key(b), xn = Number.isNaN(x), yn = Number.isNaN(y);
+        if (xn || yn) return xn - yn || a - b;  // NaN last, either way
+        return sign * (x - y) || a - b;
+      });
+    }
+    N.order = Int32Array.from(chosen);
+    $('ncount').textContent = `${N.order.length} of ${t.n} networks` + (N.selection ? ` (the ${N.selection.rows.size} selected on the scatter; `
+      + 'double-click the scatter to clear)' : '') + (N.notes ? ` · ${N.notes}` : '');
+    const head = ['index', 'arch', ...N.columns].map(name => {
+      const mark = N.sort && N.sort.column === name ? (N.sort.descending ? ' ▼' : ' ▲') : '';
+      return `<td data-col="${name}"${name === 'arch' ? ' class="wide"' : ''} title="${name}">${name}${mark}</td>`;
+    });
+    $('nhead').innerHTML = `<table><tr>${head.join('')}</tr></table>`;
+    $('nspacer').style.height = `${N.order.length * ROW_HEIGHT}px`;
+    renderNetworkRows();
+  }
+  function renderNetworkRows() {
+    const t = byId(N.table), r = S.tables[t.id], body = $('nbody');
+    const first = Math.floor(body.scrollTop / ROW_HEIGHT), count = Math.ceil(body.clientHeight / ROW_HEIGHT) + 2;
+    const html = [];
+    for (let k = first; k < Math.min(N.order.length, first + count); k++) {
+      const i = N.order[k], on = S.selected && S.selected.table === t.id && S.selected.row === i ? ' class="on"' : '';
+      const cells = N.values.map(v => `<td>${v ? fmt(v[i]) : ''}</td>`).join('');
+      html.push(`<tr data-row="${i}"${on}><td>${r.index[i]}</td><td class="wide">${r.names[i].replace(/</g, '&lt;')}</td>${cells}</tr>`);
+    }
+    $('nrows').style.top = `${first * ROW_HEIGHT}px`;
+    $('nrows').innerHTML = html.join('');
+  }
+  function networksCsv() {  // the rows shown, in their order, with the columns shown
+    const t = byId(N.table), r = S.tables[t.id], quote = s => `"${String(s).replace(/"/g, '""')}"`;
+    const lines = [['arch_index', 'arch_str', ...N.columns].join(',')];
+    for (const i of N.order) lines.push([r.index[i], quote(r.names[i]), ...N.values.map(v => Number.isNaN(v[i]) ? '' : v[i])].join(','));
+    return lines.join('\n') + '\n';
+  }
+  function networksControls() {
+    $('nwhere').onchange = () => drawNetworks().catch(fail);
+    $('nbody').onscroll = () => renderNetworkRows();
+    $('nhead').onclick = ev => {
+      const cell = ev.target.closest('td');
+      if (!cell) return;
+      const name = cell.dataset.col;
+      N.sort = {column: name, descending: N.sort && N.sort.column === name ? !N.sort.descending : name !== 'index' && name !== 'arch'};
+      drawNetworks().catch(fail);
+    };
+    $('nrows').onclick = ev => {
+      const tr = ev.target.closest('tr');
+      if (!tr) return;
+      $('tab-networks').appendChild($('details'));  // the row and reliability diagrams under the table
+      showNetwork(byId(N.table), Number(tr.dataset.row)).then(renderNetworkRows).catch(fail);
+      renderNetworkRows();
+    };
+    $('nadd').onclick = () => {
+      if ($('naddcol').value && !N.columns.includes($('naddcol').value)) N.columns.push($('naddcol').value);
+      networksTab().catch(fail);
+    };
+    $('ncsv').onclick = () => {
+      const a = document.createElement('a');
+      a.href = URL.createObjectURL(new Blob([networksCsv()], {type: 'text/csv'}));
+      a.download = `${N.table}_networks.csv`;
+      a.click();
+    };
+    $('scatter').on('plotly_selected', ev => {
+      const t = byId($('table').value), picked = new Set();
+      for (const p of (ev && ev.points) || []) if (p.data.name === t.id) picked.add(p.data.customdata[p.pointIndex]);
+      N.selection = ev && ev.points ? {table: t.id, rows: picked} : null;
+      $('status').textContent = N.selection ? `${picked.size} networks of ${tableLabel(t)} selected: the Networks tab lists them` : '';
+      if (!$('tab-networks').classList.contains('hidden')) networksTab().catch(fail);
+    });
+    $('scatter').on('plotly_deselect', () => {
+      N.selection = null;
+      $('status').textContent = '';
+      if (!$('tab-networks').classList.contains('hidden')) networksTab().catch(fail);
+    });
   }
 
   // ------------------------------------------------------------ Kendall matrices
@@ -421,9 +541,17 @@ const CB = (() => {
   }
 
   // ------------------------------------------------------------ start
+  function setHash(values) {  // the view in the URL: table, columns, tab (reopened by start)
+    const hash = new URLSearchParams(location.hash.slice(1));
+    for (const [k, v] of Object.entries(values)) hash.set(k, v);
+    location.hash = hash.toString();
+  }
   function tab(name) {
+    setHash({tab: name});
     for (const b of document.querySelectorAll('nav button')) b.classList.toggle('on', b.dataset.tab === name);
-    for (const s of ['scatter', 'kendall', 'methods']) $('tab-' + s).classList.toggle('hidden', s !== name);
+    for (const s of ['scatter', 'networks', 'kendall', 'methods']) $('tab-' + s).classList.toggle('hidden', s !== name);
+    if (name === 'scatter' && $('details').parentElement !== $('tab-scatter')) $('tab-scatter').appendChild($('details'));
+    if (name === 'networks') return networksTab().catch(fail);
     if (name === 'kendall') return kendallTab().catch(fail);
     if (name === 'methods') return methodsTab().catch(fail);
     return Promise.resolve();
@@ -453,6 +581,8 @@ const CB = (() => {
     $('search').onkeydown = e => { if (e.key === 'Enter') search().catch(fail); };
     for (const b of document.querySelectorAll('nav button')) b.onclick = () => tab(b.dataset.tab);
     await drawScatter();
+    networksControls();
+    if (['networks', 'kendall', 'methods'].includes(hash.get('tab'))) await tab(hash.get('tab'));
     $('scatter').on('plotly_click', ev => {
       const p = ev.points && ev.points[0];
       if (!p || p.data.name === 'selected') return;
@@ -463,7 +593,7 @@ const CB = (() => {
   }
 
   return {
-    state: S, column, rows, showNetwork, tab,
+    state: S, networks: N, networksCsv, column, rows, showNetwork, tab,
     manifest: m => { S.ready = start(m).catch(fail); },
     rowdata: (tid, length, text) => deliver(`${tid}/rows.js`, gunzip(text, length, `${tid}/rows.js`)),
     col: (tid, k, length, text) => deliver(`${tid}/c${k}.js`, gunzip(text, length, `${tid}/c${k}.js`)),
