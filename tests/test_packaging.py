@@ -39,3 +39,37 @@ def test_the_quick_subset_and_the_slow_files_name_existing_test_files():
     missing = sorted(name for name in {*FAST_FILES, *SLOW_FILES} if not (ROOT / "tests" / name).is_file())
     assert not missing, missing
     assert "test-fast:" in (ROOT / "Makefile").read_text() and "make test-fast" in (ROOT / "README.md").read_text()
+
+
+def test_every_rule_names_the_jobs_conda_environment_and_sdm_conda_points_the_jobs_at_it(monkeypatch, tmp_path):
+    """Issue 36, item 7: every `conda:` of the workflow names workflow/envs/calibench.yaml; under
+    --sdm conda the jobs run that environment's `python` with the checkout's src/ first on
+    PYTHONPATH (said when the run starts); an installed calibench cannot serve and says so. What
+    needs conda itself (building the environment) cannot run here: no conda on this machine."""
+    import re
+    import subprocess
+    import sys
+
+    import calibench
+    from calibench import runtime
+
+    named = [m for f in sorted((ROOT / "workflow" / "rules").glob("*.smk"))
+             for m in re.findall(r"conda:\s*\n\s*\"([^\"]+)\"", f.read_text())]
+    assert len(named) >= 10 and set(named) == {"../envs/calibench.yaml"}, named
+
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setenv("CALIBENCH_PYTHON", "restored after the test")
+    assert runtime.conda_jobs_environment("CALIBENCH_PYTHON") == str(ROOT / "src")
+    import os
+    assert os.environ["CALIBENCH_PYTHON"] == "python"
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [str(ROOT / "src"), "/elsewhere"]
+    installed = tmp_path / "lib" / "python3.11" / "site-packages" / "calibench" / "__init__.py"
+    monkeypatch.setattr(calibench, "__file__", str(installed))
+    with __import__("pytest").raises(ValueError, match="checkout's calibench"):
+        runtime.conda_jobs_environment("CALIBENCH_PYTHON")
+
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--sdm", "conda", "--cores", "1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    said = proc.stdout + proc.stderr
+    assert f"--sdm conda: jobs run calibench from {ROOT / 'src'} in the environment of workflow/envs/calibench.yaml" \
+        in said, said[-3000:]

@@ -48,3 +48,22 @@ def short_omp_spin() -> None:
     import os
 
     os.environ.setdefault("GOMP_SPINCOUNT", OMP_SPIN_COUNT)
+
+
+def conda_jobs_environment(python_variable: str) -> str:
+    """For ``snakemake --sdm conda``: jobs run the ``python`` of their conda environment (named
+    in ``python_variable``) with this checkout's ``src/`` first on ``PYTHONPATH``; returns that
+    folder. ValueError where calibench is installed rather than run from a checkout (its folder,
+    site-packages, would bring the driving environment's other packages along)."""
+    import os
+    from pathlib import Path
+
+    import calibench
+
+    source = Path(calibench.__file__).resolve().parents[1]
+    if source.name != "src" or not (source.parent / "pyproject.toml").is_file():
+        raise ValueError(f"--sdm conda runs the jobs with a checkout's calibench (pip install -e .); this one is "
+                         f"installed in {source}")
+    os.environ[python_variable] = "python"
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(source), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+    return str(source)

@@ -9,6 +9,7 @@
 # run, so the last good report.html stays.
 
 for _spec, _part in ANALYSIS_PARTS:
+    _manifest = results_path(layout.part_manifest, _part.name)
 
     rule:
         name:
@@ -17,7 +18,7 @@ for _spec, _part in ANALYSIS_PARTS:
             tables=all_tables(),
             **part_inputs(_part),
         output:
-            manifest=results_path(layout.part_manifest, _part.name),
+            manifest=_manifest,
             **{key: part_file(name) for key, name in _part.outputs.items()},
             plots=part_plots(_part.name, _part.title),
         threads: _part.threads
@@ -29,7 +30,7 @@ for _spec, _part in ANALYSIS_PARTS:
             benchmark_file(f"analysis/{_part.name}")
         params:
             settings=part_settings(_part, _spec),
-            results=RESULTS_DIR,
+            results=results_of(_manifest),
         shell:
             PART_SHELL
 
@@ -51,7 +52,7 @@ rule assemble_report:
         benchmark_file("report")
     params:
         settings=stage_json(registry.config_report_settings(config)),
-        results=RESULTS_DIR,
+        results=results_of(results_path(layout.report_path)),
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench report --settings {params.settings:q} --results {params.results} "
         "--tables {input.tables} > {log} 2>&1"

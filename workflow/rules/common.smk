@@ -9,13 +9,13 @@ from snakemake.logging import logger
 from snakemake_interface_executor_plugins.settings import DeploymentMethod
 
 from calibench import integrity, layout
+from calibench.runtime import conda_jobs_environment
 from calibench.analysis import registry
 from calibench.results import provenance
 from calibench.config import settings as stage
 from calibench.config.inputs import check_inputs
 
 RESULTS = config["results"]
-RESULTS_DIR = str(Path(RESULTS))  # the results directory as the jobs are given it (a setting: params)
 # Every path under RESULTS comes from calibench.layout (the jobs, queries and repair check use
 # the same functions); Snakemake wildcards passed as strings ("{target}") give the patterns.
 
@@ -51,13 +51,11 @@ os.environ[stage.PATHS_ENV] = json.dumps(stage.input_paths(config))
 PYTHON_ENV = "CALIBENCH_PYTHON"
 JOBS_USE_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
 if JOBS_USE_CONDA:
-    os.environ[PYTHON_ENV] = "python"
-    SOURCE_ROOT = str(Path(sys.modules["calibench"].__file__).resolve().parents[1])
-    if Path(SOURCE_ROOT).name != "src":  # an installed calibench: its folder holds the venv's other packages too
-        raise WorkflowError(f"--sdm conda runs the jobs with a checkout's calibench (pip install -e .); this one is "
-                            f"installed in {SOURCE_ROOT}")
-    os.environ["PYTHONPATH"] = os.pathsep.join([SOURCE_ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    logger.info(f"--sdm conda: jobs run calibench from {SOURCE_ROOT} in the environment of workflow/envs/calibench.yaml")
+    try:
+        logger.info(f"--sdm conda: jobs run calibench from {conda_jobs_environment(PYTHON_ENV)} in the environment "
+                    "of workflow/envs/calibench.yaml")
+    except ValueError as exc:
+        raise WorkflowError(str(exc)) from None
 else:
     os.environ[PYTHON_ENV] = sys.executable
 KEEP_LOGITS = bool(config["keep_logits"])
@@ -133,6 +131,14 @@ wildcard_constraints:
 # hp.<space> is one training schedule or a list of them (question 6 compares them): one
 # result table per (space, hp, dataset), and per (population, dataset) beyond NATS-Bench. A
 # schedule the mini benchmark being built holds no weights for stopped the run above.
+def results_of(pattern):
+    """The results directory as a prefix of a job's first output, declared as ``pattern`` (a
+    :func:`results_path`): as many folders up as calibench.layout put the pattern under it, so
+    that an output a storage plugin maps elsewhere gives its own prefix (Snakemake's lint)."""
+    depth = len(Path(pattern).relative_to(RESULTS).parts)
+    return lambda wildcards, output: str(Path(output[0]).parents[depth - 1])
+
+
 def all_tables():
     return [results_path(layout.table_path, target, dataset) for target, (space, _) in TARGETS.items()
             for dataset in DATASETS[space]]

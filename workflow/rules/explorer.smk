@@ -19,7 +19,7 @@ rule explorer:
         benchmark_file("explorer")
     params:
         settings=lambda wildcards: stage_json(stage.explorer_settings(config)),
-        results=RESULTS_DIR,
+        results=results_of(results_path(layout.explorer_page)),
     shell:
         "\"$CALIBENCH_PYTHON\" -m calibench explore --settings {params.settings:q} --results {params.results} "
         "--threads {threads} {input.tables} > {log} 2>&1"

@@ -31,6 +31,9 @@ rule population_labels:
         "--dataset {wildcards.dataset} --out {output} > {log} 2>&1"
 
 
+INFER_MANIFEST = results_path(layout.infer_manifest, "{target}", "{chunk}")
+
+
 rule infer:
     """One chunk of one (space, hp) or population: each archive file decompressed once, every
     configured dataset and seed run, float32 logits into the store (results/logits/), then
@@ -41,7 +44,7 @@ rule infer:
         population=lambda wildcards: results_path(layout.population_path, space_of(wildcards)),
         files=chunk_files,
     output:
-        maybe_temp(results_path(layout.infer_manifest, "{target}", "{chunk}")),
+        maybe_temp(INFER_MANIFEST),
     conda:
         "../envs/calibench.yaml"
     log:
@@ -53,7 +56,7 @@ rule infer:
         **gpu_resources(infer_gpus),
     params:
         settings=lambda wildcards: stage_json(stage.as_params(stage.inference_settings(config, space_of(wildcards)))),
-        results=RESULTS_DIR,
+        results=results_of(INFER_MANIFEST),
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench infer-chunk --settings {params.settings:q} --target {wildcards.target} "
         "--chunk {wildcards.chunk} --results {params.results} --manifest {output} "

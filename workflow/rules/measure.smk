@@ -1,3 +1,6 @@
+MEASURE_MANIFEST = results_path(layout.measure_manifest, "{target}", "{dataset}", "{chunk}")
+
+
 rule measure:
     """One chunk of one (space, hp, dataset) from the logits store: every configured post-hoc
     method fitted on the validation part, every metric of every stage on the test part, a
@@ -8,7 +11,7 @@ rule measure:
         logits=results_path(layout.infer_manifest, "{target}", "{chunk}"),
         labels=labels_file,
     output:
-        results_path(layout.measure_manifest, "{target}", "{dataset}", "{chunk}"),
+        MEASURE_MANIFEST,
     conda:
         "../envs/calibench.yaml"
     log:
@@ -19,7 +22,7 @@ rule measure:
         **gpu_resources(job_gpus),
     params:
         settings=stage_json(stage.measurement_settings(config)),
-        results=RESULTS_DIR,
+        results=results_of(MEASURE_MANIFEST),
         odir=lambda wildcards, input: f"--odir {input.odir}" if "odir" in input.keys() else "",
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench measure-chunk --settings {params.settings:q} --target {wildcards.target} "

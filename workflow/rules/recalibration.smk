@@ -1,3 +1,6 @@
+ODIR_RESULT = results_path(layout.odir_path, "{target}", "{dataset}")
+
+
 rule odir_search:
     """The ODIR lambda, mu of matrix scaling and Dirichlet calibration, once per (space, hp,
     dataset): 5-fold cross-validated NLL on the validation parts of a seeded sample of the
@@ -9,7 +12,7 @@ rule odir_search:
         logits=odir_manifests,
         labels=labels_file,
     output:
-        results_path(layout.odir_path, "{target}", "{dataset}"),
+        ODIR_RESULT,
     conda:
         "../envs/calibench.yaml"
     log:
@@ -20,7 +23,7 @@ rule odir_search:
         **gpu_resources(job_gpus),
     params:
         settings=stage_json(stage.odir_search_settings(config)),
-        results=RESULTS_DIR,
+        results=results_of(ODIR_RESULT),
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench odir-search --settings {params.settings:q} --target {wildcards.target} "
         "--dataset {wildcards.dataset} --results {params.results} --out {output} "

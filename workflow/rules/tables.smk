@@ -1,3 +1,6 @@
+TABLE = results_path(layout.table_path, "{target}", "{dataset}")
+
+
 rule table:
     """The wide result table of one (space, hp, dataset): one row per network, from the
     shards its measurement manifests name."""
@@ -5,7 +8,7 @@ rule table:
         population=lambda wildcards: results_path(layout.population_path, space_of(wildcards)),
         manifests=measure_manifests,
     output:
-        table=results_path(layout.table_path, "{target}", "{dataset}"),
+        table=TABLE,
         failures=results_path(layout.failures_path, "{target}", "{dataset}"),
     conda:
         "../envs/calibench.yaml"
@@ -14,7 +17,7 @@ rule table:
     benchmark:
         benchmark_file("tables/{target}_{dataset}")
     params:
-        results=RESULTS_DIR,
+        results=results_of(TABLE),
     shell:
         "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench build-table --target {wildcards.target} "
         "--dataset {wildcards.dataset} --results {params.results} --out {output.table} "
