@@ -154,7 +154,8 @@ LEFTOVER = (".damaged", ".changed")
 # JSON keys that describe a job's history, not its results: timings, the files' size and
 # modification time, what this job computed and what it found done, the seal over them.
 JOB_HISTORY = ("seconds", "files", "computed", "skipped", "archive_files_read", "logits_removed", "_sha256",
-               "fit_files", "fits", "fit_problems")  # the fit store's (issue 35): what this run made, re-applied, found
+               "fit_files", "fits", "fit_problems",  # the fit store's (issue 35): what this run made, re-applied, found
+               "stages_measured")  # and which stages it measured whole, at new bin counts only, or kept
 
 # The smaller configuration (`--config small`): one SSS table of the mini benchmark (2 networks in
 # chunks of 1, every stage, lambda and mu given), its analysis and report; no explorer.

@@ -1,5 +1,5 @@
-"""What of an earlier shard still holds under new settings (issue 35; docs/workflow.md, "What a
-setting change reruns").
+"""What of an earlier shard still holds under new settings (issue 35; docs/results.md, "Shards",
+and docs/running.md, "The fit store").
 
 A shard records, besides its key, the bin counts it was measured at and per stage the key of
 everything else its rows depend on (:func:`stage_keys`). When the settings change, a stage
