@@ -11,13 +11,14 @@ TORCH_SPEC ?= torch==2.13.0
 # What a run needs (torch, the package and its dependencies).
 install: $(VENV)/.installed
 
-# --no-compile: a run compiles only the modules it imports, when it first imports them (pip
-# would compile all of torch and the rest first, 18 s of a fresh set-up here; BENCHMARKS.md).
+# pip compiles the installed modules one after the other (18 s of a fresh set-up here); compileall
+# does it on every core (leaving it to the jobs' first imports cost more: BENCHMARKS.md, "Workflow").
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --no-compile '$(TORCH_SPEC)' numpy
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
 	$(BIN)/pip install --quiet --no-compile -c $(VENV)/torch-pin.txt -e .
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $@
 
 # What the tests add: the test tools and the independent implementations they compare against.
