@@ -11,14 +11,11 @@ TORCH_SPEC ?= torch==2.13.0
 # What a run needs (torch, the package and its dependencies).
 install: $(VENV)/.installed
 
-# pip compiles the installed modules one after the other (18 s of a fresh set-up here); compileall
-# does it on every core (leaving it to the jobs' first imports cost more: BENCHMARKS.md, "Workflow").
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-compile '$(TORCH_SPEC)' numpy
+	$(BIN)/pip install --quiet '$(TORCH_SPEC)' numpy
 	$(BIN)/python -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/torch-pin.txt
-	$(BIN)/pip install --quiet --no-compile -c $(VENV)/torch-pin.txt -e .
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
+	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt -e .
 	touch $@
 
 # What the tests add: the test tools and the independent implementations they compare against.
@@ -31,8 +28,6 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	# Test oracle for Dirichlet calibration (docs/recalibration.md). 0.5.3 declares
 	# Python >= 3.12 but runs on 3.11 (tested); it needs jax on the CPU.
 	$(BIN)/pip install --quiet -c $(VENV)/torch-pin.txt --ignore-requires-python dirichletcal==0.5.3
-	# the test suite imports nearly everything, in three workers at once: compiled here, on every core
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true
 	touch $@
 
 # The main job: the whole workflow on the embedded mini benchmark (demo numbers, not
