@@ -107,9 +107,10 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
     (network -> (params, info, failure)). ``stored``: per network a stored fit of this stage
     (:class:`calibench.store.fits.StageFit`, its key checked) or None. The stage is re-applied
     for every network or fitted for every network: a batched fit's last bits can depend on its
-    batch, so a refit takes the whole batch, as the fits being replaced were made. ``binned_only``: the binned metrics
-    at ``bins`` only (no unbinned metric, OoD AUROC, reliability bins or fit summaries), from
-    stored fits: what a re-measurement of new bin counts adds to a kept shard."""
+    batch, so a refit takes the whole batch, as the fits being replaced were made.
+    ``binned_only``: the binned metrics at ``bins`` only (no unbinned metric, OoD AUROC,
+    reliability bins or fit summaries), from stored fits: what a re-measurement of new bin
+    counts adds to a kept shard."""
     m = z.shape[0]
     names = None
     rel = {key: np.full((m, RELIABILITY_BINS), np.nan) for key in ("count", "confidence", "accuracy")}
