@@ -222,19 +222,83 @@ def _line_search(u, ud, yi, weight, f0, reg0, gd, r1, r2, frozen=None):
     return out[0], out[1], out[2], out[3], done & ~frozen
 
 
-def _lbfgs_direction(state, g, it: int, memory: int):
+def _line_search_masked(u, ud, yi, weight, f0, reg0, gd, r1, r2, frozen):
+    """:func:`_line_search` for a GPU: every trial over the whole batch, the rows that are not
+    searching masked (no row selection, which would make the host wait for the device), and one
+    look of the host per trial, to end the search once no row is left. Each row takes the same
+    trials, steps and verdicts as in :func:`_line_search`."""
+    dev, dt = u.device, u.dtype
+    bsz = u.shape[0]
+    alpha = torch.ones(bsz, dtype=dt, device=dev)
+    lo = torch.zeros(bsz, dtype=dt, device=dev)
+    hi = torch.full((bsz,), float("inf"), dtype=dt, device=dev)
+    done = frozen.clone()
+    ud_y = torch.gather(ud, -1, yi).squeeze(-1)
+    slack = 16 * torch.finfo(dt).eps * f0.abs()
+    c2gd = WOLFE_C2 * gd.abs()
+    for trial in range(LINE_SEARCH_TRIALS + 1):
+        last = trial == LINE_SEARCH_TRIALS
+        todo = ~done & (lo > 0) if last else ~done
+        a = lo if last else alpha
+        v = torch.addcmul(u, a[:, None, None], ud)
+        nll_n, e, se = _softmax_nll(v, yi)
+        nll = (nll_n * weight).sum(-1)
+        qd = torch.linalg.vecdot(e, ud) / se
+        phi = nll + reg0 + a * r1 + a * a * r2
+        dphi = ((qd - ud_y) * weight).sum(-1) + r1 + 2 * a * r2
+        finite = torch.isfinite(phi) & torch.isfinite(dphi)
+        armijo = finite & (phi <= f0 + ARMIJO_C1 * a * gd + slack)
+        ok = todo & (armijo if last else armijo & (dphi.abs() <= c2gd))
+        q = e / se[..., None]
+        if trial == 0:
+            out_a, out_phi, out_v, out_q = torch.where(ok, a, 0.0), torch.where(ok, phi, f0), v, q
+        else:
+            out_a, out_phi = torch.where(ok, a, out_a), torch.where(ok, phi, out_phi)
+            out_v = torch.where(ok[:, None, None], v, out_v)
+            out_q = torch.where(ok[:, None, None], q, out_q)
+        done = done | ok
+        rest = todo & ~ok
+        if last or not bool(rest.any()):  # the one host synchronisation of a trial
+            break
+        qdd = torch.linalg.vecdot(e * ud, ud) / se
+        ddphi = ((qdd - qd ** 2) * weight).sum(-1) + 2 * r2
+        hi = torch.where(rest & (~armijo | (dphi > 0)), a, hi)
+        lo = torch.where(rest & armijo & (dphi < 0), a, lo)
+        curv = phi - f0 - gd * a
+        quad = torch.where(finite & (curv > 0), -gd * a * a / (2 * torch.where(curv > 0, curv, 1.0)), 0.1 * a)
+        quad = torch.maximum(quad.clamp(min=1e-3 * a, max=0.5 * a), 0.5 * (lo + a) * (lo > 0))
+        usable = finite & (ddphi > 0)
+        newton = torch.where(usable, a - dphi / torch.where(usable, ddphi, 1.0), a)
+        bounded = torch.isfinite(hi)
+        width = torch.where(bounded, hi - lo, 0.0)
+        inside = usable & (newton > lo + 0.01 * width) & (newton < hi - 0.01 * width)
+        step = torch.where(bounded, torch.where(inside, newton, (lo + hi) / 2),
+                           torch.where(usable, newton.clamp(min=2 * a, max=10 * a), 4 * a))
+        alpha = torch.where(rest, torch.where(armijo, step, quad), alpha)
+    return out_a, out_phi, out_v, out_q, done & ~frozen
+
+
+def _slot_order(it: int, memory: int) -> tuple[int, ...]:
+    """The history's slots in chronological order before iteration ``it`` (0-based)."""
+    n_hist = min(it, memory)
+    return tuple((it - n_hist + j) % memory for j in range(n_hist))
+
+
+def _lbfgs_direction(state, g, it: int, memory: int, order=None):
     """``H g`` for the L-BFGS inverse Hessian with initial matrix ``H0 = gamma P``, in the
     compact form of Byrd, Nocedal and Schnabel (1994):
     ``H g = H0 g + S p1 + H0 Y p2`` with ``p2 = -R^-1 S^T g`` and
     ``p1 = R^-T ((D + Y^T H0 Y) R^-1 S^T g - Y^T H0 g)``, R the upper triangle of S^T Y in
     chronological order, D its diagonal. Slots of skipped updates are zero and inert.
-    ``state["Pg"]`` holds P g."""
+    ``state["Pg"]`` holds P g; ``order``: the slots in chronological order, on g's device
+    (made here if not given: a copy from the host)."""
     gamma = state["gamma"][:, None]
     hg = gamma * state["Pg"]
     n_hist = min(it, memory)
     if n_hist == 0:
         return hg
-    order = torch.tensor([(it - n_hist + j) % memory for j in range(n_hist)], device=g.device)
+    if order is None:
+        order = torch.tensor(_slot_order(it, memory), device=g.device)
     SPY = state["SPY"]  # S and P Y stacked: one pass over them per product
     ac = _bmv(SPY, g)  # S^T g and (P Y)^T g, every slot
     a_all, c_all = ac[:, :memory], ac[:, memory:]
@@ -282,7 +346,10 @@ def _lbfgs_new_preconditioner(state, pre):
     Y = state["Y"]
     memory = Y.shape[1]
     state["SPY"][:, memory:] = PY = _apply_preconditioner(pre, Y)
-    state["YPY"] = torch.stack([_bmv(Y, PY[:, i]) for i in range(memory)], dim=2)
+    if Y.device.type == "cpu":  # per network and column, as a batch of one computes it
+        state["YPY"] = torch.stack([_bmv(Y, PY[:, i]) for i in range(memory)], dim=2)
+    else:
+        state["YPY"] = torch.bmm(Y, PY.transpose(1, 2))
 
 
 def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, theta0=None,
@@ -297,9 +364,12 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
     Host synchronisations. ``masked`` (default: on any device but the CPU): a network that stops
     is recorded on the device and frozen in the batch (zero steps); the host looks every
     ``CHECK_EVERY`` iterations (to end, or to drop the stopped rows once at most
-    ``COMPACT_SHARE`` still run), and otherwise once per iteration (the line search's first
-    trial), against five before. Unmasked (the CPU): a look every iteration and stopped rows
-    dropped at once, as a CPU's cost is per row. Both give each network the same iterates;
+    ``COMPACT_SHARE`` still run), and otherwise once per line-search trial
+    (:func:`_line_search_masked`: trials over the whole batch, no row selection); the history's
+    slot order is made on the device once. 1.4-1.5 looks per iteration on the test problems,
+    against about 9 unmasked and the 6 an H200 counted before the line search was masked
+    (BENCHMARKS.md). Unmasked (the CPU): a look every iteration and stopped rows dropped at
+    once, as a CPU's cost is per row. Both give each network the same iterates;
     the last bits can differ with the batch's composition (tests/test_recalibration_scaling.py).
 
     Returns theta (B, K*K + K), objective, gradient norm, iterations, converged, converged
@@ -312,15 +382,20 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         theta0 = torch.cat([torch.eye(k, dtype=dt, device=dev).flatten().expand(bsz, -1),
                             torch.zeros(bsz, k, dtype=dt, device=dev)], dim=-1)
     theta = _odir_canonical(theta0.to(dt), k)
-    # Outputs on the device, written where a network stops (no host transfer per iteration)
-    theta_out = theta.clone()
-    f_out = torch.full((bsz,), float("nan"), dtype=dt, device=dev)
-    g_out = torch.full((bsz,), float("nan"), dtype=dt, device=dev)
-    it_out = torch.zeros(bsz, dtype=torch.int64, device=dev)
-    conv_out = torch.zeros(bsz, dtype=torch.bool, device=dev)
-    flat_out = torch.zeros(bsz, dtype=torch.bool, device=dev)
-    why_out = torch.zeros(bsz, dtype=torch.int8, device=dev)  # _STOP_REASONS
+    # What each row records where its network stops, on the device (no host transfer per
+    # iteration), in the batch's rows; moved to ``out`` (one row per problem) when rows leave it
+    record = dict(theta=theta.clone(), f=torch.full((bsz,), float("nan"), dtype=dt, device=dev),
+                  g=torch.full((bsz,), float("nan"), dtype=dt, device=dev),
+                  it=torch.zeros(bsz, dtype=torch.int64, device=dev),
+                  conv=torch.zeros(bsz, dtype=torch.bool, device=dev),
+                  flat=torch.zeros(bsz, dtype=torch.bool, device=dev),
+                  why=torch.zeros(bsz, dtype=torch.int8, device=dev))  # _STOP_REASONS
+    out = {name: t.clone() for name, t in record.items()}
     rows = torch.arange(bsz, device=dev)  # each row's problem (rows leave the batch at compaction)
+    # the history's slots in chronological order (_slot_order), made on the device once:
+    # ring[s] lists the slots from s on, so iteration it >= memory reads ring[it % memory]
+    steps = torch.arange(memory, device=dev)
+    ring = (steps[None, :] + steps[:, None]) % memory
     active = torch.ones(bsz, dtype=torch.bool, device=dev)
 
     def gradient(xw, yw, ww, lw, mw, th, q):
@@ -377,14 +452,10 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         # frozen: zero steps); the host looks only every CHECK_EVERY iterations, to end the fit or
         # drop the stopped rows once they are most of the batch.
         newly = stop & active
-        theta_out[rows] = torch.where(newly[:, None], state["theta"], theta_out[rows])
-        f_out[rows] = torch.where(newly, f, f_out[rows])
-        g_out[rows] = torch.where(newly, gn, g_out[rows])
-        it_out[rows] = torch.where(newly, it, it_out[rows])
-        conv_out[rows] = torch.where(newly, conv, conv_out[rows])
-        flat_out[rows] = torch.where(newly, flat, flat_out[rows])
         why = torch.where(bad, 1, torch.where(conv, 0, torch.where(ls_failed, 2, torch.where(stalled, 3, 4))))
-        why_out[rows] = torch.where(newly, why.to(torch.int8), why_out[rows])
+        for name, value in (("theta", state["theta"]), ("f", f), ("g", gn), ("it", it), ("conv", conv),
+                            ("flat", flat), ("why", why.to(torch.int8))):
+            record[name] = torch.where(newly[:, None] if name == "theta" else newly, value, record[name])
         active = active & ~stop
         if it % check_every == 0 or it >= max_iterations:
             running = int(active.sum())
@@ -392,6 +463,10 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
                 break
             if running <= compact_share * active.numel() and running < active.numel():
                 keep = torch.nonzero(active).flatten()
+                leave = torch.nonzero(~active).flatten()
+                for name, t in record.items():
+                    out[name][rows[leave]] = t[leave]
+                record = {name: t[keep] for name, t in record.items()}
                 rows, active = rows[keep], active[keep]
                 state = {name: t[keep] for name, t in state.items()}
                 work = {name: t[keep] for name, t in work.items()}
@@ -402,7 +477,7 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
             pre = preconditioner(work["xcat"], work["weight"], lw, mw, state["q"])
             _lbfgs_new_preconditioner(state, pre)
             state["Pg"] = _apply_preconditioner(pre, g)
-        r = _lbfgs_direction(state, g, it, memory)
+        r = _lbfgs_direction(state, g, it, memory, ring[0, :it] if it < memory else ring[it % memory])
         d = _odir_canonical(-r, k)  # canonical points stay canonical along d
         gd = _dot(g, d)
         # not a descent direction (rounding only): the preconditioned gradient instead
@@ -418,8 +493,9 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         r1 = 2 * lw * (offW * offD).sum((1, 2)) + 2 * mw * (b * db).sum(-1)
         r2 = lw * (offD * offD).sum((1, 2)) + mw * (db * db).sum(-1)
         ud = torch.baddbmm(db[:, None, :], work["x"], D.transpose(1, 2))
-        a, f_new, u_new, q_new, accepted = _line_search(state["u"], ud, work["yi"], work["weight"], f,
-                                                        state["reg"], gd, r1, r2, frozen=~active)
+        search = _line_search_masked if masked else _line_search
+        a, f_new, u_new, q_new, accepted = search(state["u"], ud, work["yi"], work["weight"], f,
+                                                  state["reg"], gd, r1, r2, frozen=~active)
         it += 1
         a = torch.where(accepted, a, torch.zeros_like(a))
         theta_new = theta + a[:, None] * d
@@ -437,8 +513,11 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         _lbfgs_update(state, (it - 1) % memory, good, s_vec, y_vec, pg_new - state["Pg"], sy, masked)
         state.update(theta=theta_new, u=u_new, q=q_new, f=f_new, reg=reg_new, g=g_new, Pg=pg_new,
                      f_hist=push_objective(state["f_hist"], f_new), ls_failed=~accepted & active)
+    for name, t in record.items():
+        out[name][rows] = t
+    theta_out = out["theta"]
     f_out, g_out, it_out, conv_out, flat_out, why_out = (
-        t.cpu() for t in (f_out, g_out, it_out, conv_out, flat_out, why_out))
+        out[name].cpu() for name in ("f", "g", "it", "conv", "flat", "why"))
     reasons: list[str | None] = [None] * bsz
     for i, code in enumerate(why_out.tolist()):
         if code == 1:
