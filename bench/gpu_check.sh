@@ -2,23 +2,33 @@
 # The ONE prepared check a session with a lent GPU runs first (issue 32), from the repository
 # root of a fresh checkout:
 #
-#   bash bench/gpu_check.sh            # about 8 minutes on an H200, each step under its own limit
+#   bash bench/gpu_check.sh            # about 9 minutes on an H200, each step under its own limit
 #
 # (device tool: command "bash bench/gpu_check.sh", timeout_s 600, carry the nats_bench copy below)
 #
-# Steps, in the order of what a session most needs (the 2026-11-27 H200 session's timings in
-# brackets; everything goes to $OUT/gpu_check.log, $OUT set by the device tool, /tmp/gpu_check else):
+# Steps, in the order of what a session most needs (session 46's H200 timings in brackets;
+# everything goes to $OUT/gpu_check.log, $OUT set by the device tool, /tmp/gpu_check else):
 # 1. the machine: nvidia-smi, python, torch, CUDA, cuDNN [10 s];
 # 2. the CUDA-only tests (every test file that skips without CUDA, its tests named cuda/gpu) [30 s];
-# 3. bench/gpu_profile_inference.py: one network's forward pass in each memory layout, cuDNN
-#    autotuning and TF32, images/s and TFLOP/s, widest and narrowest of each space [40 s];
-# 4. bench/gpu_cpu_agreement.py: CPU against CUDA stage by stage, fit, transform, metrics [10 s];
-# 5. bench/bench_gpu_workflow.py, the workflow's own infer and measure jobs at real
-#    evaluation-set sizes, 16 networks per space, lambda and mu fixed (no search), figures to
-#    $OUT/bench_gpu_workflow.json [build 48 s, then until its time limit];
-# 6. the same for the lambda, mu search alone: SSS, CIFAR-100, 16 networks, 5 folds, a 3 x 3
-#    grid (per fit ms, scaled in the projection), to $OUT/bench_gpu_search.json. The real 6 x 6
-#    grid on 16 networks did not finish in 145 s on the H200.
+# 3. bench/gpu_cpu_agreement.py: CPU against CUDA stage by stage, fit, transform, metrics [10 s];
+# 4. bench/bench_gpu_measure_groups.py: measurement per network at 16, 64 and 200 networks per
+#    call (ms and dir at CIFAR-100's size, where the job spends 94 % at K = 100), to
+#    $OUT/bench_gpu_measure_groups.json [new; at most 100 s];
+# 5. bench/bench_gpu_workflow.py on SSS CIFAR-100 through the workflow's own jobs: inference of
+#    16 networks, the lambda, mu search (5 folds, a 2 x 2 grid; per fit ms, scaled in the
+#    projection), measurement with the search's result, and the host synchronisations per
+#    L-BFGS iteration (sync debug mode), to $OUT/bench_gpu_search.json [198 s: build 17 s,
+#    inference 15 s, search 105 s, measurement 26 s, syncs 22 s];
+# 6. SSS CIFAR-10 inference through the job with stacked passes (networks_per_pass auto: grouped
+#    convolutions) against one network per pass: a stacked SSS pass ran at ~18,000 images/s
+#    where one network alone runs at 61,000-476,000 (NCHW), and SSS is ~90 % of the population's
+#    inference; with the host syncs of the masked line search at K = 10, to
+#    $OUT/bench_gpu_sss_passes.json [new; at most 170 s];
+# 7. only with GPU_CHECK_WORKFLOW=1: every table's infer and measure jobs at real
+#    evaluation-set sizes, 16 networks per space, lambda and mu fixed, to
+#    $OUT/bench_gpu_workflow.json [build 52 s, then its time limit; 157 s];
+# 8. only with GPU_CHECK_PROFILE=1: bench/gpu_profile_inference.py, one network's forward pass in
+#    each memory layout, cuDNN autotuning and TF32 [40 s; the same figures in both H200 sessions].
 #
 # Without CUDA (this project's CPU machines) the same script is the smoke test: the GPU tests
 # and the CUDA-only diagnostics skip and the benchmark runs its --cpu-smoke size.
@@ -31,8 +41,8 @@
 # or as a wheel (`echo /.whl/ >> .git/info/exclude; pip download --no-deps -d .whl
 # nats_bench==1.8`, carry: [".whl"]). The script finds either; without it the benchmark
 # stops at once saying so (exit 2), and the other steps still run.
-# Environment knobs: GPU_CHECK_NETWORKS (16), GPU_CHECK_TIME_LIMIT (140 s: step 5 starts no new
-# job after it), GPU_CHECK_BENCH_ARGS (more flags for step 5).
+# Environment knobs: GPU_CHECK_NETWORKS (16), GPU_CHECK_TIME_LIMIT (140 s: step 7 starts no new
+# job after it), GPU_CHECK_BENCH_ARGS (more flags for step 7).
 
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -97,14 +107,6 @@ rc=$?
 echo "tests: exit $rc$([ $rc = 124 ] && echo ' (timed out)')"
 [ $rc = 0 ] || status=1
 
-# ---------------------------------------------------------------- layouts of the forward pass
-step "bench/gpu_profile_inference.py"
-if [ "$CUDA" = 1 ]; then
-    timeout -k 5 45 $PY bench/gpu_profile_inference.py --device cuda || status=1
-else
-    echo "(no CUDA: skipped; it times CUDA kernels)"
-fi
-
 # ---------------------------------------------------------------- CPU against CUDA, stage by stage
 step "bench/gpu_cpu_agreement.py"
 if [ "$CUDA" = 1 ]; then
@@ -113,25 +115,24 @@ else
     echo "(no CUDA: skipped; it compares the CPU with CUDA)"
 fi
 
-# ---------------------------------------------------------------- the workflow's jobs, timed
-step "bench/bench_gpu_workflow.py: inference and measurement (lambda, mu fixed)"
+# ---------------------------------------------------------------- measurement per group size
+step "bench/bench_gpu_measure_groups.py: ms and dir at 16, 64, 200 networks per call"
 if [ "$CUDA" = 1 ]; then
-    args="--device cuda --networks ${GPU_CHECK_NETWORKS:-16} --time-limit ${GPU_CHECK_TIME_LIMIT:-140} --odir 1,1"
-    limit=190
+    args="--device cuda --groups 16,64,200 --stages ms,dir --no-all --time-limit 60"
 else
-    args="--cpu-smoke --odir 1,1"
-    limit=240
+    args="--cpu-smoke --stages ms,dir --no-all"
 fi
 # shellcheck disable=SC2086
-timeout -k 20 $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_workflow.json" ${GPU_CHECK_BENCH_ARGS:-}
+timeout -k 10 100 $PY bench/bench_gpu_measure_groups.py $args --out "$OUT/bench_gpu_measure_groups.json"
 rc=$?
-echo "bench_gpu_workflow: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
+echo "bench_gpu_measure_groups: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
 [ $rc = 0 ] || status=1
 
-step "bench/bench_gpu_workflow.py: the lambda, mu search (sss, cifar100, 3 x 3 grid)"
+# ---------------------------------------------------------------- the search, measurement, syncs
+step "bench/bench_gpu_workflow.py: SSS CIFAR-100 through the jobs: the lambda, mu search (2 x 2 grid), measurement, host syncs"
 if [ "$CUDA" = 1 ]; then
-    args="--device cuda --networks 16 --spaces sss --datasets cifar100 --search-grid 1e-7,1e-3,10 --time-limit 60"
-    limit=130
+    args="--device cuda --networks 16 --spaces sss --datasets cifar100 --search-grid 1e-7,10 --sync-networks 16 --time-limit 180"
+    limit=220
 else
     args="--cpu-smoke --spaces sss --datasets cifar100"
     limit=120
@@ -141,6 +142,49 @@ timeout -k 10 $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu
 rc=$?
 echo "search: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
 [ $rc = 0 ] || status=1
+
+# ---------------------------------------------------------------- SSS: stacked passes or one network
+step "bench/bench_gpu_workflow.py: SSS CIFAR-10 inference, networks_per_pass auto against 1; host syncs at K = 10"
+if [ "$CUDA" = 1 ]; then
+    args="--device cuda --networks 16 --spaces sss --datasets cifar10 --odir 1,1 --stages pre,ms,dir --sync-networks 16"
+    args="$args --also-infer networks_per_pass=1 --time-limit 130"
+    limit=170
+else
+    args="--cpu-smoke --spaces sss --datasets cifar10 --odir 1,1 --stages pre,ms,dir --also-infer networks_per_pass=1"
+    limit=120
+fi
+# shellcheck disable=SC2086
+timeout -k 10 $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_sss_passes.json"
+rc=$?
+echo "sss passes: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
+[ $rc = 0 ] || status=1
+
+# ---------------------------------------------------------------- every table's jobs, timed
+if [ "${GPU_CHECK_WORKFLOW:-0}" = 1 ]; then
+    step "bench/bench_gpu_workflow.py: inference and measurement of every table (lambda, mu fixed)"
+    if [ "$CUDA" = 1 ]; then
+        args="--device cuda --networks ${GPU_CHECK_NETWORKS:-16} --time-limit ${GPU_CHECK_TIME_LIMIT:-140} --odir 1,1"
+        limit=190
+    else
+        args="--cpu-smoke --odir 1,1"
+        limit=240
+    fi
+    # shellcheck disable=SC2086
+    timeout -k 20 $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_workflow.json" ${GPU_CHECK_BENCH_ARGS:-}
+    rc=$?
+    echo "bench_gpu_workflow: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
+    [ $rc = 0 ] || status=1
+fi
+
+# ---------------------------------------------------------------- layouts of the forward pass
+if [ "${GPU_CHECK_PROFILE:-0}" = 1 ]; then
+    step "bench/gpu_profile_inference.py"
+    if [ "$CUDA" = 1 ]; then
+        timeout -k 5 45 $PY bench/gpu_profile_inference.py --device cuda || status=1
+    else
+        echo "(no CUDA: skipped; it times CUDA kernels)"
+    fi
+fi
 
 step "done: exit $status; log $LOG"
 exit $status
