@@ -56,8 +56,10 @@ WORKFLOW_TINY = {
     # node are run through the workflow by test_determinism, and would cost this run about 4 CPU s an inference job
     "analysis": {"hcs_betas": [1, 2], "top_k": [2], "top_n": 3},
     "explorer": True,
-    # Every stage (the config's default); a small lambda, mu search keeps the test fast.
-    "recalibration": {"odir": {"search": {"networks": 2, "folds": 2, "seed": 0, "grid": [1.0e+1, 1.0e+3]}}},
+    # Every stage (the config's default); a small lambda, mu search keeps the test fast (its fits
+    # at K = 100 on 30 samples run to the limit: 100 iterations, not the config's 1000)
+    "recalibration": {"odir": {"search": {"networks": 2, "folds": 2, "seed": 0, "grid": [1.0e+1, 1.0e+3],
+                                          "max_iterations": 100}}},
 }
 
 # One SSS table, two networks in chunks of one, every stage with lambda, mu given: the

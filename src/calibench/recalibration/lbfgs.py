@@ -346,8 +346,8 @@ def _lbfgs_new_preconditioner(state, pre):
     Y = state["Y"]
     memory = Y.shape[1]
     state["SPY"][:, memory:] = PY = _apply_preconditioner(pre, Y)
-    if Y.device.type == "cpu":  # per network and column, as a batch of one computes it
-        state["YPY"] = torch.stack([_bmv(Y, PY[:, i]) for i in range(memory)], dim=2)
+    if Y.device.type == "cpu":  # per network, as a batch of one computes it
+        state["YPY"] = torch.stack([torch.mm(Y[i], PY[i].T) for i in range(Y.shape[0])])
     else:
         state["YPY"] = torch.bmm(Y, PY.transpose(1, 2))
 
