@@ -241,7 +241,7 @@ def build_datasets(root: Path, sizes: dict[str, int], svhn: int) -> float:
     per-class smooth patterns, shifted and noised), and a training split of each dataset
     (``train_{dataset}.npz``, the same patterns: what the heads are fitted on); cached by sizes."""
     from calibench.inference import data as data_io
-    from calibench.sources.nats.minibench import _class_patterns, synthetic_images
+    from calibench.sources.nats.minibench_images import class_patterns as _class_patterns, synthetic_images
 
     marker = root / ".bench-complete"
     want = json.dumps([sizes, svhn, TRAIN_PER_CLASS, 2], sort_keys=True)

@@ -118,9 +118,11 @@ def _digest(root):
 
 
 def test_deterministic_from_the_seed(tmp_path):
+    """The same files from the same seed, also when built by two worker processes (make run's
+    rule: one thread each, where one process uses the job's threads); another seed differs."""
     spec = MiniBenchSpec(n_tss=1, n_sss=1, n_test=40, n_train=30, seed=5)  # one network per space: the time is theirs
     a = build_minibench(tmp_path / "a", spec)
-    b = build_minibench(tmp_path / "b", spec)
+    b = build_minibench(tmp_path / "b", spec, workers=2)
     c = build_minibench(tmp_path / "c", MiniBenchSpec(n_tss=1, n_sss=1, n_test=40, n_train=30, seed=6))
     assert _digest(a) == _digest(b)
     assert _digest(a) != _digest(c)

@@ -22,4 +22,5 @@ if MINI["build"]:
             f"--n-train {MINI['n_train']} --seed {MINI['seed']}" + (" --real-size" if MINI.get("real_size") else "")
             + (" --tss-hp12-weights" if MINI.get("tss_hp12_weights") else ""),
         shell:
-            "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench make-minibench {params.out} {params.spec} --quiet > {log} 2>&1"
+            "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench make-minibench {params.out} {params.spec} "
+            "--workers {threads} --quiet > {log} 2>&1"

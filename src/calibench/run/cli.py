@@ -140,7 +140,7 @@ def _make_minibench(args: argparse.Namespace) -> int:
         sizes["tss_hp12_weights"] = True
     start = time.perf_counter()
     out = make_minibench(args.out, {name: value for name, value in sizes.items() if value is not None},
-                         progress=not args.quiet)
+                         progress=not args.quiet, workers=args.workers)
     print(f"mini benchmark (synthetic, NOT NATS-Bench results) written to {out} in {time.perf_counter() - start:.1f} s")
     return 0
 
@@ -284,6 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("--tss-hp12-weights", action="store_true",
                     help="also keep TSS hp 12 weights (a less-fitted stand-in for the 12-epoch schedule, not "
                          "NATS-Bench results): for comparing training schedules")
+    mb.add_argument("--workers", type=int, default=1,
+                    help="architecture files built at once, one process of one thread each (the same files)")
     mb.add_argument("--quiet", action="store_true", help="no progress bar")
     mb.set_defaults(func=_make_minibench)
 

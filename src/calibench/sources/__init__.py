@@ -48,9 +48,10 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
     return source_module(settings).infer_chunk(settings, runtime, space, hp, chunk, results, manifest, progress)
 
 
-def make_minibench(out: str | Path, sizes: Mapping, progress: bool = True) -> Path:
+def make_minibench(out: str | Path, sizes: Mapping, progress: bool = True, workers: int = 1) -> Path:
     """The embedded mini benchmark (:mod:`calibench.sources.nats.minibench`): NATS-Bench's
-    on-disk formats, synthetic data. ``sizes``: fields of its ``MiniBenchSpec``."""
+    on-disk formats, synthetic data. ``sizes``: fields of its ``MiniBenchSpec``; ``workers``:
+    architecture files built at once (the same files)."""
     from calibench.sources.nats.minibench import MiniBenchSpec, build_minibench
 
-    return build_minibench(out, MiniBenchSpec(**sizes), progress=progress)
+    return build_minibench(out, MiniBenchSpec(**sizes), progress=progress, workers=workers)

@@ -74,6 +74,7 @@ from calibench.atomic import atomic_write
 from calibench.sources.nats.archive import arch_file
 from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, SSS_GENOTYPE
 from calibench.sources.nats.indices import TSS_KNOWN
+from calibench.sources.nats.minibench_images import class_patterns, synthetic_images
 from calibench.sources.nats.networks import build_network, count_parameters, inference_network, multiply_adds
 
 TSS_DIR = "NATS-tss-v1_0-3ffb9-full"
@@ -159,37 +160,6 @@ def write_pbz2(path: Path, obj) -> None:
 
 # ---------------------------------------------------------------- synthetic images
 
-def _class_patterns(rng: np.random.Generator, num_classes: int, size: int) -> np.ndarray:
-    """One smooth colour pattern per class: a few random 2-D waves per channel, in [0, 1]."""
-    yy, xx = np.meshgrid(np.linspace(0, 1, size), np.linspace(0, 1, size), indexing="ij")
-    waves = 4
-    fy, fx = rng.uniform(0.5, 3.0, size=(2, num_classes, 3, waves))
-    phase = rng.uniform(0, 2 * np.pi, size=(num_classes, 3, waves))
-    amp = rng.uniform(0.3, 1.0, size=(num_classes, 3, waves))
-    arg = 2 * np.pi * (fy[..., None, None] * yy + fx[..., None, None] * xx) + phase[..., None, None]
-    pattern = (amp[..., None, None] * np.sin(arg)).sum(axis=2)
-    pattern -= pattern.min(axis=(1, 2, 3), keepdims=True)
-    pattern /= pattern.max(axis=(1, 2, 3), keepdims=True)
-    colour = rng.uniform(0.0, 1.0, size=(num_classes, 3, 1, 1))  # each class also has its own tint
-    return 0.5 * pattern + 0.5 * colour  # (C, 3, H, W) in [0, 1]
-
-
-def synthetic_images(rng: np.random.Generator, patterns: np.ndarray, labels: np.ndarray, noise: float) -> np.ndarray:
-    """uint8 images (N, 3, H, W): each label's pattern, randomly shifted, contrast-jittered and noised."""
-    n = len(labels)
-    size = patterns.shape[-1]
-    images = patterns[labels]
-    shift = rng.integers(-size // 8, size // 8 + 1, size=(n, 2))
-    rows = (np.arange(size)[None, :] - shift[:, :1]) % size
-    cols = (np.arange(size)[None, :] - shift[:, 1:]) % size
-    images = images[np.arange(n)[:, None, None, None], np.arange(3)[None, :, None, None],
-                     rows[:, None, :, None], cols[:, None, None, :]]
-    contrast = rng.uniform(0.5, 1.0, size=(n, 1, 1, 1))
-    offset = rng.uniform(0.0, 0.5, size=(n, 1, 1, 1)) * (1 - contrast)
-    images = images * contrast + offset + rng.normal(0, noise, size=images.shape)
-    return (np.clip(images, 0, 1) * 255).round().astype(np.uint8)
-
-
 @dataclass
 class _DatasetSplits:
     train_images: np.ndarray
@@ -200,7 +170,7 @@ class _DatasetSplits:
 
 def _make_dataset(rng: np.random.Generator, dataset: str, spec: MiniBenchSpec) -> _DatasetSplits:
     k, size = NUM_CLASSES[dataset], IMAGE_SIZE[dataset]
-    patterns = _class_patterns(rng, k, size)
+    patterns = class_patterns(rng, k, size)
     noise = {"cifar10": 0.25, "cifar100": 0.12, "ImageNet16-120": 0.12}[dataset]
     train_labels = np.arange(max(spec.n_train, 3 * k)) % k  # at least 3 images per class
     rng.shuffle(train_labels)
@@ -227,7 +197,7 @@ def _write_datasets(root: Path, rng: np.random.Generator, splits: dict[str, _Dat
     data_io.write_imagenet16_val(root, images, labels)
     # A small SVHN-format OoD set: other patterns, same 32x32 format; half CIFAR-10's test size.
     svhn_labels = rng.integers(0, 10, size=len(splits["cifar10"].test_labels) // 2)
-    svhn = synthetic_images(rng, _class_patterns(rng, 10, 32), svhn_labels, 0.2)
+    svhn = synthetic_images(rng, class_patterns(rng, 10, 32), svhn_labels, 0.2)
     data_io.write_svhn_test(root / "svhn" / "test_32x32.mat", svhn, svhn_labels)
 
 
@@ -550,12 +520,24 @@ def _build_real_size_arch_file(space: str, index: int, arch_str: str, splits: di
     return per_hp
 
 
+def _write_arch_file(path: Path, space: str, index: int, arch_str: str, splits: dict, spec: MiniBenchSpec) -> None:
+    build_file = _build_real_size_arch_file if spec.real_size else _build_arch_file
+    write_pbz2(path, build_file(space, index, arch_str, splits, spec))
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
 def build_minibench(out: str | Path, spec: MiniBenchSpec = MiniBenchSpec(), progress: bool = False,
-                    archs: dict[str, Sequence[str]] | None = None) -> Path:
+                    archs: dict[str, Sequence[str]] | None = None, workers: int = 1) -> Path:
     """Write the mini benchmark under ``out``; deterministic for a given ``spec``.
 
     ``archs``: explicit architecture strings per space (e.g. small networks for a fast
-    real-shaped archive in tests), instead of ``spec.n_tss`` / ``spec.n_sss`` sampled ones."""
+    real-shaped archive in tests), instead of ``spec.n_tss`` / ``spec.n_sss`` sampled ones.
+    ``workers``: architecture files built at once, each in its own process of one thread
+    (every network is seeded on its own, and its numbers do not depend on torch's thread
+    count: the same files as one process writes; tests/test_minibench.py)."""
     out = Path(out)
     rng = np.random.default_rng(spec.seed)
     py_rng = random.Random(spec.seed)
@@ -569,16 +551,31 @@ def build_minibench(out: str | Path, spec: MiniBenchSpec = MiniBenchSpec(), prog
                  "sss": sample_real_size_archs("sss", py_rng, spec.n_sss)}
     else:
         archs = {"tss": sample_tss_archs(py_rng, spec.n_tss), "sss": sample_sss_archs(py_rng, spec.n_sss)}
-    build_file = _build_real_size_arch_file if spec.real_size else _build_arch_file
-    jobs = [(space, i, a) for space in ("tss", "sss") for i, a in enumerate(archs[space])]
-    iterator = jobs
+    jobs = [(arch_file(out / (TSS_DIR if space == "tss" else SSS_DIR), i), space, i, a)
+            for space in ("tss", "sss") for i, a in enumerate(archs[space])]
+    bar = None
     if progress:
         from tqdm import tqdm
 
-        iterator = tqdm(jobs, desc="mini benchmark networks", unit="arch")
-    for space, index, arch_str in iterator:
-        directory = out / (TSS_DIR if space == "tss" else SSS_DIR)
-        write_pbz2(arch_file(directory, index), build_file(space, index, arch_str, splits, spec))
+        bar = tqdm(total=len(jobs), desc="mini benchmark networks", unit="arch")
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # spawn: the parent has started torch's thread pools, which a forked child must not inherit
+        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_one_thread) as pool:
+            for future in [pool.submit(_write_arch_file, *job, splits, spec) for job in jobs]:
+                future.result()
+                if bar is not None:
+                    bar.update()
+    else:
+        for job in jobs:
+            _write_arch_file(*job, splits, spec)
+            if bar is not None:
+                bar.update()
+    if bar is not None:
+        bar.close()
     for space, directory in (("tss", TSS_DIR), ("sss", SSS_DIR)):
         meta = {"meta_archs": archs[space], "total_archs": len(archs[space]), "arch2infos": None,
                 "evaluated_indexes": set()}
