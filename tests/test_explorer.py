@@ -79,7 +79,7 @@ def _table(workflow_run, table_id: str) -> pd.DataFrame:
 def _trace(page, element="scatter", curve=0):
     return page.evaluate(f"(() => {{ const d = document.getElementById('{element}').data[{curve}]; "
                          "return {name: d.name, x: Array.from(d.x), y: Array.from(d.y), "
-                         "rows: d.customdata ? Array.from(d.customdata) : null}; })()")
+                         "rows: d.customdata ? Array.from(d.customdata, c => c[0]) : null, meta: d.meta}; })()")
 
 
 def _close(got, want):
@@ -138,7 +138,7 @@ def test_clicking_a_point_shows_that_networks_row_and_reliability_diagrams(workf
         f"(() => {{ const gd = document.getElementById('scatter'), tr = gd.data[0], r = gd.getBoundingClientRect();"
         f" const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;"
         f" return [r.left + xa._offset + xa.l2p(tr.x[{point}]), r.top + ya._offset + ya.l2p(tr.y[{point}]),"
-        f" tr.customdata[{point}]]; }})()")
+        f" tr.customdata[{point}][0]]; }})()")
     page.click(x, y)
     stages = page.wait_for("CB.state.selected && CB.state.selected.row === " + str(row)
                            + " && document.getElementById('reliability').dataset.stages", timeout=20)
@@ -163,7 +163,22 @@ def test_clicking_a_point_shows_that_networks_row_and_reliability_diagrams(workf
     hcs = pd.read_parquet(workflow_run / "results" / "analysis" / "hcs.parquet")
     hcs = hcs[(hcs["space"] == net["space"]) & (hcs["dataset"] == net["dataset"])
               & (hcs["arch_index"] == net["measured_by"])].iloc[0]  # hcs_*: the HCS part's, per measured network
+    from calibench.results.archstr import EDGE_NAMES, tss_edge_ops
+
+    ops = tss_edge_ops(net["arch_str"]) if net["space"] == "tss" else None
     for name, value in shown:
+        if name == "dataset":
+            assert value == net["dataset"]
+            continue
+        if name.startswith("edge_"):  # a TSS edge's operation, by name (issue 37, item 3)
+            assert value == ops[EDGE_NAMES.index(name.removeprefix("edge_"))], name
+            continue
+        if name.startswith("ops_"):
+            assert float(value) == ops.count(name.removeprefix("ops_")), name
+            continue
+        if name.startswith("channels_"):
+            assert value == net["arch_str"].split(":")[int(name.removeprefix("channels_")) - 1], name
+            continue
         want = float(net[name] if name in net.index else hcs[name])
         got = {"NaN": math.nan, "+inf": math.inf, "-inf": -math.inf}.get(value)
         got = float(value) if got is None else got
@@ -384,7 +399,7 @@ def test_the_networks_tab_sorts_filters_follows_the_scatter_selection_and_downlo
     # a box or lasso on the scatter keeps its networks here; a double click (deselect) restores
     picked = page.evaluate("(() => { const gd = document.getElementById('scatter'), tr = gd.data[0];"
                            " gd.emit('plotly_selected', {points: [0, 1].map(k => ({data: tr, pointIndex: k}))});"
-                           " return [tr.customdata[0], tr.customdata[1]]; })()")
+                           " return [tr.customdata[0][0], tr.customdata[1][0]]; })()")
     page.wait_for("CB.networks.order.length === 2")
     assert sorted(page.evaluate("Array.from(CB.networks.order)")) == sorted(picked)
     page.evaluate("document.getElementById('scatter').emit('plotly_deselect')")
@@ -398,3 +413,55 @@ def test_the_networks_tab_sorts_filters_follows_the_scatter_selection_and_downlo
     assert page.evaluate("document.getElementById('details').parentElement.id") == "tab-networks"
     page.evaluate("CB.tab('scatter')")
     assert page.evaluate("document.getElementById('details').parentElement.id") == "tab-scatter"
+
+
+def test_colouring_by_a_tss_edge_gives_each_point_the_operation_of_its_arch_string(workflow_run, page):
+    """Issue 37, item 3: a TSS edge's operation as the colour: one trace (and legend entry) per
+    operation, each point in the trace of the operation its arch string has on that edge; the
+    networks table shows the operation by name, and a where-clause selects by it."""
+    from calibench.results.archstr import EDGE_NAMES, TSS_OPS, tss_edge_ops
+
+    page.evaluate("(() => { const s = document.getElementById('table'); "
+                  "s.value = CB.state.manifest.tables.find(t => t.space === 'tss').id; s.dispatchEvent(new Event('change')); })()")
+    tid = page.wait_for("CB.state.scatter && CB.state.scatter.tables[0].table.startsWith('tss') && CB.state.scatter.tables[0].table")
+    table = _table(workflow_run, tid)
+    measured = table[(table["arch_index"] == table["measured_by"]) & np.isfinite(table["accuracy"])
+                     & np.isfinite(table["pre_ece_15"])]
+    distinct = {e: {tss_edge_ops(a)[k] for a in measured["arch_str"]} for k, e in enumerate(EDGE_NAMES)}
+    most = max(EDGE_NAMES, key=lambda e: len(distinct[e]))  # the edge whose colours tell most apart
+    for edge in dict.fromkeys([most, "3<-2"]):
+        page.evaluate(f"(() => {{ const s = document.getElementById('ccol'); s.value = 'edge_{edge}';"
+                      " s.dispatchEvent(new Event('change')); })()")
+        page.wait_for(f"CB.state.scatter.color === 'edge_{edge}'")
+        traces = page.evaluate("Array.from(document.getElementById('scatter').data, d => "
+                               "({name: d.name, meta: d.meta, rows: Array.from(d.customdata, c => c[0]), legend: d.showlegend}))")
+        drawn = 0
+        for tr in traces:
+            assert tr["meta"] == tid and tr["name"] in TSS_OPS, tr["name"]
+            for row in tr["rows"]:
+                assert tss_edge_ops(table.iloc[row]["arch_str"])[EDGE_NAMES.index(edge)] == tr["name"]
+            drawn += len(tr["rows"])
+        # one trace (and legend entry) per operation the drawn networks have on that edge
+        assert sorted(t["name"] for t in traces) == sorted(distinct[edge]) and drawn == len(measured)
+        assert [t["legend"] for t in traces] == [True] * len(traces)
+        assert page.evaluate("document.getElementById('scatter').layout.showlegend") is True
+    # the networks table: the operation by name, and "edge = operation" as a filter
+    page.evaluate("CB.tab('networks')")
+    page.wait_for("Array.from(document.getElementById('naddcol').options, o => o.value).includes('edge_3<-2')"
+                  " || CB.networks.columns.includes('edge_3<-2')")
+    page.evaluate("(() => { if (CB.networks.columns.includes('edge_3<-2')) return;"
+                  " document.getElementById('naddcol').value = 'edge_3<-2'; document.getElementById('nadd').click(); })()")
+    page.wait_for("CB.networks.columns.includes('edge_3<-2')")
+    op = tss_edge_ops(_table(workflow_run, tid).iloc[0]["arch_str"])[5]
+    page.evaluate(f"(() => {{ const e = document.getElementById('nwhere'); e.value = 'edge_3<-2 = {op}';"
+                  " e.dispatchEvent(new Event('change')); })()")
+    table = _table(workflow_run, tid)
+    want = sum(tss_edge_ops(a)[5] == op for a in table["arch_str"])
+    page.wait_for(f"CB.networks.order.length === {want}")
+    k = page.evaluate("CB.networks.columns.indexOf('edge_3<-2')")
+    cells = page.evaluate(f"Array.from(document.querySelectorAll('#nrows tr'), r => r.cells[{k + 2}].textContent)")
+    assert cells and set(cells) == {op}
+    page.evaluate("(() => { const e = document.getElementById('nwhere'); e.value = '';"
+                  " e.dispatchEvent(new Event('change')); const c = document.getElementById('ccol');"
+                  " c.value = CB.state.manifest.defaults[2];"
+                  " c.dispatchEvent(new Event('change')); CB.tab('scatter'); })()")

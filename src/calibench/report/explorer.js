@@ -72,7 +72,10 @@ const CB = (() => {
     if (!c) return null;
     const [r, bytes] = await Promise.all([rows(t), load(`${t.id}/${c.file}.js`)]);
     const m = t.n_measured, measured = new Float64Array(m);
-    if (c.enc === 'f32') {
+    if (c.enc === 'cat') {  // uint16 codes into c.categories; 0xFFFF: no category
+      const view = new DataView(bytes.buffer);
+      for (let i = 0; i < m; i++) { const code = view.getUint16(2 * i, true); measured[i] = code === 0xffff ? NaN : code; }
+    } else if (c.enc === 'f32') {
       const view = new DataView(bytes.buffer);
       for (let i = 0; i < m; i++) measured[i] = view.getFloat32(4 * i, true);
     } else {
@@ -116,6 +119,12 @@ const CB = (() => {
   const fmt = v => v === null || v === undefined || Number.isNaN(v) ? 'NaN' : !Number.isFinite(v) ? (v > 0 ? '+inf' : '-inf')
     : Math.abs(v) >= 1e5 ? v.toExponential(2) : Number(v.toPrecision(3)).toString();
   const tableLabel = t => `${t.space}${t.hp ? ' hp ' + t.hp : ''} · ${t.dataset}`;
+  const categoriesOf = (t, name) => { const c = t.columns.find(c => c.name === name); return c && c.enc === 'cat' ? c.categories : null; };
+  const valueText = (cats, v) => cats ? (Number.isNaN(v) ? '' : cats[v]) : fmt(v);  // a value as the page writes it
+  // the table a scatter trace draws (a categorical colour draws one trace per table and category)
+  const traceTable = tr => tr.meta || tr.name;
+  const PALETTE = ['#4c72b0', '#dd8452', '#55a868', '#c44e52', '#8172b3', '#937860', '#da8bc3', '#8c8c8c', '#ccb974',
+                   '#64b5cd', '#1f3b73', '#a0522d', '#2e8b57', '#b22222', '#4b0082', '#808000'];
   const byId = id => S.manifest.tables.find(t => t.id === id);
   function fail(err) {
     const text = String(err && err.message || err);
@@ -157,7 +166,8 @@ const CB = (() => {
                                  grid: {rows: 1, columns: tables.length, pattern: 'independent'}, annotations: []};
     const shown = [], notes = [];
     let crange = null;  // one colour scale over every panel, so one colour bar tells them all
-    if (cn) {
+    const ccats = cn ? categoriesOf(tables[0], cn) : null;  // a categorical colour: a trace and legend entry per category
+    if (cn && !ccats) {
       let lo = Infinity, hi = -Infinity;
       for (const t of tables) {
         const [c, r] = await Promise.all([column(t, cn), rows(t)]);
@@ -175,15 +185,33 @@ const CB = (() => {
       const copies = copiesOf(r);
       const text = idx.map(i => `index ${r.index[i]}` + (copies.has(i) ? `<br>also its isomorphs: ${listed(copies.get(i).map(j => r.index[j]))}` : '')
         + `<br>${r.names[i]}` + (acc && xn !== 'accuracy' && yn !== 'accuracy' ? `<br>accuracy ${fmt(acc[i])}` : ''));
-      const cv = c ? idx.map(i => c[i]) : null;
-      traces.push({type: 'scattergl', mode: 'markers', name: t.id, x: idx.map(i => x[i]), y: idx.map(i => y[i]),
-        customdata: idx, text: text, xaxis: 'x' + ax, yaxis: 'y' + ax,
-        hovertemplate: `%{text}<br>${xn} %{x:.3g}<br>${yn} %{y:.3g}` + (cv ? `<br>${cn} %{marker.color:.3g}` : '') + '<extra></extra>',
-        marker: {size: idx.length > 5000 ? 3 : 7, opacity: idx.length > 5000 ? 0.6 : 0.9,
-                 color: cv || '#4c72b0', colorscale: 'Viridis', showscale: !!cv && k === 0,
-                 ...(cv && crange ? {cmin: crange[0], cmax: crange[1]} : {}),
-                 colorbar: cv ? {title: {text: cn, side: 'right'}, thickness: 12} : undefined}});
-      layout['xaxis' + ax] = {title: {text: xn}}; layout['yaxis' + ax] = {title: {text: k === 0 ? yn : ''}};
+      const size = idx.length > 5000 ? 3 : 7, opacity = idx.length > 5000 ? 0.6 : 0.9;
+      const xcats = categoriesOf(t, xn), ycats = categoriesOf(t, yn);
+      const hx = xcats ? `${xn} %{customdata[1]}` : `${xn} %{x:.3g}`, hy = ycats ? `${yn} %{customdata[2]}` : `${yn} %{y:.3g}`;
+      const custom = list => list.map(i => [i, xcats ? xcats[x[i]] : '', ycats ? ycats[y[i]] : '']);
+      if (c && ccats) {
+        const groups = new Map(), textOf = new Map(idx.map((i, j) => [i, text[j]]));  // code -> rows
+        for (const i of idx) { const g = Number.isNaN(c[i]) ? -1 : c[i]; if (!groups.has(g)) groups.set(g, []); groups.get(g).push(i); }
+        for (const g of [...groups.keys()].sort((a, b) => (a < 0) - (b < 0) || a - b)) {
+          const members = groups.get(g), label = g < 0 ? '(none)' : ccats[g];
+          traces.push({type: 'scattergl', mode: 'markers', name: label, meta: t.id, legendgroup: label,
+            showlegend: !traces.some(tr => tr.legendgroup === label), x: members.map(i => x[i]), y: members.map(i => y[i]),
+            customdata: custom(members), text: members.map(i => textOf.get(i)), xaxis: 'x' + ax, yaxis: 'y' + ax,
+            hovertemplate: `%{text}<br>${hx}<br>${hy}<br>${cn} ${label}<extra></extra>`,
+            marker: {size, opacity, color: g < 0 ? '#bbbbbb' : PALETTE[g % PALETTE.length]}});
+        }
+      } else {
+        const cv = c ? idx.map(i => c[i]) : null;
+        traces.push({type: 'scattergl', mode: 'markers', name: t.id, meta: t.id, x: idx.map(i => x[i]), y: idx.map(i => y[i]),
+          customdata: custom(idx), text: text, xaxis: 'x' + ax, yaxis: 'y' + ax,
+          hovertemplate: `%{text}<br>${hx}<br>${hy}` + (cv ? `<br>${cn} %{marker.color:.3g}` : '') + '<extra></extra>',
+          marker: {size, opacity, color: cv || '#4c72b0', colorscale: 'Viridis', showscale: !!cv && k === 0,
+                   ...(cv && crange ? {cmin: crange[0], cmax: crange[1]} : {}),
+                   colorbar: cv ? {title: {text: cn, side: 'right'}, thickness: 12} : undefined}});
+      }
+      const catAxis = (cats, title) => cats ? {title: {text: title}, tickvals: cats.map((_, v) => v), ticktext: cats}
+                                            : {title: {text: title}};
+      layout['xaxis' + ax] = catAxis(xcats, xn); layout['yaxis' + ax] = catAxis(ycats, k === 0 ? yn : '');
       const copied = t.n - t.n_measured;
       layout.annotations.push({text: `${tableLabel(t)} (n = ${idx.length} of ${t.n_measured} measured`
         + (copied ? `; ${copied} isomorph copies in their hover` : '') + ')', showarrow: false,
@@ -192,7 +220,8 @@ const CB = (() => {
       const missing = t.n_measured - idx.length;
       if (missing) notes.push(`${tableLabel(t)}: ${missing} measured networks without a finite ${xn} or ${yn} are not drawn`);
     }
-    S.scatter = {x: xn, y: yn, color: cn, tables: shown, crange};
+    S.scatter = {x: xn, y: yn, color: cn, tables: shown, crange, categories: ccats};
+    if (ccats) { layout.showlegend = true; layout.legend = {title: {text: cn}, itemsizing: 'constant'}; }
     layout.modebar = {orientation: 'v'};  // the toolbar beside the panels, never over a title
     $('status').textContent = notes.join(' · ');
     await Plotly.react($('scatter'), traces, layout, {responsive: true, displaylogo: false});
@@ -215,12 +244,12 @@ const CB = (() => {
     const gd = $('scatter');
     for (const [curve, tr] of gd.data.entries()) {
       if (tr.name === 'selected') continue;
-      const t = byId(tr.name), r = await rows(t);
+      const t = byId(traceTable(tr)), r = await rows(t);
       let row = /^\d+$/.test(q) ? r.byIndex.get(Number(q)) : r.names.indexOf(q);
       if (row === undefined || row < 0) row = /^\d+$/.test(q) ? -1 : r.names.findIndex(s => s.includes(q));
       const asked = row;  // an isomorph copy is drawn as the point of its representative
       if (row >= 0 && !r.isRep[row]) row = repRow(r, row);
-      const point = row >= 0 ? tr.customdata.indexOf(row) : -1;
+      const point = row >= 0 ? tr.customdata.findIndex(d => d[0] === row) : -1;
       if (point >= 0) {
         highlight(curve, point);
         $('status').textContent = `found ${q}: index ${r.index[asked]} in ${tableLabel(t)}`
@@ -247,7 +276,7 @@ const CB = (() => {
     if (!r.isRep[row]) head.push(['measured by', `${r.index[repRow(r, row)]} (same isomorphism class)`]);
     else if (copiesOf(r).has(row)) head.push(['isomorph copies', `${listed(copiesOf(r).get(row).map(j => r.index[j]), 20)} (not measured again: this row's values)`]);
     const cells = head.map(([k, v]) => `<tr><td>${k}</td><td class="text">${String(v).replace(/</g, '&lt;')}</td></tr>`)
-      .concat(names.map((n, i) => `<tr><td>${n}</td><td class="num">${fmt(values[i][row])}</td></tr>`));
+      .concat(names.map((n, i) => `<tr><td>${n}</td><td class="num">${valueText(categoriesOf(t, n), values[i][row])}</td></tr>`));
     $('row').innerHTML = `<table id="rowtable">${cells.join('')}</table>`
       + `<p><button id="wholerow">the whole row: all ${t.columns.length} columns</button></p>`;
     $('wholerow').onclick = () => wholeRow(t, row).catch(fail);
@@ -260,7 +289,7 @@ const CB = (() => {
     $('wholerow').disabled = true;
     $('wholerow').textContent = `loading ${t.columns.length} columns...`;
     const values = await Promise.all(t.columns.map(c => column(t, c.name)));
-    const cells = t.columns.map((c, i) => `<tr><td>${c.name}</td><td class="num">${fmt(values[i][row])}</td></tr>`);
+    const cells = t.columns.map((c, i) => `<tr><td>${c.name}</td><td class="num">${valueText(c.enc === 'cat' ? c.categories : null, values[i][row])}</td></tr>`);
     $('row').insertAdjacentHTML('beforeend', `<div style="max-height:480px;overflow-y:auto">`
       + `<table id="wholerowtable">${cells.join('')}</table></div>`);
     $('wholerow').remove();
@@ -307,13 +336,22 @@ const CB = (() => {
   // ------------------------------------------------------------ networks: a sortable, filterable table
   const ROW_HEIGHT = 21;  // px: a row's 20 and its border's 1 (explorer.html's #nrows td)
   const N = {table: null, columns: [], values: [], order: new Int32Array(0), sort: null, selection: null, notes: ''};
-  function whereClauses(text, t) {  // "accuracy > 0.9, pre_ece_15 <= 0.02" -> [[column, op, number]]
+  // "accuracy > 0.9, pre_ece_15 <= 0.02, edge_1<-0 = nor_conv_3x3" -> [[column, op, number or category code, as typed]]
+  function whereClauses(text, t) {
     const out = [];
     for (const part of text.split(/,|\band\b/).map(s => s.trim()).filter(Boolean)) {
-      const m = /^([\w.]+)\s*(<=|>=|!=|==|=|<|>)\s*(-?[\d.]+(?:e-?\d+)?)$/i.exec(part);
-      if (!m) throw new Error(`where: "${part}" is not "column op number" (ops: < <= > >= = !=)`);
+      const m = /^([\w.]+(?:<-\d+)?)\s*(<=|>=|!=|==|=|<|>)\s*(\S+)$/i.exec(part);
+      if (!m) throw new Error(`where: "${part}" is not "column op value" (ops: < <= > >= = !=)`);
       if (!t.columns.some(c => c.name === m[1])) throw new Error(`where: ${tableLabel(t)} has no column ${m[1]}`);
-      out.push([m[1], m[2], Number(m[3])]);
+      const cats = categoriesOf(t, m[1]);
+      if (cats) {
+        if (!['=', '==', '!='].includes(m[2])) throw new Error(`where: ${m[1]} is categorical: = or != only`);
+        if (!cats.includes(m[3])) throw new Error(`where: ${m[1]} has no category ${m[3]} (it has ${cats.join(', ')})`);
+        out.push([m[1], m[2], cats.indexOf(m[3]), m[3]]);
+      } else {
+        if (!/^-?[\d.]+(?:e-?\d+)?$/i.test(m[3])) throw new Error(`where: "${m[3]}" is not a number`);
+        out.push([m[1], m[2], Number(m[3]), m[3]]);
+      }
     }
     return out;
   }
@@ -338,7 +376,7 @@ const CB = (() => {
       const clauses = whereClauses($('nwhere').value, t);
       const cols = await Promise.all(clauses.map(([name]) => column(t, name)));
       keep = i => clauses.every(([, op, v], k) => OPS[op](cols[k][i], v));
-      N.notes = clauses.length ? `where ${clauses.map(c => c.join(' ')).join(', ')}` : '';
+      N.notes = clauses.length ? `where ${clauses.map(([c, op, , typed]) => `${c} ${op} ${typed}`).join(', ')}` : '';
     } catch (err) {
       keep = () => true;
       N.notes = String(err.message || err);
@@ -372,7 +410,7 @@ const CB = (() => {
     const html = [];
     for (let k = first; k < Math.min(N.order.length, first + count); k++) {
       const i = N.order[k], on = S.selected && S.selected.table === t.id && S.selected.row === i ? ' class="on"' : '';
-      const cells = N.values.map(v => `<td>${v ? fmt(v[i]) : ''}</td>`).join('');
+      const cells = N.values.map((v, k) => `<td>${v ? valueText(categoriesOf(t, N.columns[k]), v[i]) : ''}</td>`).join('');
       html.push(`<tr data-row="${i}"${on}><td>${r.index[i]}</td><td class="wide">${r.names[i].replace(/</g, '&lt;')}</td>${cells}</tr>`);
     }
     $('nrows').style.top = `${first * ROW_HEIGHT}px`;
@@ -381,7 +419,9 @@ const CB = (() => {
   function networksCsv() {  // the rows shown, in their order, with the columns shown
     const t = byId(N.table), r = S.tables[t.id], quote = s => `"${String(s).replace(/"/g, '""')}"`;
     const lines = [['arch_index', 'arch_str', ...N.columns].join(',')];
-    for (const i of N.order) lines.push([r.index[i], quote(r.names[i]), ...N.values.map(v => Number.isNaN(v[i]) ? '' : v[i])].join(','));
+    const cats = N.columns.map(name => categoriesOf(t, name));
+    for (const i of N.order) lines.push([r.index[i], quote(r.names[i]), ...N.values.map((v, k) => Number.isNaN(v[i]) ? ''
+      : cats[k] ? quote(cats[k][v[i]]) : v[i])].join(','));
     return lines.join('\n') + '\n';
   }
   function networksControls() {
@@ -413,7 +453,7 @@ const CB = (() => {
     };
     $('scatter').on('plotly_selected', ev => {
       const t = byId($('table').value), picked = new Set();
-      for (const p of (ev && ev.points) || []) if (p.data.name === t.id) picked.add(p.data.customdata[p.pointIndex]);
+      for (const p of (ev && ev.points) || []) if (traceTable(p.data) === t.id) picked.add(p.data.customdata[p.pointIndex][0]);
       N.selection = ev && ev.points ? {table: t.id, rows: picked} : null;
       $('status').textContent = N.selection ? `${picked.size} networks of ${tableLabel(t)} selected: the Networks tab lists them` : '';
       if (!$('tab-networks').classList.contains('hidden')) networksTab().catch(fail);
@@ -587,7 +627,7 @@ const CB = (() => {
       const p = ev.points && ev.points[0];
       if (!p || p.data.name === 'selected') return;
       highlight(p.curveNumber, p.pointIndex);
-      showNetwork(byId(p.data.name), p.data.customdata[p.pointIndex]).catch(fail);
+      showNetwork(byId(traceTable(p.data)), p.data.customdata[p.pointIndex][0]).catch(fail);
     });
     requestAnimationFrame(() => { S.painted = performance.now(); });
   }
@@ -597,6 +637,7 @@ const CB = (() => {
     manifest: m => { S.ready = start(m).catch(fail); },
     rowdata: (tid, length, text) => deliver(`${tid}/rows.js`, gunzip(text, length, `${tid}/rows.js`)),
     col: (tid, k, length, text) => deliver(`${tid}/c${k}.js`, gunzip(text, length, `${tid}/c${k}.js`)),
+    file: (tid, name, length, text) => deliver(`${tid}/${name}.js`, gunzip(text, length, `${tid}/${name}.js`)),
     rel: (tid, b, length, text) => deliver(`${tid}/rel${b}.js`, gunzip(text, length, `${tid}/rel${b}.js`)),
     kendall: (length, text) => deliver('kendall.js', gunzip(text, length, 'kendall.js')),
   };

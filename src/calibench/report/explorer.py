@@ -11,7 +11,10 @@ library and the data, all as files that a browser loads from the folder itself (
 * ``data/{table}/rows.js``: each row's index, arch string and (TSS) the row of its measured
   isomorphism class; ``data/{table}/c{k}.js``: one column, loaded when the page shows it;
   ``data/{table}/rel{b}.js``: the reliability bins (from the shards) of a block of networks,
-  loaded when a point of that block is clicked; ``data/kendall.js``: the Kendall matrices.
+  loaded when a point of that block is clicked; ``data/kendall.js``: the Kendall matrices;
+  ``data/{table}/a{k}.js`` and ``k{k}.js``: what a row is (:func:`architecture_columns`),
+  numeric (a TSS cell's operation counts) and categorical (uint16 codes into the manifest's
+  ``categories``: a TSS edge's operation, an SSS layer's channels, the dataset, metadata).
 
 A browser may not read files next to a ``file://`` page with ``fetch``, but it runs the
 scripts the page names, so every data file is a script that hands its payload to the page
@@ -43,6 +46,7 @@ from calibench import integrity
 from calibench.atomic import atomic_write
 from calibench.analysis.registry import output_path
 from calibench.layout import (explorer_dir, explorer_page, explorer_sums, result_tables, shard_path, target_name)
+from calibench.results.archstr import EDGE_NAMES, TSS_OPS, parse_sss, tss_edge_ops
 from calibench.vocabulary import STAGES
 
 log = logging.getLogger(__name__)
@@ -54,6 +58,8 @@ IDENTITY = ("space", "hp", "dataset", "arch_index", "measured_by", "arch_str", "
 # Provenance columns: strings and file facts, nothing to plot.
 NOT_PLOTTED = ("config_hash", "logits_key", "logits_file", "source_bytes", "source_mtime", "calibench_version")
 DEFAULT_AXES = ("accuracy", "pre_ece_15", "params")
+MAX_CATEGORIES = 64  # a string column with more distinct values is not offered as a category
+MISSING_CODE = 0xFFFF  # a categorical row without a category (an unparsable arch string, a missing value)
 PLOTLY_JS = ("plotly", "package_data/plotly.min.js")
 
 
@@ -124,6 +130,60 @@ def column_group(name: str) -> str:
     """Where a column sits in the page's lists: its stage, or ``network`` (accuracy, params...)."""
     stage = name.split("_", 1)[0]
     return stage if stage in STAGES and "_" in name else "network"
+
+
+def _codes(values: Sequence, order: Sequence[str] | None = None) -> tuple[list[str], np.ndarray]:
+    """Category names (``order``'s, else the values' own, sorted) and each value's code (uint16;
+    :data:`MISSING_CODE` for None)."""
+    names = list(order) if order is not None else sorted({v for v in values if v is not None})
+    code_of = {name: k for k, name in enumerate(names)}
+    return names, np.array([code_of.get(v, MISSING_CODE) if v is not None else MISSING_CODE for v in values],
+                           dtype="<u2")
+
+
+def architecture_columns(frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], list[tuple[str, list[str], np.ndarray]]]:
+    """What a table's rows are, as columns to colour, split or sort by (issue 37, item 3):
+    numeric ``{name: values}`` (a TSS cell's count of each operation, ``ops_nor_conv_3x3``, 0-6)
+    and categorical ``[(name, categories, codes)]``: a TSS cell's operation on each edge
+    (``edge_1<-0``, ..., in :data:`~calibench.results.archstr.EDGE_NAMES` order, categories in
+    ``TSS_OPS`` order), an SSS network's channels per layer (``channels_1`` ... ``channels_5``),
+    the dataset, and a population's own string columns (metadata such as ``family``) with at
+    most :data:`MAX_CATEGORIES` values. A malformed arch string leaves its row without a category."""
+    numeric: dict[str, np.ndarray] = {}
+    categorical: list[tuple[str, list[str], np.ndarray]] = []
+    space = str(frame["space"].iloc[0]) if "space" in frame and len(frame) else ""
+    arch = frame["arch_str"].astype(str).tolist() if "arch_str" in frame else []
+    if space == "tss" and arch:
+        edges = []
+        for a in arch:
+            try:
+                edges.append(tss_edge_ops(a))
+            except ValueError:
+                edges.append(None)
+        for e, edge in enumerate(EDGE_NAMES):
+            categorical.append((f"edge_{edge}",) + _codes([ops[e] if ops else None for ops in edges], TSS_OPS))
+        for op in TSS_OPS:
+            numeric[f"ops_{op}"] = np.array([ops.count(op) if ops else np.nan for ops in edges], dtype=float)
+    elif space == "sss" and arch:
+        layers = []
+        for a in arch:
+            try:
+                layers.append(parse_sss(a))
+            except ValueError:
+                layers.append(None)
+        for k in range(5):
+            values = [str(c[k]) if c else None for c in layers]
+            order = sorted({v for v in values if v is not None}, key=int)
+            categorical.append((f"channels_{k + 1}",) + _codes(values, order))
+    if "dataset" in frame:
+        categorical.append(("dataset",) + _codes(frame["dataset"].astype(str).tolist()))
+    for name in frame.columns:
+        if name in IDENTITY or name in NOT_PLOTTED or frame[name].dtype.kind not in "OSUb":
+            continue
+        values = [None if pd.isna(v) else str(v) for v in frame[name]]
+        if 0 < len({v for v in values if v is not None}) <= MAX_CATEGORIES:
+            categorical.append((name,) + _codes(values))
+    return numeric, categorical
 
 
 def _table_id(space: str, hp: str, dataset: str) -> str:
@@ -219,6 +279,20 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
         payload, meta = encode_column(measured[name].to_numpy(dtype=float))
         (out / f"c{k}.js").write_bytes(binary_script("col", [tid, k], payload))
         columns.append({"name": name, "file": f"c{k}", "group": column_group(name), **meta})
+    numeric, categorical = architecture_columns(measured)
+    taken = {c["name"] for c in columns}
+    for name, values in numeric.items():
+        if name not in taken:
+            payload, meta = encode_column(values)
+            file = f"a{len(columns)}"
+            (out / f"{file}.js").write_bytes(binary_script("file", [tid, file], payload))
+            columns.append({"name": name, "file": file, "group": "architecture", **meta})
+    for name, categories, codes in categorical:
+        if name not in taken:
+            file = f"k{len(columns)}"
+            (out / f"{file}.js").write_bytes(binary_script("file", [tid, file], codes.tobytes()))
+            group = "architecture" if name.startswith(("edge_", "channels_")) else "network"
+            columns.append({"name": name, "file": file, "group": group, "enc": "cat", "categories": categories})
     blocks = reliability_blocks(results, space, hp, dataset, measured, threads)
     rel_files = []
     for b, block in enumerate(blocks):
