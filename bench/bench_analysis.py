@@ -520,9 +520,9 @@ def child(spec_path: str) -> None:
     if spec["part"] == "report":  # what the job imports, and no more
         from calibench.report.assemble import write
     else:
-        from calibench.analysis import parts
+        from calibench.analysis import parts, registry
 
-        parts.module(spec["part"])
+        registry.import_module(registry.find(spec["part"], spec["settings"]), spec["settings"])
     imported = time.perf_counter()
     pairs, drawing = ({}, [0.0, 0])
     if spec["part"] == "kendall":

@@ -13,7 +13,8 @@ The explorer is written by ``calibench explore`` in its own process (wall time a
 from ``os.wait4``), then the page is opened ``--repeats`` times in a fresh browser with the
 largest SSS table selected (``#t=...``); "first paint" is the time from navigation until the
 page has drawn the scatter (``CB.state.painted``, a frame after Plotly's promise resolved).
-Then one change of the y column (load, decode and redraw one column of 32,768 values).
+Then one change of the y column (load, decode and redraw one column of 32,768 values), and
+one change of the colour to a categorical column (``--ccol``: a trace per category).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def write(results: Path) -> tuple[float, float]:
     return wall, usage.ru_maxrss / 1024
 
 
-def paint(page: Path, table: str, ycol: str) -> tuple[float, float, int]:
+def paint(page: Path, table: str, ycol: str, ccol: str) -> tuple[float, float, int, float, int]:
     from calibench.report.screenshot import Page
 
     with Page(Path(f"{page}"), 1400, 1000, timeout=120) as p:
@@ -66,7 +67,14 @@ def paint(page: Path, table: str, ycol: str) -> tuple[float, float, int]:
         p.wait_for(f"CB.state.scatter && CB.state.scatter.y === '{ycol}'", timeout=60)
         p.evaluate("new Promise(r => requestAnimationFrame(() => r(1)))")
         change = time.perf_counter() - start
-    return first, change, points
+        start = time.perf_counter()  # a categorical colour: a trace and legend entry per category
+        p.evaluate(f"(() => {{ const s = document.getElementById('ccol'); s.value = '{ccol}'; "
+                   "s.dispatchEvent(new Event('change')); })()")
+        p.wait_for(f"CB.state.scatter && CB.state.scatter.color === '{ccol}'", timeout=60)
+        p.evaluate("new Promise(r => requestAnimationFrame(() => r(1)))")
+        colour = time.perf_counter() - start
+        traces = p.evaluate("document.getElementById('scatter').data.length")
+    return first, change, points, colour, traces
 
 
 def main() -> None:
@@ -76,6 +84,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--table", default="sss_90_cifar100", help="the table whose scatter is timed")
     ap.add_argument("--ycol", default="vs_ece_100")
+    ap.add_argument("--ccol", default="channels_3", help="a categorical colour to time (issue 37, item 3)")
     args = ap.parse_args()
     results = args.dir / "results"
     if not (results / "tables").is_dir():
@@ -91,9 +100,9 @@ def main() -> None:
           f"(data {data / 1e6:.1f} MB, plotly.js {(results / 'explorer' / 'plotly.min.js').stat().st_size / 1e6:.1f} MB)")
     page = results / "explorer" / "index.html"
     for i in range(args.repeats):
-        first, change, points = paint(page, args.table, args.ycol)
+        first, change, points, colour, traces = paint(page, args.table, args.ycol, args.ccol)
         print(f"open {i + 1}: first paint of {args.table} ({points} points) {first:.2f} s after navigation; "
-              f"y -> {args.ycol}: {change:.2f} s")
+              f"y -> {args.ycol}: {change:.2f} s; colour -> {args.ccol}: {colour:.2f} s ({traces} traces)")
     print(load_line("after"))
 
 
