@@ -50,7 +50,7 @@ WORKFLOW_TINY = {
                   "seed": 3},
     "datasets": DATASETS,
     "bins": [5, 15, 50],
-    "chunk_size": 2,
+    "chunk_size": 4,  # one chunk per space (TSS: 2 unique of 3; SSS: 4): chunking is tested by SMALL_SSS and test_determinism
     "measure_group": 1,
     # archive loading in the job's own thread (the CPU's default): the loader processes of a GPU
     # node are run through the workflow by test_determinism, and would cost this run about 4 CPU s an inference job

@@ -137,7 +137,7 @@ def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp
     _set_config(workdir, minibench={**TINY["minibench"], "build": False}, bins=[5, 15, 30], stages=["pre", "post"])
     logits_before = _mtimes(results / "logits")
     planned = _planned_jobs(workdir)
-    assert planned == {"measure": 3 * 3, "table": 6, **ANALYSIS_JOBS, "all": 1}, planned  # 1 + 2 chunks, 3 datasets
+    assert planned == {"measure": 2 * 3, "table": 6, **ANALYSIS_JOBS, "all": 1}, planned  # a chunk per space, 3 datasets
     infer_records = _mtimes(results / "benchmarks" / "infer")
     # Run up to the SSS tables (the plan above includes TSS and the analysis, which measure the same way).
     tables = [f"results/tables/sss_90_{d}.parquet" for d in DATASETS]
@@ -152,7 +152,7 @@ def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp
     assert _mtimes(results / "logits") == logits_before  # the store was read, not rewritten
     # the fit store (issue 35): the bins changed, the temperature fits did not: none was made again
     for dataset in DATASETS:
-        for chunk in (0, 1):
+        for chunk in (0,):  # the shared run's one SSS chunk
             manifest = integrity.read_json(layout.measure_manifest(results, "sss_90", dataset, chunk))
             fits = manifest["fits"]
             assert fits["made"] == {} and set(fits["reused"]) == {"post"} and fits["reused"]["post"] >= 2, fits
@@ -174,7 +174,7 @@ def test_new_measurement_settings_need_no_archive_and_rerun_only_measurement(tmp
     said = next(x for x in dry.stdout.splitlines() if x.startswith("dry run: ") and "sss_90_cifar100.parquet" in x)
     assert "grid_ece" in said and "fits made again: post" in said and "re-applied" not in said, said
     _snakemake(workdir, "results/tables/sss_90_cifar100.parquet")  # one table: the others would measure alike
-    manifest = integrity.read_json(layout.measure_manifest(results, "sss_90", "cifar100", 1))
+    manifest = integrity.read_json(layout.measure_manifest(results, "sss_90", "cifar100", 0))
     fits = manifest["fits"]
     assert set(fits["made"]) == {"post"} and fits["reused"] == {}, fits
     assert set(manifest["stages_measured"]["whole"]) == {"post"} and set(manifest["stages_measured"]["kept"]) == {"pre"}
