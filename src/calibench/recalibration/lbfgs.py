@@ -138,6 +138,24 @@ def _dot(a, b):
     return (a * b).sum(-1)
 
 
+def _next_trial(a, phi, dphi, ddphi, f0, gd, finite, armijo, lo, hi):
+    """The next trial step after ``a`` was refused, given the bracket [lo, hi] updated with it:
+    without sufficient decrease, the minimiser of the quadratic through phi(0), phi'(0), phi(a)
+    (a tenth of ``a`` if phi is not finite), kept within [a/1000, a/2]; otherwise safeguarded
+    Newton on phi' inside the bracket, bisection, or expansion."""
+    curv = phi - f0 - gd * a
+    quad = torch.where(finite & (curv > 0), -gd * a * a / (2 * torch.where(curv > 0, curv, 1.0)), 0.1 * a)
+    quad = torch.maximum(quad.clamp(min=1e-3 * a, max=0.5 * a), 0.5 * (lo + a) * (lo > 0))
+    usable = finite & (ddphi > 0)
+    newton = torch.where(usable, a - dphi / torch.where(usable, ddphi, 1.0), a)
+    bounded = torch.isfinite(hi)
+    width = torch.where(bounded, hi - lo, 0.0)
+    inside = usable & (newton > lo + 0.01 * width) & (newton < hi - 0.01 * width)
+    step = torch.where(bounded, torch.where(inside, newton, (lo + hi) / 2),
+                       torch.where(usable, newton.clamp(min=2 * a, max=10 * a), 4 * a))
+    return torch.where(armijo, step, quad)
+
+
 def _line_search(u, ud, yi, weight, f0, reg0, gd, r1, r2, frozen=None):
     """Per-network line search along ``u + a ud`` (batched; each network on its own).
 
@@ -205,20 +223,7 @@ def _line_search(u, ud, yi, weight, f0, reg0, gd, r1, r2, frozen=None):
         ddphi = ((qdd - qd[rest] ** 2) * ww[rest]).sum(-1) + 2 * r2t[rest]
         hi[idx] = torch.where(~arm_r | (dphi_r > 0), a_r, hi[idx])
         lo[idx] = torch.where(arm_r & (dphi_r < 0), a_r, lo[idx])
-        l_, h_ = lo[idx], hi[idx]
-        # no sufficient decrease: quadratic interpolation from 0 (or a tenth if phi is not finite)
-        curv = phi_r - f0t[rest] - gd_r * a_r
-        quad = torch.where(fin_r & (curv > 0), -gd_r * a_r * a_r / (2 * torch.where(curv > 0, curv, 1.0)), 0.1 * a_r)
-        quad = torch.maximum(quad.clamp(min=1e-3 * a_r, max=0.5 * a_r), 0.5 * (l_ + a_r) * (l_ > 0))
-        # otherwise Newton on phi' inside the bracket, bisection, or expansion
-        usable = fin_r & (ddphi > 0)
-        newton = torch.where(usable, a_r - dphi_r / torch.where(usable, ddphi, 1.0), a_r)
-        bounded = torch.isfinite(h_)
-        width = torch.where(bounded, h_ - l_, 0.0)
-        inside = usable & (newton > l_ + 0.01 * width) & (newton < h_ - 0.01 * width)
-        step = torch.where(bounded, torch.where(inside, newton, (l_ + h_) / 2),
-                           torch.where(usable, newton.clamp(min=2 * a_r, max=10 * a_r), 4 * a_r))
-        alpha[idx] = torch.where(arm_r, step, quad)
+        alpha[idx] = _next_trial(a_r, phi_r, dphi_r, ddphi, f0t[rest], gd_r, fin_r, arm_r, lo[idx], hi[idx])
     return out[0], out[1], out[2], out[3], done & ~frozen
 
 
@@ -264,17 +269,7 @@ def _line_search_masked(u, ud, yi, weight, f0, reg0, gd, r1, r2, frozen):
         ddphi = ((qdd - qd ** 2) * weight).sum(-1) + 2 * r2
         hi = torch.where(rest & (~armijo | (dphi > 0)), a, hi)
         lo = torch.where(rest & armijo & (dphi < 0), a, lo)
-        curv = phi - f0 - gd * a
-        quad = torch.where(finite & (curv > 0), -gd * a * a / (2 * torch.where(curv > 0, curv, 1.0)), 0.1 * a)
-        quad = torch.maximum(quad.clamp(min=1e-3 * a, max=0.5 * a), 0.5 * (lo + a) * (lo > 0))
-        usable = finite & (ddphi > 0)
-        newton = torch.where(usable, a - dphi / torch.where(usable, ddphi, 1.0), a)
-        bounded = torch.isfinite(hi)
-        width = torch.where(bounded, hi - lo, 0.0)
-        inside = usable & (newton > lo + 0.01 * width) & (newton < hi - 0.01 * width)
-        step = torch.where(bounded, torch.where(inside, newton, (lo + hi) / 2),
-                           torch.where(usable, newton.clamp(min=2 * a, max=10 * a), 4 * a))
-        alpha = torch.where(rest, torch.where(armijo, step, quad), alpha)
+        alpha = torch.where(rest, _next_trial(a, phi, dphi, ddphi, f0, gd, finite, armijo, lo, hi), alpha)
     return out_a, out_phi, out_v, out_q, done & ~frozen
 
 
