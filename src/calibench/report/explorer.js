@@ -162,7 +162,7 @@ const CB = (() => {
   async function drawScatter() {
     const [xn, yn, cn] = [$('xcol').value, $('ycol').value, $('ccol').value];
     const tables = scatterTables();
-    const traces = [], layout = {margin: {l: 60, r: 20, t: 30, b: 50}, showlegend: false, hovermode: 'closest',
+    const traces = [], layout = {margin: {l: 60, r: 20, t: tables.length > 1 ? 50 : 30, b: 50}, showlegend: false, hovermode: 'closest',
                                  grid: {rows: 1, columns: tables.length, pattern: 'independent'}, annotations: []};
     const shown = [], notes = [];
     let crange = null;  // one colour scale over every panel, so one colour bar tells them all
@@ -213,15 +213,20 @@ const CB = (() => {
                                             : {title: {text: title}};
       layout['xaxis' + ax] = catAxis(xcats, xn); layout['yaxis' + ax] = catAxis(ycats, k === 0 ? yn : '');
       const copied = t.n - t.n_measured;
-      layout.annotations.push({text: `${tableLabel(t)} (n = ${idx.length} of ${t.n_measured} measured`
+      const panels = tables.length > 1;  // side by side: the title on two lines, so neighbours do not overlap
+      layout.annotations.push({text: `${tableLabel(t)}${panels ? '<br>' : ' '}(n = ${idx.length} of ${t.n_measured} measured`
         + (copied ? `; ${copied} isomorph copies in their hover` : '') + ')', showarrow: false,
-        xref: `x${ax} domain`, yref: `y${ax} domain`, x: 0.5, y: 1.06, font: {size: 12}});
+        xref: `x${ax} domain`, yref: `y${ax} domain`, x: 0.5, y: panels ? 1.03 : 1.06, yanchor: 'bottom', font: {size: panels ? 11 : 12}});
       shown.push({table: t.id, points: idx.length, measured: t.n_measured, rows: t.n});
       const missing = t.n_measured - idx.length;
       if (missing) notes.push(`${tableLabel(t)}: ${missing} measured networks without a finite ${xn} or ${yn} are not drawn`);
     }
     S.scatter = {x: xn, y: yn, color: cn, tables: shown, crange, categories: ccats};
-    if (ccats) { layout.showlegend = true; layout.legend = {title: {text: cn}, itemsizing: 'constant'}; }
+    if (ccats) {  // the legend in a right margin of its own, clear of the vertical toolbar
+      layout.showlegend = true;
+      layout.legend = {title: {text: cn}, itemsizing: 'constant', x: 1.01, xanchor: 'left', y: 1, yanchor: 'top'};
+      layout.margin.r = 60 + 7 * Math.max(cn.length, ...ccats.map(c => c.length + 4));
+    }
     layout.modebar = {orientation: 'v'};  // the toolbar beside the panels, never over a title
     $('status').textContent = notes.join(' · ');
     await Plotly.react($('scatter'), traces, layout, {responsive: true, displaylogo: false});
