@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -465,3 +466,48 @@ def test_colouring_by_a_tss_edge_gives_each_point_the_operation_of_its_arch_stri
                   " e.dispatchEvent(new Event('change')); const c = document.getElementById('ccol');"
                   " c.value = CB.state.manifest.defaults[2];"
                   " c.dispatchEvent(new Event('change')); CB.tab('scatter'); })()")
+
+
+def test_reopening_a_views_url_restores_its_table_columns_filter_sort_tab_and_network(workflow_run, page):
+    """Issue 37, item 6: every view is a URL. A view made by hand (a table, a colour, the networks
+    tab with a column added, a where-clause, a sort, a network clicked) is read back from
+    ``location.hash`` in a fresh browser: the same table, columns, filter, order, tab and network."""
+    def change(element, value):
+        page.evaluate(f"(() => {{ const e = document.getElementById('{element}'); e.value = {json.dumps(value)};"
+                      " e.dispatchEvent(new Event('change')); })()")
+
+    sss = page.evaluate("CB.state.manifest.tables.find(t => t.space === 'sss').id")
+    change("table", sss)
+    page.wait_for(f"CB.state.scatter && CB.state.scatter.tables[0].table === '{sss}'")
+    change("ccol", "channels_1")
+    page.wait_for("CB.state.scatter.color === 'channels_1'")
+    page.evaluate("CB.tab('networks')")
+    page.wait_for(f"CB.networks.table === '{sss}'")
+    page.evaluate("(() => { document.getElementById('naddcol').value = 'pre_nll'; document.getElementById('nadd').click(); })()")
+    page.wait_for("CB.networks.columns.includes('pre_nll')")
+    change("nwhere", "accuracy > 0")
+    page.wait_for("document.getElementById('ncount').textContent.includes('where accuracy > 0')")
+    page.evaluate("document.querySelector('#nhead td[data-col=\"pre_nll\"]').click()")
+    page.wait_for("CB.networks.sort && CB.networks.sort.column === 'pre_nll'")
+    page.evaluate("document.querySelector('#nrows tr:nth-child(2)').click()")
+    page.wait_for("CB.state.selected && document.getElementById('reliability').dataset.stages")
+    view = page.evaluate("({hash: location.hash, columns: CB.networks.columns, order: Array.from(CB.networks.order),"
+                         " sort: CB.networks.sort, selected: CB.state.selected.index, where: document.getElementById('nwhere').value,"
+                         " colour: CB.state.scatter.color, table: CB.state.scatter.tables[0].table})")
+    assert "tab=networks" in view["hash"] and f"n={sss}" in view["hash"], view["hash"]
+    html = workflow_run / "results" / "explorer" / "index.html"
+    with render.Page(html, 1400, 1000, timeout=90) as again:
+        again.evaluate(f"location.hash = {json.dumps(view['hash'][1:])}; location.reload(); 1")
+        time.sleep(0.3)
+        again.wait_for("typeof CB !== 'undefined' && (CB.state.painted || CB.state.errors.length)", timeout=60)
+        again.wait_for(f"CB.state.selected && CB.state.selected.index === {view['selected']}", timeout=30)
+        reopened = again.evaluate(
+            "({columns: CB.networks.columns, order: Array.from(CB.networks.order), sort: CB.networks.sort,"
+            " selected: CB.state.selected.index, where: document.getElementById('nwhere').value,"
+            " colour: CB.state.scatter.color, table: CB.state.scatter.tables[0].table,"
+            " networksShown: !document.getElementById('tab-networks').classList.contains('hidden'), errors: CB.state.errors})")
+    assert reopened.pop("errors") == [] and reopened.pop("networksShown")
+    assert reopened == {k: view[k] for k in reopened}, (reopened, view)
+    page.evaluate("(() => { history.replaceState(null, '', '#'); const e = document.getElementById('nwhere'); e.value = '';"
+                  " e.dispatchEvent(new Event('change')); const t = document.getElementById('table'); t.selectedIndex = 0;"
+                  " t.dispatchEvent(new Event('change')); CB.tab('scatter'); })()")

@@ -231,7 +231,7 @@ const CB = (() => {
     $('status').textContent = notes.join(' · ');
     await Plotly.react($('scatter'), traces, layout, {responsive: true, displaylogo: false});
     S.selected = null;
-    setHash({t: $('table').value, x: xn, y: yn, c: cn});
+    setHash({t: $('table').value, x: xn, y: yn, c: cn, a: $('alldatasets').checked ? 1 : null});
   }
 
   function highlight(curve, point) {
@@ -286,6 +286,7 @@ const CB = (() => {
       + `<p><button id="wholerow">the whole row: all ${t.columns.length} columns</button></p>`;
     $('wholerow').onclick = () => wholeRow(t, row).catch(fail);
     S.selected = {table: t.id, row: row, index: r.index[row]};  // its row is shown; its diagrams follow
+    setHash({n: `${t.id}:${r.index[row]}`});
     await drawReliability(t, r.rep[row], `${tableLabel(t)}, index ${r.index[row]}`);
   }
 
@@ -399,6 +400,7 @@ const CB = (() => {
       });
     }
     N.order = Int32Array.from(chosen);
+    setHash({nc: N.columns.join(','), w: $('nwhere').value.trim(), s: N.sort ? N.sort.column + (N.sort.descending ? '-' : '') : null});
     $('ncount').textContent = `${N.order.length} of ${t.n} networks` + (N.selection ? ` (the ${N.selection.rows.size} selected on the scatter; `
       + 'double-click the scatter to clear)' : '') + (N.notes ? ` · ${N.notes}` : '');
     const head = ['index', 'arch', ...N.columns].map(name => {
@@ -586,10 +588,14 @@ const CB = (() => {
   }
 
   // ------------------------------------------------------------ start
-  function setHash(values) {  // the view in the URL: table, columns, tab (reopened by start)
+  // the view in the URL (reopened by start): t table, x y c columns, a all datasets, tab, n selected
+  // network (table:index), and the networks table's nc columns, w where-clauses, s sort (column, "-" descending)
+  function setHash(values) {
     const hash = new URLSearchParams(location.hash.slice(1));
-    for (const [k, v] of Object.entries(values)) hash.set(k, v);
-    location.hash = hash.toString();
+    for (const [k, v] of Object.entries(values)) {
+      if (v === null || v === undefined || v === '') hash.delete(k); else hash.set(k, v);
+    }
+    history.replaceState(null, '', '#' + hash.toString());
   }
   function tab(name) {
     setHash({tab: name});
@@ -618,6 +624,7 @@ const CB = (() => {
     const hash = new URLSearchParams(location.hash.slice(1));
     options($('table'), manifest.tables.map(t => ({value: t.id, label: tableLabel(t)})), hash.get('t') || undefined);
     tableChanged({x: hash.get('x'), y: hash.get('y'), c: hash.get('c')});
+    $('alldatasets').checked = hash.get('a') === '1';
     const redraw = () => drawScatter().catch(fail);
     $('table').onchange = () => { tableChanged({x: $('xcol').value, y: $('ycol').value, c: $('ccol').value}); redraw(); };
     for (const id of ['alldatasets', 'xcol', 'ycol', 'ccol']) $(id).onchange = redraw;
@@ -627,7 +634,24 @@ const CB = (() => {
     for (const b of document.querySelectorAll('nav button')) b.onclick = () => tab(b.dataset.tab);
     await drawScatter();
     networksControls();
+    const t0 = byId($('table').value);
+    if (hash.get('nc')) {  // the networks table as the URL left it
+      N.table = t0.id;
+      N.columns = hash.get('nc').split(',').filter(n => t0.columns.some(c => c.name === n));
+    }
+    if (hash.get('w')) $('nwhere').value = hash.get('w');
+    const sorted = hash.get('s');
+    if (sorted) N.sort = {column: sorted.replace(/-$/, ''), descending: sorted.endsWith('-')};
     if (['networks', 'kendall', 'methods'].includes(hash.get('tab'))) await tab(hash.get('tab'));
+    const picked = /^(.+):(-?\d+)$/.exec(hash.get('n') || '');
+    if (picked && byId(picked[1])) {  // the network the URL names: its row and reliability diagrams
+      const t = byId(picked[1]), r = await rows(t), row = r.byIndex.get(Number(picked[2]));
+      if (row !== undefined) {
+        if (hash.get('tab') === 'networks') $('tab-networks').appendChild($('details'));
+        await showNetwork(t, row);
+        if (hash.get('tab') === 'networks') renderNetworkRows();
+      }
+    }
     $('scatter').on('plotly_click', ev => {
       const p = ev.points && ev.points[0];
       if (!p || p.data.name === 'selected') return;
