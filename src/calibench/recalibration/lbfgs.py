@@ -273,27 +273,19 @@ def _line_search_masked(u, ud, yi, weight, f0, reg0, gd, r1, r2, frozen):
     return out_a, out_phi, out_v, out_q, done & ~frozen
 
 
-def _slot_order(it: int, memory: int) -> tuple[int, ...]:
-    """The history's slots in chronological order before iteration ``it`` (0-based)."""
-    n_hist = min(it, memory)
-    return tuple((it - n_hist + j) % memory for j in range(n_hist))
-
-
-def _lbfgs_direction(state, g, it: int, memory: int, order=None):
+def _lbfgs_direction(state, g, it: int, memory: int, order):
     """``H g`` for the L-BFGS inverse Hessian with initial matrix ``H0 = gamma P``, in the
     compact form of Byrd, Nocedal and Schnabel (1994):
     ``H g = H0 g + S p1 + H0 Y p2`` with ``p2 = -R^-1 S^T g`` and
     ``p1 = R^-T ((D + Y^T H0 Y) R^-1 S^T g - Y^T H0 g)``, R the upper triangle of S^T Y in
     chronological order, D its diagonal. Slots of skipped updates are zero and inert.
-    ``state["Pg"]`` holds P g; ``order``: the slots in chronological order, on g's device
-    (made here if not given: a copy from the host)."""
+    ``state["Pg"]`` holds P g; ``order``: the ``min(it, memory)`` slots in chronological order,
+    ``(it - n + j) % memory`` for j < n, on g's device."""
     gamma = state["gamma"][:, None]
     hg = gamma * state["Pg"]
     n_hist = min(it, memory)
     if n_hist == 0:
         return hg
-    if order is None:
-        order = torch.tensor(_slot_order(it, memory), device=g.device)
     SPY = state["SPY"]  # S and P Y stacked: one pass over them per product
     ac = _bmv(SPY, g)  # S^T g and (P Y)^T g, every slot
     a_all, c_all = ac[:, :memory], ac[:, memory:]
@@ -387,8 +379,8 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
                   why=torch.zeros(bsz, dtype=torch.int8, device=dev))  # _STOP_REASONS
     out = {name: t.clone() for name, t in record.items()}
     rows = torch.arange(bsz, device=dev)  # each row's problem (rows leave the batch at compaction)
-    # the history's slots in chronological order (_slot_order), made on the device once:
-    # ring[s] lists the slots from s on, so iteration it >= memory reads ring[it % memory]
+    # the history's slots in chronological order, made on the device once: ring[s] lists the
+    # slots from s on, so iteration it reads ring[0, :it] until the memory is full, then ring[it % memory]
     steps = torch.arange(memory, device=dev)
     ring = (steps[None, :] + steps[:, None]) % memory
     active = torch.ones(bsz, dtype=torch.bool, device=dev)
