@@ -141,6 +141,17 @@ def _codes(values: Sequence, order: Sequence[str] | None = None) -> tuple[list[s
                            dtype="<u2")
 
 
+def _parsed(parse, arch_strs: Sequence[str]) -> list:
+    """``parse`` of each arch string, None where it is malformed (``ValueError``)."""
+    out = []
+    for a in arch_strs:
+        try:
+            out.append(parse(a))
+        except ValueError:
+            out.append(None)
+    return out
+
+
 def architecture_columns(frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], list[tuple[str, list[str], np.ndarray]]]:
     """What a table's rows are, as columns to colour, split or sort by (issue 37, item 3):
     numeric ``{name: values}`` (a TSS cell's count of each operation, ``ops_nor_conv_3x3``, 0-6)
@@ -154,23 +165,13 @@ def architecture_columns(frame: pd.DataFrame) -> tuple[dict[str, np.ndarray], li
     space = str(frame["space"].iloc[0]) if "space" in frame and len(frame) else ""
     arch = frame["arch_str"].astype(str).tolist() if "arch_str" in frame else []
     if space == "tss" and arch:
-        edges = []
-        for a in arch:
-            try:
-                edges.append(tss_edge_ops(a))
-            except ValueError:
-                edges.append(None)
+        edges = _parsed(tss_edge_ops, arch)
         for e, edge in enumerate(EDGE_NAMES):
             categorical.append((f"edge_{edge}",) + _codes([ops[e] if ops else None for ops in edges], TSS_OPS))
         for op in TSS_OPS:
             numeric[f"ops_{op}"] = np.array([ops.count(op) if ops else np.nan for ops in edges], dtype=float)
     elif space == "sss" and arch:
-        layers = []
-        for a in arch:
-            try:
-                layers.append(parse_sss(a))
-            except ValueError:
-                layers.append(None)
+        layers = _parsed(parse_sss, arch)
         for k in range(5):
             values = [str(c[k]) if c else None for c in layers]
             order = sorted({v for v in values if v is not None}, key=int)

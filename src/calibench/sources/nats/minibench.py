@@ -553,29 +553,23 @@ def build_minibench(out: str | Path, spec: MiniBenchSpec = MiniBenchSpec(), prog
         archs = {"tss": sample_tss_archs(py_rng, spec.n_tss), "sss": sample_sss_archs(py_rng, spec.n_sss)}
     jobs = [(arch_file(out / (TSS_DIR if space == "tss" else SSS_DIR), i), space, i, a)
             for space in ("tss", "sss") for i, a in enumerate(archs[space])]
-    bar = None
-    if progress:
-        from tqdm import tqdm
+    from tqdm import tqdm
 
-        bar = tqdm(total=len(jobs), desc="mini benchmark networks", unit="arch")
-    if workers > 1 and len(jobs) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+    with tqdm(total=len(jobs), desc="mini benchmark networks", unit="arch", disable=not progress) as bar:
+        if workers > 1 and len(jobs) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
 
-        # spawn: the parent has started torch's thread pools, which a forked child must not inherit
-        with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_one_thread) as pool:
-            for future in [pool.submit(_write_arch_file, *job, splits, spec) for job in jobs]:
-                future.result()
-                if bar is not None:
+            # spawn: the parent has started torch's thread pools, which a forked child must not inherit
+            with ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
+                                     initializer=_one_thread) as pool:
+                for future in [pool.submit(_write_arch_file, *job, splits, spec) for job in jobs]:
+                    future.result()
                     bar.update()
-    else:
-        for job in jobs:
-            _write_arch_file(*job, splits, spec)
-            if bar is not None:
+        else:
+            for job in jobs:
+                _write_arch_file(*job, splits, spec)
                 bar.update()
-    if bar is not None:
-        bar.close()
     for space, directory in (("tss", TSS_DIR), ("sss", SSS_DIR)):
         meta = {"meta_archs": archs[space], "total_archs": len(archs[space]), "arch2infos": None,
                 "evaluated_indexes": set()}
