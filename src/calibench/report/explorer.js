@@ -221,7 +221,7 @@ const CB = (() => {
       const missing = t.n_measured - idx.length;
       if (missing) notes.push(`${tableLabel(t)}: ${missing} measured networks without a finite ${xn} or ${yn} are not drawn`);
     }
-    S.scatter = {x: xn, y: yn, color: cn, tables: shown, crange, categories: ccats};
+    S.scatter = {x: xn, y: yn, color: cn, tables: shown, crange};
     if (ccats) {  // the legend in a right margin of its own, clear of the vertical toolbar
       layout.showlegend = true;
       layout.legend = {title: {text: cn}, itemsizing: 'constant', x: 1.01, xanchor: 'left', y: 1, yanchor: 'top'};
@@ -341,7 +341,7 @@ const CB = (() => {
 
   // ------------------------------------------------------------ networks: a sortable, filterable table
   const ROW_HEIGHT = 21;  // px: a row's 20 and its border's 1 (explorer.html's #nrows td)
-  const N = {table: null, columns: [], values: [], order: new Int32Array(0), sort: null, selection: null, notes: ''};
+  const N = {table: null, columns: [], values: [], cats: [], order: new Int32Array(0), sort: null, selection: null, notes: ''};
   // "accuracy > 0.9, pre_ece_15 <= 0.02, edge_1<-0 = nor_conv_3x3" -> [[column, op, number or category code, as typed]]
   function whereClauses(text, t) {
     const out = [];
@@ -377,6 +377,7 @@ const CB = (() => {
   async function drawNetworks() {
     const t = byId(N.table), r = await rows(t);
     N.values = await Promise.all(N.columns.map(name => column(t, name)));
+    N.cats = N.columns.map(name => categoriesOf(t, name));  // a categorical column's names, else null
     let keep;
     try {
       const clauses = whereClauses($('nwhere').value, t);
@@ -417,7 +418,7 @@ const CB = (() => {
     const html = [];
     for (let k = first; k < Math.min(N.order.length, first + count); k++) {
       const i = N.order[k], on = S.selected && S.selected.table === t.id && S.selected.row === i ? ' class="on"' : '';
-      const cells = N.values.map((v, k) => `<td>${v ? valueText(categoriesOf(t, N.columns[k]), v[i]) : ''}</td>`).join('');
+      const cells = N.values.map((v, k) => `<td>${v ? valueText(N.cats[k], v[i]) : ''}</td>`).join('');
       html.push(`<tr data-row="${i}"${on}><td>${r.index[i]}</td><td class="wide">${r.names[i].replace(/</g, '&lt;')}</td>${cells}</tr>`);
     }
     $('nrows').style.top = `${first * ROW_HEIGHT}px`;
@@ -426,9 +427,8 @@ const CB = (() => {
   function networksCsv() {  // the rows shown, in their order, with the columns shown
     const t = byId(N.table), r = S.tables[t.id], quote = s => `"${String(s).replace(/"/g, '""')}"`;
     const lines = [['arch_index', 'arch_str', ...N.columns].join(',')];
-    const cats = N.columns.map(name => categoriesOf(t, name));
     for (const i of N.order) lines.push([r.index[i], quote(r.names[i]), ...N.values.map((v, k) => Number.isNaN(v[i]) ? ''
-      : cats[k] ? quote(cats[k][v[i]]) : v[i])].join(','));
+      : N.cats[k] ? quote(N.cats[k][v[i]]) : v[i])].join(','));
     return lines.join('\n') + '\n';
   }
   function networksControls() {
