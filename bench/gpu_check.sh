@@ -54,6 +54,15 @@ exec > >(tee -a "$LOG") 2>&1
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
 START=$(date +%s)
 step() { echo; echo "=== [$(( $(date +%s) - START ))s] $*"; }
+# timed NAME LIMIT COMMAND...: COMMAND under `timeout LIMIT`, its exit told; a failure fails the check
+timed() {
+    local name=$1 limit=$2 rc
+    shift 2
+    timeout -k 10 "$limit" "$@"
+    rc=$?
+    echo "$name: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
+    [ $rc = 0 ] || status=1
+}
 status=0
 
 # ---------------------------------------------------------------- python and what it lacks
@@ -123,10 +132,7 @@ else
     args="--cpu-smoke --stages ms,dir --no-all"
 fi
 # shellcheck disable=SC2086
-timeout -k 10 100 $PY bench/bench_gpu_measure_groups.py $args --out "$OUT/bench_gpu_measure_groups.json"
-rc=$?
-echo "bench_gpu_measure_groups: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
-[ $rc = 0 ] || status=1
+timed "bench_gpu_measure_groups" 100 $PY bench/bench_gpu_measure_groups.py $args --out "$OUT/bench_gpu_measure_groups.json"
 
 # ---------------------------------------------------------------- the search, measurement, syncs
 step "bench/bench_gpu_workflow.py: SSS CIFAR-100 through the jobs: the lambda, mu search (2 x 2 grid), measurement, host syncs"
@@ -138,10 +144,7 @@ else
     limit=120
 fi
 # shellcheck disable=SC2086
-timeout -k 10 $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_search.json"
-rc=$?
-echo "search: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
-[ $rc = 0 ] || status=1
+timed "search" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_search.json"
 
 # ---------------------------------------------------------------- SSS: stacked passes or one network
 step "bench/bench_gpu_workflow.py: SSS CIFAR-10 inference, networks_per_pass auto against 1; host syncs at K = 10"
@@ -154,10 +157,7 @@ else
     limit=120
 fi
 # shellcheck disable=SC2086
-timeout -k 10 $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_sss_passes.json"
-rc=$?
-echo "sss passes: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
-[ $rc = 0 ] || status=1
+timed "sss passes" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_sss_passes.json"
 
 # ---------------------------------------------------------------- every table's jobs, timed
 if [ "${GPU_CHECK_WORKFLOW:-0}" = 1 ]; then
@@ -170,10 +170,7 @@ if [ "${GPU_CHECK_WORKFLOW:-0}" = 1 ]; then
         limit=240
     fi
     # shellcheck disable=SC2086
-    timeout -k 20 $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_workflow.json" ${GPU_CHECK_BENCH_ARGS:-}
-    rc=$?
-    echo "bench_gpu_workflow: exit $rc$([ $rc = 124 ] && echo ' (timed out: the JSON holds what was measured)')"
-    [ $rc = 0 ] || status=1
+    timed "bench_gpu_workflow" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_workflow.json" ${GPU_CHECK_BENCH_ARGS:-}
 fi
 
 # ---------------------------------------------------------------- layouts of the forward pass
