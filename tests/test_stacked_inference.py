@@ -187,6 +187,11 @@ def test_networks_per_pass_setting():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert resolve_networks_per_pass("auto", cpu) == 1
     assert resolve_networks_per_pass("auto", cuda) == stacked.CUDA_NETWORKS_PER_PASS == 64
+    # SSS's stacked passes (grouped convolutions) measured 3-4x slower per network on CUDA
+    assert resolve_networks_per_pass("auto", cuda, "tss") == 64
+    assert resolve_networks_per_pass("auto", cuda, "sss") == 1
+    assert resolve_networks_per_pass("auto", cpu, "tss") == 1
+    assert resolve_networks_per_pass(8, cuda, "sss") == 8  # a number is taken as given
     assert resolve_networks_per_pass(8, cpu) == 8 and resolve_networks_per_pass("16", cuda) == 16
     for bad in (0, -2, "x", 1.5, "2.0", None):
         with pytest.raises(ValueError, match="networks_per_pass"):

@@ -456,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--measure-group", type=_group_setting, default=schema_default("measure_group"),
                            help="networks per batched measurement: a number, or auto (sized from the device's memory)")
             p.add_argument("--networks-per-pass", type=_group_setting, default=schema_default("networks_per_pass"),
-                           help="NATS networks per inference forward pass: a number, or auto (1 on the CPU, 64 on CUDA)")
+                           help="NATS networks per inference forward pass: a number, or auto (1 on the CPU and for SSS, 64 for TSS on CUDA)")
         if name == "measure-chunk":
             p.add_argument("--logits-manifest", required=True, help="the chunk's inference manifest")
             p.add_argument("--labels", required=True, help="the dataset's labels file in the store")

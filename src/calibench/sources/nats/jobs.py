@@ -113,7 +113,8 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                           for d in needed})
         archive = NatsArchive(settings["archive"], space, hp)
         workers = loader_workers(runtime.get("loader_workers", schema_default("loader_workers")), device)
-        per_pass = resolve_networks_per_pass(runtime.get("networks_per_pass", schema_default("networks_per_pass")), device)
+        per_pass = resolve_networks_per_pass(runtime.get("networks_per_pass", schema_default("networks_per_pass")), device,
+                                             space)
         log.info("device %s, %d archive loader(s), %d network(s) per pass, datasets %s", device, workers, per_pass,
                  ", ".join(needed))
         batch_size = int(runtime.get("batch_size", schema_default("batch_size")))

@@ -47,17 +47,22 @@ from calibench.sources.nats.networks import (
 __all__ = ["StackedNetwork", "bucket_entries", "resolve_networks_per_pass", "sss_buckets", "sss_multiply_adds",
            "stacked_logits", "CUDA_NETWORKS_PER_PASS"]
 
-CUDA_NETWORKS_PER_PASS = 64  # networks_per_pass: auto on CUDA (1 on the CPU)
+CUDA_NETWORKS_PER_PASS = 64  # networks_per_pass: auto for TSS on CUDA (1 on the CPU and for SSS)
 _CL = torch.channels_last
 _CPU_CHUNK_BYTES = 16 << 20  # CPU sub-batch: bytes of the widest stacked activation (as InferenceNetwork)
 _CUDA_CHUNK_BYTES = 1 << 30  # CUDA sub-batch: about one 64-channel network's activation at 4,000 images
 
 
-def resolve_networks_per_pass(setting: int | str, device: torch.device) -> int:
-    """Config ``networks_per_pass``: a positive integer, or ``auto`` (1 on the CPU, where
-    stacking does not pay and 1 keeps the logits bit-equal to one-by-one; 64 on CUDA)."""
+def resolve_networks_per_pass(setting: int | str, device: torch.device, space: str | None = None) -> int:
+    """Config ``networks_per_pass``: a positive integer, or ``auto``: 1 on the CPU (stacking
+    does not pay there, and 1 keeps the logits bit-equal to one-by-one) and for SSS on CUDA,
+    64 for TSS (or an unnamed space) on CUDA. SSS's stacked passes are grouped convolutions,
+    which ran 3-4x slower per network than one network per pass through the inference job on
+    an H100 and an H200 (docs/cluster.md, "Many networks per forward pass")."""
     if setting == "auto":
-        return CUDA_NETWORKS_PER_PASS if torch.device(device).type == "cuda" else 1
+        if torch.device(device).type != "cuda" or space == "sss":
+            return 1
+        return CUDA_NETWORKS_PER_PASS
     try:
         number = int(setting)
     except (TypeError, ValueError):

@@ -91,7 +91,7 @@ def chunk_logits(
     the module's note) or ``auto`` (:func:`~calibench.sources.nats.stacked.resolve_networks_per_pass`).
     ``precision``: the arithmetic of the convolutions (:mod:`calibench.inference.precision`).
     """
-    per_pass = resolve_networks_per_pass(networks_per_pass, device)
+    per_pass = resolve_networks_per_pass(networks_per_pass, device, archive.space)
     datasets = [d for d in eval_sets if any(d in needed for needed in todo.values())]
     depth = prefetch_depth if per_pass == 1 else max(prefetch_depth, per_pass)  # the next window loads meanwhile
     stream = prefetch(archive, list(todo), datasets, seeds, depth, loader_workers)
