@@ -2,28 +2,26 @@
 # The ONE prepared check a session with a lent GPU runs first (issue 32), from the repository
 # root of a fresh checkout:
 #
-#   bash bench/gpu_check.sh            # about 9 minutes on an H200, each step under its own limit
+#   bash bench/gpu_check.sh            # about 7 minutes on an H100, each step under its own limit
 #
 # (device tool: command "bash bench/gpu_check.sh", timeout_s 600, carry the nats_bench copy below)
 #
-# Steps, in the order of what a session most needs (session 46's H200 timings in brackets;
+# Steps, in the order of what a session most needs (session 47's H100 timings in brackets;
 # everything goes to $OUT/gpu_check.log, $OUT set by the device tool, /tmp/gpu_check else):
-# 1. the machine: nvidia-smi, python, torch, CUDA, cuDNN [10 s];
-# 2. the CUDA-only tests (every test file that skips without CUDA, its tests named cuda/gpu) [30 s];
-# 3. bench/gpu_cpu_agreement.py: CPU against CUDA stage by stage, fit, transform, metrics [10 s];
+# 1. the machine: nvidia-smi, python, torch, CUDA, cuDNN [12 s];
+# 2. the CUDA-only tests (every test file that skips without CUDA, its tests named cuda/gpu) [35 s];
+# 3. bench/gpu_cpu_agreement.py: CPU against CUDA stage by stage, fit, transform, metrics [9 s];
 # 4. bench/bench_gpu_measure_groups.py: measurement per network at 16, 64 and 200 networks per
-#    call (ms and dir at CIFAR-100's size, where the job spends 94 % at K = 100), to
-#    $OUT/bench_gpu_measure_groups.json [new; at most 100 s];
-# 5. bench/bench_gpu_workflow.py on SSS CIFAR-100 through the workflow's own jobs: inference of
-#    16 networks, the lambda, mu search (5 folds, a 2 x 2 grid; per fit ms, scaled in the
-#    projection), measurement with the search's result, and the host synchronisations per
-#    L-BFGS iteration (sync debug mode), to $OUT/bench_gpu_search.json [198 s: build 17 s,
-#    inference 15 s, search 105 s, measurement 26 s, syncs 22 s];
-# 6. SSS CIFAR-10 inference through the job with stacked passes (networks_per_pass auto: grouped
-#    convolutions) against one network per pass: a stacked SSS pass ran at ~18,000 images/s
-#    where one network alone runs at 61,000-476,000 (NCHW), and SSS is ~90 % of the population's
-#    inference; with the host syncs of the masked line search at K = 10, to
-#    $OUT/bench_gpu_sss_passes.json [new; at most 170 s];
+#    call (ms and dir at CIFAR-100's size), to $OUT/bench_gpu_measure_groups.json [28 s];
+# 5. bench/bench_gpu_workflow.py on SSS CIFAR-100 through the workflow's own jobs at a real
+#    chunk's size: inference of 200 networks, the lambda, mu search at the config's 64 networks
+#    (5 folds, a 2 x 2 grid; per fit ms, scaled in the projection), measurement of the
+#    200-network chunk in one call (measure_group auto), as a real job runs it, and the host
+#    synchronisations per L-BFGS iteration, to $OUT/bench_gpu_search.json [new at 200 networks;
+#    at 16 networks: 185 s, of which the build 26 s, inference 17 s, search 80 s, measurement 18 s];
+# 6. only with GPU_CHECK_PASSES=1: SSS CIFAR-10 inference through the job with stacked passes
+#    (networks_per_pass 64) against one network per pass (auto for SSS on CUDA since session 47:
+#    3,166 against 814 ms per network on the H100), to $OUT/bench_gpu_sss_passes.json [92 s];
 # 7. only with GPU_CHECK_WORKFLOW=1: every table's infer and measure jobs at real
 #    evaluation-set sizes, 16 networks per space, lambda and mu fixed, to
 #    $OUT/bench_gpu_workflow.json [build 52 s, then its time limit; 157 s];
@@ -135,29 +133,33 @@ fi
 timed "bench_gpu_measure_groups" 100 $PY bench/bench_gpu_measure_groups.py $args --out "$OUT/bench_gpu_measure_groups.json"
 
 # ---------------------------------------------------------------- the search, measurement, syncs
-step "bench/bench_gpu_workflow.py: SSS CIFAR-100 through the jobs: the lambda, mu search (2 x 2 grid), measurement, host syncs"
+step "bench/bench_gpu_workflow.py: SSS CIFAR-100 through the jobs at a real chunk (200 networks): the lambda, mu search, measurement in one call, host syncs"
 if [ "$CUDA" = 1 ]; then
-    args="--device cuda --networks 16 --spaces sss --datasets cifar100 --search-grid 1e-7,10 --sync-networks 16 --time-limit 180"
-    limit=220
+    args="--device cuda --networks 200 --spaces sss --datasets cifar100 --search-grid 1e-7,10 --sync-networks 16"
+    args="$args --time-limit 300"
+    limit=360
 else
     args="--cpu-smoke --spaces sss --datasets cifar100"
     limit=120
 fi
 # shellcheck disable=SC2086
-timed "search" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_search.json"
+timed "chunk" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_search.json"
 
 # ---------------------------------------------------------------- SSS: stacked passes or one network
-step "bench/bench_gpu_workflow.py: SSS CIFAR-10 inference, networks_per_pass auto against 1; host syncs at K = 10"
-if [ "$CUDA" = 1 ]; then
-    args="--device cuda --networks 16 --spaces sss --datasets cifar10 --odir 1,1 --stages pre,ms,dir --sync-networks 16"
-    args="$args --also-infer networks_per_pass=1 --time-limit 130"
-    limit=170
-else
-    args="--cpu-smoke --spaces sss --datasets cifar10 --odir 1,1 --stages pre,ms,dir --also-infer networks_per_pass=1"
-    limit=120
+if [ "${GPU_CHECK_PASSES:-0}" = 1 ]; then
+    step "bench/bench_gpu_workflow.py: SSS CIFAR-10 inference, stacked passes (64) against one network per pass (auto)"
+    if [ "$CUDA" = 1 ]; then
+        args="--device cuda --networks 16 --spaces sss --datasets cifar10 --odir 1,1 --stages pre"
+        args="$args --runtime networks_per_pass=64 --also-infer networks_per_pass=auto --time-limit 130"
+        limit=170
+    else
+        args="--cpu-smoke --spaces sss --datasets cifar10 --odir 1,1 --stages pre --runtime networks_per_pass=64"
+        args="$args --also-infer networks_per_pass=auto"
+        limit=120
+    fi
+    # shellcheck disable=SC2086
+    timed "sss passes" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_sss_passes.json"
 fi
-# shellcheck disable=SC2086
-timed "sss passes" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_sss_passes.json"
 
 # ---------------------------------------------------------------- every table's jobs, timed
 if [ "${GPU_CHECK_WORKFLOW:-0}" = 1 ]; then
