@@ -94,6 +94,7 @@ import torch  # noqa: E402
 
 POPULATION = {"tss": 6466, "sss": 32768}  # unique TSS classes; every SSS network
 HP = {"tss": "200", "sss": "90"}
+VARIANT_SETTINGS = ("precision",)  # --also-infer keys that are configuration settings, not runtime keys
 ALL_DATASETS = ("cifar10", "cifar100", "ImageNet16-120")
 ALL_STAGES = ("pre", "post", "vs", "ms", "dir", "iso", "hist", "spline")
 REAL_N = {"cifar10": 10_000, "cifar100": 10_000, "ImageNet16-120": 6_000}
@@ -623,8 +624,8 @@ def main() -> int:
                         help="config recalibration.max_iterations (vs, ms, dir); default config/nats.yaml's 2000")
     parser.add_argument("--odir", default="searched", help="'searched' (the workflow) or LAMBDA,MU for ms and dir")
     parser.add_argument("--also-infer", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
-                        help="after everything, the inference jobs again with these runtime keys changed (e.g. "
-                             "networks_per_pass=1), reported apart; repeatable")
+                        help="after everything, the inference jobs again with these runtime keys (or precision) "
+                             "changed (e.g. networks_per_pass=1, precision=tf32x3), reported apart; repeatable")
     parser.add_argument("--sync-networks", type=int, default=8, help="networks in the sync-counting fit")
     parser.add_argument("--workdir", type=Path, default=Path(os.environ.get("TMPDIR", "/tmp")) / "bench_gpu_workflow",
                         help="archives and datasets (cached between runs) and the results directory")
@@ -757,8 +758,10 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     doc["gpu_busy_source"] = sampler.source if sampler else None
     try:
-        def infer_all(into: Path, run_runtime: dict, record: dict, label: str) -> dict:
-            """The population and infer jobs of every space into ``into``; records per target."""
+        def infer_all(into: Path, run_runtime: dict, record: dict, label: str, run_config: dict | None = None) -> dict:
+            """The population and infer jobs of every space into ``into`` (``run_config``: the
+            configuration, default the run's); records per target."""
+            run_config = config if run_config is None else run_config
             for dataset in args.datasets:
                 write_labels(stage.labels_settings(config), dataset, layout.labels_path(into, dataset))
             pops = {}
@@ -768,7 +771,7 @@ def main() -> int:
                 pop = write_population(stage.population_settings(config, space), space,
                                        layout.population_path(into, space))
                 pops[space] = pop
-                settings = stage.inference_settings(config, space)
+                settings = stage.inference_settings(run_config, space)
                 for chunk in range(len(pop["chunks"])):
                     if not time_left(f"infer{label} {target} chunk {chunk}"):
                         break
@@ -924,12 +927,15 @@ def main() -> int:
         for i, variant in enumerate(args.also_infer):
             extra = dict(item.partition("=")[::2] for item in variant.split(","))
             extra = {k: parse_value(v) for k, v in extra.items()}
+            # precision is a setting of the logits (it enters their key), the rest runtime only
+            settings_extra = {k: extra.pop(k) for k in [k for k in extra if k in VARIANT_SETTINGS]}
             into = workdir / f"results_variant{i}"
             if into.exists():
                 shutil.rmtree(into)
             label = f" [{variant}]"
             doc["inference_variants"][variant] = {}
-            infer_all(into, {**runtime, **extra}, doc["inference_variants"][variant], label)
+            infer_all(into, {**runtime, **extra}, doc["inference_variants"][variant], label,
+                      {**config, **settings_extra})
             shutil.rmtree(into, ignore_errors=True)
     except Interrupted as exc:  # `timeout` (gpu_check.sh) or a kill: summarise what was measured
         doc["interrupted"] = str(exc)

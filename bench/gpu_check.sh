@@ -2,7 +2,7 @@
 # The ONE prepared check a session with a lent GPU runs first (issue 32), from the repository
 # root of a fresh checkout:
 #
-#   bash bench/gpu_check.sh            # about 7 minutes on an H100, each step under its own limit
+#   bash bench/gpu_check.sh            # about 9 minutes on an H100, each step under its own limit
 #
 # (device tool: command "bash bench/gpu_check.sh", timeout_s 600, carry the nats_bench copy below)
 #
@@ -13,15 +13,20 @@
 # 3. bench/gpu_cpu_agreement.py: CPU against CUDA stage by stage, fit, transform, metrics [9 s];
 # 4. bench/bench_gpu_measure_groups.py: measurement per network at 16, 64 and 200 networks per
 #    call (ms and dir at CIFAR-100's size), to $OUT/bench_gpu_measure_groups.json [28 s];
-# 5. bench/bench_gpu_workflow.py on SSS CIFAR-100 through the workflow's own jobs at a real
+# 5. bench/bench_gpu_workflow.py, SSS and TSS CIFAR-10 inference through the job (16 networks
+#    each, CIFAR-10 with its OoD sets: 46,032 images a network) in float32, then again in
+#    precision tf32x3 (compensated TF32 on the tensor cores), to $OUT/bench_gpu_precision.json
+#    [new; about 100 s];
+# 6. bench/bench_gpu_workflow.py on SSS CIFAR-100 through the workflow's own jobs at a real
 #    chunk's size: inference of 200 networks, the lambda, mu search at the config's 64 networks
 #    (5 folds, a 2 x 2 grid; per fit ms, scaled in the projection), measurement of the
 #    200-network chunk in one call (measure_group auto), as a real job runs it, and the host
-#    synchronisations per L-BFGS iteration, to $OUT/bench_gpu_search.json [new at 200 networks;
-#    at 16 networks: 185 s, of which the build 26 s, inference 17 s, search 80 s, measurement 18 s];
-# 6. only with GPU_CHECK_PASSES=1: SSS CIFAR-10 inference through the job with stacked passes
-#    (networks_per_pass 64) against one network per pass (auto for SSS on CUDA since session 47:
-#    3,166 against 814 ms per network on the H100), to $OUT/bench_gpu_sss_passes.json [92 s];
+#    synchronisations per L-BFGS iteration, to $OUT/bench_gpu_search.json; it starts no job
+#    after GPU_CHECK_BUDGET (540 s) from the check's start [new at 200 networks; at 16
+#    networks: 185 s, of which the build 26 s, inference 17 s, search 80 s, measurement 18 s];
+#    SSS inference with stacked passes (networks_per_pass 64) against one network per pass
+#    (auto for SSS on CUDA since session 47: 3,166 against 814 ms per network on the H100) only
+#    with GPU_CHECK_PASSES=1, to $OUT/bench_gpu_sss_passes.json [92 s];
 # 7. only with GPU_CHECK_WORKFLOW=1: every table's infer and measure jobs at real
 #    evaluation-set sizes, 16 networks per space, lambda and mu fixed, to
 #    $OUT/bench_gpu_workflow.json [build 52 s, then its time limit; 157 s];
@@ -133,11 +138,26 @@ fi
 timed "bench_gpu_measure_groups" 100 $PY bench/bench_gpu_measure_groups.py $args --out "$OUT/bench_gpu_measure_groups.json"
 
 # ---------------------------------------------------------------- the search, measurement, syncs
+step "bench/bench_gpu_workflow.py: SSS and TSS CIFAR-10 inference, float32 against tf32x3"
+if [ "$CUDA" = 1 ]; then
+    args="--device cuda --networks 16 --spaces sss,tss --datasets cifar10 --odir 1,1 --stages pre"
+    args="$args --also-infer precision=tf32x3 --time-limit 110"
+    limit=150
+else
+    args="--cpu-smoke --spaces sss,tss --datasets cifar10 --odir 1,1 --stages pre --also-infer precision=tf32x3"
+    limit=150
+fi
+# shellcheck disable=SC2086
+timed "precision" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_precision.json"
+
+# ---------------------------------------------------------------- a real chunk: search, measurement, syncs
 step "bench/bench_gpu_workflow.py: SSS CIFAR-100 through the jobs at a real chunk (200 networks): the lambda, mu search, measurement in one call, host syncs"
+left=$(( ${GPU_CHECK_BUDGET:-540} - ($(date +%s) - START) ))
+[ $left -lt 60 ] && left=60
 if [ "$CUDA" = 1 ]; then
     args="--device cuda --networks 200 --spaces sss --datasets cifar100 --search-grid 1e-7,10 --sync-networks 16"
-    args="$args --time-limit 300"
-    limit=360
+    args="$args --time-limit $left"
+    limit=$(( left + 40 ))
 else
     args="--cpu-smoke --spaces sss --datasets cifar100"
     limit=120
