@@ -8,6 +8,7 @@ import math
 import re
 import time
 from pathlib import Path
+from urllib.parse import parse_qs
 
 import numpy as np
 import pandas as pd
@@ -511,3 +512,65 @@ def test_reopening_a_views_url_restores_its_table_columns_filter_sort_tab_and_ne
     page.evaluate("(() => { history.replaceState(null, '', '#'); const e = document.getElementById('nwhere'); e.value = '';"
                   " e.dispatchEvent(new Event('change')); const t = document.getElementById('table'); t.selectedIndex = 0;"
                   " t.dispatchEvent(new Event('change')); CB.tab('scatter'); })()")
+
+
+def _widest_gap_cut(values) -> float | None:
+    """A threshold in the widest relative gap between distinct values: far from each at 3 digits."""
+    values = np.unique(np.asarray(values, float)[np.isfinite(values)])
+    if len(values) < 2:
+        return None
+    gap = int(np.argmax(np.diff(values) / np.abs(values[1:])))
+    assert values[gap + 1] - values[gap] > 0.01 * abs(values[gap + 1]), values
+    return float((values[gap] + values[gap + 1]) / 2)
+
+
+def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhere(workflow_run, page):
+    """Issue 37, item 1: a brush on accuracy > x and one on pre_ece_15 < y (set as a user's drag
+    sets them, through the plot's constraint ranges) select exactly the networks pandas selects from
+    the table: the count shown, the networks table and the scatter's bright points; the view's URL
+    reopens with the same brushes and selection; clearing restores every network."""
+    t = page.evaluate("document.getElementById('table').value")
+    table = _table(workflow_run, t)
+    assert page.evaluate("CB.linked.axes")[:3] == ["accuracy", "params", "flops"]
+    cut_acc = _widest_gap_cut(table["accuracy"])
+    high = table["accuracy"] > cut_acc
+    cut_ece = _widest_gap_cut(table.loc[high, "pre_ece_15"])
+    cut_ece = cut_ece if cut_ece is not None else float(table.loc[high, "pre_ece_15"].max()) * 2
+    want = table[high & (table["pre_ece_15"] < cut_ece)]
+    assert 0 < len(want) < len(table)
+    axes = page.evaluate("CB.linked.axes")
+    page.evaluate("(() => { const gd = document.getElementById('parcoords'); return Plotly.restyle(gd, "
+                  f"{{'dimensions[{axes.index('accuracy')}].constraintrange': [[{cut_acc}, 1e9]], "
+                  f"'dimensions[{axes.index('pre_ece_15')}].constraintrange': [[-1e9, {cut_ece}]]}}).then(() => 1); }})()")
+    page.wait_for(f"CB.linked.count === {len(want)}")
+    assert page.evaluate("document.getElementById('pcount').textContent").startswith(
+        f"{len(want)} of {len(table)} networks selected (accuracy in [")
+    rows = set(np.flatnonzero(table.index.isin(want.index)).tolist())
+    assert set(page.evaluate("Array.from(CB.networks.selection.rows)")) == rows
+    scatter = page.evaluate("(() => { const d = document.getElementById('scatter').data[0];"
+                            " return {rows: d.customdata.map(c => c[0]), picked: Array.from(d.selectedpoints)}; })()")
+    measured = want[want["arch_index"] == want["measured_by"]]  # a copy is drawn as its representative's point
+    assert sorted(scatter["rows"][j] for j in scatter["picked"]) == sorted(
+        r for r in rows if r in set(np.flatnonzero(table.index.isin(measured.index))) and r in set(scatter["rows"]))
+    page.evaluate("CB.tab('networks')")
+    page.wait_for(f"CB.networks.order.length === {len(want)}")
+    assert sorted(page.evaluate("Array.from(CB.networks.order)")) == sorted(rows)
+    assert page.evaluate("document.getElementById('parcoords').closest('section').id") == "tab-networks"
+
+    hash_ = page.evaluate("location.hash")
+    view = parse_qs(hash_[1:])
+    assert view["b"][0].startswith("accuracy:") and view["pa"][0].startswith("accuracy,"), hash_
+    html = workflow_run / "results" / "explorer" / "index.html"
+    with render.Page(html, 1400, 1000, timeout=90) as again:
+        again.evaluate(f"location.hash = {json.dumps(hash_[1:])}; location.reload(); 1")
+        time.sleep(0.3)
+        again.wait_for("typeof CB !== 'undefined' && (CB.state.painted || CB.state.errors.length)", timeout=60)
+        again.wait_for(f"CB.linked.count === {len(want)} && CB.networks.order.length === {len(want)}", timeout=30)
+        assert again.evaluate("CB.state.errors") == []
+        assert sorted(again.evaluate("Array.from(CB.networks.order)")) == sorted(rows)
+
+    page.evaluate("document.getElementById('pclear').click()")
+    page.wait_for(f"CB.linked.count === null && CB.networks.order.length === {len(table)}")
+    assert page.evaluate("document.getElementById('scatter').data[0].selectedpoints") is None
+    assert "b" not in parse_qs(page.evaluate("location.hash")[1:])
+    page.evaluate("(() => { history.replaceState(null, '', '#'); CB.tab('scatter'); })()")

@@ -232,6 +232,8 @@ const CB = (() => {
     await Plotly.react($('scatter'), traces, layout, {responsive: true, displaylogo: false});
     S.selected = null;
     setHash({t: $('table').value, x: xn, y: yn, c: cn, a: $('alldatasets').checked ? 1 : null});
+    await drawParcoords();  // its lines coloured as the points
+    await applySelection();  // the selection marked on the new points
   }
 
   function highlight(curve, point) {
@@ -402,8 +404,8 @@ const CB = (() => {
     }
     N.order = Int32Array.from(chosen);
     setHash({nc: N.columns.join(','), w: $('nwhere').value.trim(), s: N.sort ? N.sort.column + (N.sort.descending ? '-' : '') : null});
-    $('ncount').textContent = `${N.order.length} of ${t.n} networks` + (N.selection ? ` (the ${N.selection.rows.size} selected on the scatter; `
-      + 'double-click the scatter to clear)' : '') + (N.notes ? ` · ${N.notes}` : '');
+    $('ncount').textContent = `${N.order.length} of ${t.n} networks` + (N.selection ? ` (the ${N.selection.rows.size} selected by the brushes or the scatter's box or lasso; `
+      + '"clear the selection" restores)' : '') + (N.notes ? ` · ${N.notes}` : '');
     const head = ['index', 'arch', ...N.columns].map(name => {
       const mark = N.sort && N.sort.column === name ? (N.sort.descending ? ' ▼' : ' ▲') : '';
       return `<td data-col="${name}"${name === 'arch' ? ' class="wide"' : ''} title="${name}">${name}${mark}</td>`;
@@ -458,18 +460,164 @@ const CB = (() => {
       a.download = `${N.table}_networks.csv`;
       a.click();
     };
+  }
+
+  // ------------------------------------------------------------ parallel coordinates, brushing, one selection
+  // One selection of the table on show, shared by the parallel coordinates, the scatter and the networks
+  // table: the rows inside every brushed axis's ranges (a brush: drag along an axis) and, if a box or
+  // lasso was drawn on the scatter, inside it. The scatter dims the rest, the networks table lists it.
+  const P = {axes: null, brushes: {}, lasso: null, rows: [], drawn: false, bound: false, updated: null, count: null};
+  function defaultAxes(t) {
+    const hcs = t.columns.find(c => c.name.startsWith('hcs_'));
+    return ['accuracy', 'params', 'flops', 'pre_ece_15', 'post_ece_15', hcs && hcs.name]
+      .filter(n => n && t.columns.some(c => c.name === n));
+  }
+  const brushText = () => Object.entries(P.brushes).flatMap(([n, rs]) => rs.map(([lo, hi]) => `${n}:${lo}:${hi}`)).join(';');
+  function brushesFrom(text) {  // "accuracy:0.5:0.9;pre_ece_15:0:0.02" (brushText's form, the URL's b)
+    const out = {};
+    for (const part of (text || '').split(';').filter(Boolean)) {
+      const m = /^(.+):(-?[\d.e+-]+):(-?[\d.e+-]+)$/i.exec(part);
+      if (m) (out[m[1]] = out[m[1]] || []).push([Number(m[2]), Number(m[3])]);
+    }
+    return out;
+  }
+  async function drawParcoords() {
+    const el = $('parcoords'), t = byId($('table').value);
+    if (P.axes === null) P.axes = defaultAxes(t);
+    P.axes = P.axes.filter(n => t.columns.some(c => c.name === n));
+    for (const n of Object.keys(P.brushes)) if (!P.axes.includes(n)) delete P.brushes[n];
+    $('paxes').value = P.axes.join(', ');
+    options($('paddcol'), columnFilter(columnItems(t)).filter(i => !P.axes.includes(i.value)));
+    el.classList.toggle('hidden', !$('pshow').checked);
+    if (!$('pshow').checked) return;
+    const r = await rows(t), values = await Promise.all(P.axes.map(n => column(t, n)));
+    const idx = [];  // the measured rows with a finite value on every axis (a copy repeats its representative)
+    for (let i = 0; i < t.n; i++) if (r.isRep[i] && values.every(v => Number.isFinite(v[i]))) idx.push(i);
+    P.rows = idx;
+    const dims = P.axes.map((name, k) => {
+      const cats = categoriesOf(t, name), d = {label: name, values: idx.map(i => values[k][i]), multiselect: true};
+      if (cats) Object.assign(d, {tickvals: cats.map((_, v) => v), ticktext: cats, range: [0, Math.max(1, cats.length - 1)]});
+      const b = P.brushes[name];
+      if (b && b.length) d.constraintrange = b.length === 1 ? b[0] : b;
+      return d;
+    });
+    let line = {color: '#4c72b0'};
+    if (P.lasso) {  // the scatter's box or lasso: its networks in red
+      line = {color: idx.map(i => P.lasso.has(i) ? 1 : 0), colorscale: [[0, '#c8c8c8'], [1, '#c44e52']], cmin: 0, cmax: 1};
+    } else {
+      const cn = $('ccol').value, c = cn && !categoriesOf(t, cn) ? await column(t, cn) : null;
+      if (c && idx.every(i => Number.isFinite(c[i]))) {
+        line = {color: idx.map(i => c[i]), colorscale: 'Viridis', showscale: true,
+                colorbar: {title: {text: cn, side: 'right'}, thickness: 12}};
+      }
+    }
+    const missing = t.n_measured - idx.length;
+    await Plotly.react(el, [{type: 'parcoords', dimensions: dims, line, labelangle: -12,
+                             labelfont: {size: 11}, tickfont: {size: 10}}],
+      {margin: {l: 70, r: 90, t: 56, b: 24}, annotations: missing ? [{text: `${missing} measured networks without a finite `
+        + 'value on every axis are not drawn', showarrow: false, xref: 'paper', yref: 'paper', x: 0, y: -0.08,
+        xanchor: 'left', font: {size: 11, color: '#555'}}] : []},
+      {displaylogo: false, responsive: true});
+    P.drawn = true;
+    if (!P.bound) { el.on('plotly_restyle', () => brushed().catch(fail)); P.bound = true; }
+  }
+  async function brushed() {  // a brush moved (or an axis was dragged): read them back from the plot
+    const started = performance.now(), dims = $('parcoords').data[0].dimensions;
+    P.axes = dims.map(d => d.label);
+    P.brushes = {};
+    for (const d of dims) {
+      let cr = d.constraintrange;
+      if (!cr || !cr.length) continue;
+      if (!Array.isArray(cr[0])) cr = [cr];
+      P.brushes[d.label] = cr.map(([lo, hi]) => [Number(lo), Number(hi)]);
+    }
+    $('paxes').value = P.axes.join(', ');
+    await applySelection();
+    P.updated = {ms: performance.now() - started, count: P.count};
+  }
+  // the selection from the brushes and the lasso, to the scatter, the networks table, the counts and the URL
+  async function applySelection() {
+    const t = byId($('table').value), r = await rows(t);
+    const names = Object.keys(P.brushes).filter(n => P.brushes[n].length && t.columns.some(c => c.name === n));
+    const cols = await Promise.all(names.map(n => column(t, n))), ranges = names.map(n => P.brushes[n]);
+    let picked = null;
+    if (names.length || P.lasso) {
+      picked = new Set();
+      for (let i = 0; i < t.n; i++) {
+        if (P.lasso && !P.lasso.has(i)) continue;
+        let ok = true;
+        for (let k = 0; ok && k < names.length; k++) {
+          const v = cols[k][i];
+          ok = ranges[k].some(([lo, hi]) => v >= lo && v <= hi);
+        }
+        if (ok) picked.add(i);
+      }
+    }
+    P.count = picked ? picked.size : null;
+    N.selection = picked ? {table: t.id, rows: picked} : null;
+    const what = [names.map(n => `${n} in ${P.brushes[n].map(([lo, hi]) => `[${fmt(lo)}, ${fmt(hi)}]`).join(' or ')}`).join(', '),
+      P.lasso ? `the ${P.lasso.size} in the scatter's box or lasso` : ''].filter(Boolean).join('; ');
+    $('pcount').textContent = picked ? `${picked.size} of ${t.n} networks selected (${what})`
+      : `${t.n} networks; drag along an axis to select`;
+    setHash({pa: P.axes ? P.axes.join(',') : null, b: brushText() || null});
+    const jobs = [markScatter(t, r, picked)];
+    if (!$('tab-networks').classList.contains('hidden')) jobs.push(networksTab());
+    await Promise.all(jobs);
+  }
+  async function markScatter(t, r, picked) {  // the selection bright, the rest faint (every panel: by arch index)
+    const gd = $('scatter'), curves = [], points = [];
+    if (!gd.data) return;
+    const indices = picked ? new Set([...picked].map(i => r.index[i])) : null;
+    for (const [curve, tr] of gd.data.entries()) {
+      if (tr.name === 'selected' || !tr.customdata) continue;
+      const u = byId(traceTable(tr));
+      if (!u || u.space !== t.space || u.hp !== t.hp) continue;
+      const ru = await rows(u);
+      curves.push(curve);
+      points.push(picked ? tr.customdata.flatMap((d, j) => (u.id === t.id ? picked.has(d[0]) : indices.has(ru.index[d[0]])) ? [j] : [])
+        : null);
+    }
+    if (curves.length) await Plotly.restyle(gd, {selectedpoints: points, 'unselected.marker.opacity': 0.08}, curves);
+  }
+  function linkedControls() {
+    $('pshow').onchange = () => drawParcoords().catch(fail);
+    $('paxes').onchange = () => {
+      const t = byId($('table').value), asked = $('paxes').value.split(',').map(s => s.trim()).filter(Boolean);
+      const unknown = asked.filter(n => !t.columns.some(c => c.name === n));
+      P.axes = asked.filter(n => !unknown.includes(n));
+      drawParcoords().then(applySelection).then(() => {
+        if (unknown.length) $('pcount').textContent += ` · ${tableLabel(t)} has no column ${unknown.join(', ')}`;
+      }).catch(fail);
+    };
+    $('padd').onclick = () => {
+      if ($('paddcol').value && !P.axes.includes($('paddcol').value)) P.axes.push($('paddcol').value);
+      drawParcoords().then(applySelection).catch(fail);
+    };
+    $('pclear').onclick = async () => {
+      // the box or lasso outline off first: that relayout reports an empty selection, then forgotten
+      await Promise.resolve(Plotly.relayout($('scatter'), {selections: []})).catch(() => null);
+      P.brushes = {}; P.lasso = null;
+      $('status').textContent = '';
+      await drawParcoords().then(applySelection).catch(fail);
+    };
     $('scatter').on('plotly_selected', ev => {
       const t = byId($('table').value), picked = new Set();
       for (const p of (ev && ev.points) || []) if (traceTable(p.data) === t.id) picked.add(p.data.customdata[p.pointIndex][0]);
-      N.selection = ev && ev.points ? {table: t.id, rows: picked} : null;
-      $('status').textContent = N.selection ? `${picked.size} networks of ${tableLabel(t)} selected: the Networks tab lists them` : '';
-      if (!$('tab-networks').classList.contains('hidden')) networksTab().catch(fail);
+      P.lasso = ev && ev.points ? picked : null;
+      $('status').textContent = P.lasso ? `${picked.size} networks of ${tableLabel(t)} in the box or lasso: the Networks tab lists them` : '';
+      drawParcoords().then(applySelection).catch(fail);
     });
     $('scatter').on('plotly_deselect', () => {
-      N.selection = null;
+      P.lasso = null;
       $('status').textContent = '';
-      if (!$('tab-networks').classList.contains('hidden')) networksTab().catch(fail);
+      drawParcoords().then(applySelection).catch(fail);
     });
+  }
+  function moveLinked(where) {  // the parallel coordinates above the scatter or above the networks table
+    const box = $('linked');
+    if (where === 'networks') $('nlinked').appendChild(box);
+    else if (box.parentElement !== $('tab-scatter')) $('tab-scatter').insertBefore(box, $('scatter'));
+    if (P.drawn && $('pshow').checked) Plotly.Plots.resize($('parcoords'));
   }
 
   // ------------------------------------------------------------ Kendall matrices
@@ -589,7 +737,8 @@ const CB = (() => {
 
   // ------------------------------------------------------------ start
   // the view in the URL (reopened by start): t table, x y c columns, a all datasets, tab, n selected
-  // network (table:index), and the networks table's nc columns, w where-clauses, s sort (column, "-" descending)
+  // network (table:index), the networks table's nc columns, w where-clauses, s sort (column, "-" descending),
+  // and the parallel coordinates' pa axes and b brushes (column:low:high, ";" between)
   function setHash(values) {
     const hash = new URLSearchParams(location.hash.slice(1));
     for (const [k, v] of Object.entries(values)) {
@@ -602,6 +751,7 @@ const CB = (() => {
     for (const b of document.querySelectorAll('nav button')) b.classList.toggle('on', b.dataset.tab === name);
     for (const s of ['scatter', 'networks', 'kendall', 'methods']) $('tab-' + s).classList.toggle('hidden', s !== name);
     if (name === 'scatter' && $('details').parentElement !== $('tab-scatter')) $('tab-scatter').appendChild($('details'));
+    if (name === 'scatter' || name === 'networks') moveLinked(name);
     if (name === 'networks') return networksTab().catch(fail);
     if (name === 'kendall') return kendallTab().catch(fail);
     if (name === 'methods') return methodsTab().catch(fail);
@@ -626,14 +776,21 @@ const CB = (() => {
     tableChanged({x: hash.get('x'), y: hash.get('y'), c: hash.get('c')});
     $('alldatasets').checked = hash.get('a') === '1';
     const redraw = () => drawScatter().catch(fail);
-    $('table').onchange = () => { tableChanged({x: $('xcol').value, y: $('ycol').value, c: $('ccol').value}); redraw(); };
+    $('table').onchange = () => {
+      P.lasso = null;  // rows of the table it was drawn on
+      tableChanged({x: $('xcol').value, y: $('ycol').value, c: $('ccol').value});
+      redraw();
+    };
     for (const id of ['alldatasets', 'xcol', 'ycol', 'ccol']) $(id).onchange = redraw;
     $('colfilter').oninput = () => tableChanged({x: $('xcol').value, y: $('ycol').value, c: $('ccol').value});
     $('searchgo').onclick = () => search().catch(fail);
     $('search').onkeydown = e => { if (e.key === 'Enter') search().catch(fail); };
     for (const b of document.querySelectorAll('nav button')) b.onclick = () => tab(b.dataset.tab);
+    if (hash.get('pa')) P.axes = hash.get('pa').split(',');  // the parallel coordinates as the URL left them
+    P.brushes = brushesFrom(hash.get('b'));
     await drawScatter();
     networksControls();
+    linkedControls();
     const t0 = byId($('table').value);
     if (hash.get('nc')) {  // the networks table as the URL left it
       N.table = t0.id;
@@ -662,7 +819,7 @@ const CB = (() => {
   }
 
   return {
-    state: S, networks: N, networksCsv, column, rows, showNetwork, tab,
+    state: S, networks: N, linked: P, networksCsv, column, rows, showNetwork, tab,
     manifest: m => { S.ready = start(m).catch(fail); },
     rowdata: (tid, length, text) => deliver(`${tid}/rows.js`, gunzip(text, length, `${tid}/rows.js`)),
     col: (tid, k, length, text) => deliver(`${tid}/c${k}.js`, gunzip(text, length, `${tid}/c${k}.js`)),
