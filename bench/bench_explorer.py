@@ -13,14 +13,17 @@ The explorer is written by ``calibench explore`` in its own process (wall time a
 from ``os.wait4``), then the page is opened ``--repeats`` times in a fresh browser with the
 largest SSS table selected (``#t=...``); "first paint" is the time from navigation until the
 page has drawn the scatter (``CB.state.painted``, a frame after Plotly's promise resolved).
-Then one change of the y column (load, decode and redraw one column of 32,768 values), and
-one change of the colour to a categorical column (``--ccol``: a trace per category).
+Then one change of the y column (load, decode and redraw one column of 32,768 values), one
+change of the colour to a categorical column (``--ccol``: a trace per category), ten brushes on
+the parallel coordinates' accuracy axis (issue 37, item 1: selection counted and marked on the
+scatter), the networks tab with every row, three sorts, and ten brushes again with the table shown.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -60,21 +63,67 @@ def paint(page: Path, table: str, ycol: str, ccol: str) -> tuple[float, float, i
         if errors:
             sys.exit(f"the page failed: {errors}")
         first = p.evaluate("CB.state.painted") / 1000.0  # ms since navigation started
+        parts = p.evaluate("CB.state.firstPaint")
         points = p.evaluate("document.getElementById('scatter').data[0].x.length")
         start = time.perf_counter()
         p.evaluate(f"(() => {{ const s = document.getElementById('ycol'); s.value = '{ycol}'; "
                    "s.dispatchEvent(new Event('change')); })()")
-        p.wait_for(f"CB.state.scatter && CB.state.scatter.y === '{ycol}'", timeout=60)
+        p.wait_for(f"CB.state.scatter && CB.state.scatter.y === '{ycol}' && !CB.state.drawing", timeout=60)
         p.evaluate("new Promise(r => requestAnimationFrame(() => r(1)))")
         change = time.perf_counter() - start
         start = time.perf_counter()  # a categorical colour: a trace and legend entry per category
         p.evaluate(f"(() => {{ const s = document.getElementById('ccol'); s.value = '{ccol}'; "
                    "s.dispatchEvent(new Event('change')); })()")
-        p.wait_for(f"CB.state.scatter && CB.state.scatter.color === '{ccol}'", timeout=60)
+        p.wait_for(f"CB.state.scatter && CB.state.scatter.color === '{ccol}' && !CB.state.drawing", timeout=60)
         p.evaluate("new Promise(r => requestAnimationFrame(() => r(1)))")
         colour = time.perf_counter() - start
         traces = p.evaluate("document.getElementById('scatter').data.length")
-    return first, change, points, colour, traces
+        brush_scatter = brushes(p)
+        start = time.perf_counter()  # the networks tab with every row, then sorted by a column
+        p.evaluate("(() => { document.getElementById('pclear').click(); return 1; })()")
+        p.wait_for("CB.linked.count === null")
+        p.evaluate("CB.tab('networks')")
+        p.wait_for("CB.networks.order.length > 0 && document.querySelectorAll('#nrows tr').length > 0", timeout=60)
+        p.evaluate("new Promise(r => requestAnimationFrame(() => r(1)))")
+        table_first = time.perf_counter() - start
+        sorts = []
+        for column in ("accuracy", "params", "accuracy"):
+            start = time.perf_counter()
+            p.evaluate(f"document.querySelector('#nhead td[data-col=\"{column}\"]').click()")
+            p.wait_for(f"CB.networks.sort && CB.networks.sort.column === '{column}' "
+                       f"&& document.querySelector('#nhead td[data-col=\"{column}\"]').textContent.length > {len(column)}")
+            p.evaluate("new Promise(r => requestAnimationFrame(() => r(1)))")
+            sorts.append(time.perf_counter() - start)
+        brush_table = brushes(p)
+    return first, parts, change, points, colour, traces, brush_scatter, table_first, sorts, brush_table
+
+
+def brushes(p, repeats: int = 10) -> list[tuple[float, float, int]]:
+    """Brushes drawn with the mouse on the first parallel-coordinates axis (accuracy), as a user
+    draws them (press, ten moves, release; Chrome DevTools input events), each over another part
+    of the axis. Per brush: seconds from the release to the selection counted, marked on the
+    scatter and (on the networks tab) listed, a frame painted; the part of it spent in the page's
+    own code (``CB.linked.updated.ms``: reading the brushes back, selecting among every row,
+    marking, listing); the networks selected."""
+    out = []
+    for k in range(repeats):
+        x, top, height = p.evaluate(
+            "(() => { const r = document.querySelector('#parcoords .axis-brush rect').getBoundingClientRect();"
+            " return [r.x + r.width / 2, r.y, r.height]; })()")
+        y0, y1 = top + height * (0.05 + 0.04 * k), top + height * (0.45 + 0.05 * k)
+        p.evaluate("CB.linked.updated = null; 1")
+        p.send("Input.dispatchMouseEvent", {"type": "mousePressed", "x": x, "y": y0, "button": "left", "buttons": 1,
+                                            "clickCount": 1})
+        for step in range(1, 11):
+            p.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y0 + (y1 - y0) * step / 10,
+                                                "button": "left", "buttons": 1})
+        start = time.perf_counter()
+        p.send("Input.dispatchMouseEvent", {"type": "mouseReleased", "x": x, "y": y1, "button": "left", "clickCount": 1})
+        p.wait_for("CB.linked.updated !== null", timeout=60)
+        p.evaluate("new Promise(r => requestAnimationFrame(() => r(1)))")
+        updated = p.evaluate("CB.linked.updated")
+        out.append((time.perf_counter() - start, updated["ms"] / 1e3, updated["count"]))
+    return out
 
 
 def main() -> None:
@@ -100,9 +149,20 @@ def main() -> None:
           f"(data {data / 1e6:.1f} MB, plotly.js {(results / 'explorer' / 'plotly.min.js').stat().st_size / 1e6:.1f} MB)")
     page = results / "explorer" / "index.html"
     for i in range(args.repeats):
-        first, change, points, colour, traces = paint(page, args.table, args.ycol, args.ccol)
-        print(f"open {i + 1}: first paint of {args.table} ({points} points) {first:.2f} s after navigation; "
-              f"y -> {args.ycol}: {change:.2f} s; colour -> {args.ccol}: {colour:.2f} s ({traces} traces)")
+        first, parts, change, points, colour, traces, brush_scatter, table_first, sorts, brush_table = paint(
+            page, args.table, args.ycol, args.ccol)
+        print(f"open {i + 1}: first paint of {args.table} ({points} points) after navigation: the scatter "
+              f"{parts.get('scatter', float('nan')) / 1e3:.2f} s, the parallel coordinates "
+              f"{parts.get('parcoords', float('nan')) / 1e3:.2f} s, the page ready {first:.2f} s; y -> {args.ycol}: "
+              f"{change:.2f} s; colour -> {args.ccol}: {colour:.2f} s ({traces} traces)")
+        for where, got in (("scatter tab", brush_scatter), ("networks tab, the table included", brush_table)):
+            print(f"  10 brushes drawn on accuracy, {where}: release to painted median "
+                  f"{statistics.median(g[0] for g in got) * 1e3:.0f} ms (max {max(g[0] for g in got) * 1e3:.0f}), "
+                  f"of which the page's code median {statistics.median(g[1] for g in got) * 1e3:.0f} ms "
+                  f"(max {max(g[1] for g in got) * 1e3:.0f}); networks selected {min(g[2] for g in got)}-"
+                  f"{max(g[2] for g in got)}")
+        print(f"  networks table of every row shown: {table_first:.2f} s; sorted by accuracy, params, accuracy: "
+              + ", ".join(f"{x * 1e3:.0f} ms" for x in sorts))
     print(load_line("after"))
 
 

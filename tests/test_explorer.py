@@ -531,14 +531,23 @@ def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhe
     reopens with the same brushes and selection; clearing restores every network."""
     t = page.evaluate("document.getElementById('table').value")
     table = _table(workflow_run, t)
-    assert page.evaluate("CB.linked.axes")[:3] == ["accuracy", "params", "flops"]
+    axes = page.evaluate("CB.linked.axes")
+    assert axes[:3] == ["accuracy", "params", "flops"]
+    finite = np.ones(len(table), bool)
+    for name in axes:  # the table's columns; the HCS columns (from hcs.parquet) as the page holds them
+        values = table[name] if name in table else page.evaluate(
+            f"CB.column(CB.state.manifest.tables.find(u => u.id === '{t}'), '{name}').then(v => Array.from(v))")
+        finite &= np.isfinite(np.asarray(values, float))
+    drawn = table[(table["arch_index"] == table["measured_by"]) & finite]
+    assert sorted(page.evaluate("CB.linked.rows")) == sorted(np.flatnonzero(table.index.isin(drawn.index)))
+    lines = page.evaluate("document.getElementById('parcoords').data[0].dimensions.map(d => Array.from(d.values))")
+    assert _close(lines[0], table.iloc[page.evaluate("CB.linked.rows")]["accuracy"])  # a line per network, its values
     cut_acc = _widest_gap_cut(table["accuracy"])
     high = table["accuracy"] > cut_acc
     cut_ece = _widest_gap_cut(table.loc[high, "pre_ece_15"])
     cut_ece = cut_ece if cut_ece is not None else float(table.loc[high, "pre_ece_15"].max()) * 2
     want = table[high & (table["pre_ece_15"] < cut_ece)]
     assert 0 < len(want) < len(table)
-    axes = page.evaluate("CB.linked.axes")
     page.evaluate("(() => { const gd = document.getElementById('parcoords'); return Plotly.restyle(gd, "
                   f"{{'dimensions[{axes.index('accuracy')}].constraintrange': [[{cut_acc}, 1e9]], "
                   f"'dimensions[{axes.index('pre_ece_15')}].constraintrange': [[-1e9, {cut_ece}]]}}).then(() => 1); }})()")
@@ -574,3 +583,14 @@ def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhe
     assert page.evaluate("document.getElementById('scatter').data[0].selectedpoints") is None
     assert "b" not in parse_qs(page.evaluate("location.hash")[1:])
     page.evaluate("(() => { history.replaceState(null, '', '#'); CB.tab('scatter'); })()")
+
+
+def test_the_parallel_coordinates_sample_of_a_large_table_is_seeded_and_drawn_from_its_rows(page):
+    """Over 2,000 lines (a CPU's WebGL redraws 32,768 in seconds) the plot draws a seeded sample:
+    the same rows every time, distinct, in order, all from the rows given; fewer are drawn whole."""
+    rows = list(range(0, 30000, 3))
+    first = page.evaluate(f"CB.sampleRows({rows}, 2000)")
+    assert first == page.evaluate(f"CB.sampleRows({rows}, 2000)") and len(first) == len(set(first)) == 2000
+    assert first == sorted(first) and set(first) <= set(rows)
+    assert 0.4 < np.mean(np.asarray(first) < 15000) < 0.6  # spread over the rows, not their start
+    assert page.evaluate("CB.sampleRows([5, 7, 9], 2000)") == [5, 7, 9]

@@ -6,7 +6,9 @@ const CB = (() => {
   const waiting = new Map();   // file -> resolve, while its script loads
   const loaded = new Map();    // file -> promise of its payload
   const columns = new Map();   // table id + column -> Float64Array over the table's rows
-  const S = {manifest: null, tables: {}, painted: null, errors: [], scatter: null, selected: null};
+  const S = {manifest: null, tables: {}, painted: null, errors: [], scatter: null, selected: null, firstPaint: {}};
+  // the first frame after a plot's first draw, per plot (for the benchmark: scatter, parallel coordinates)
+  const stamp = name => { if (!S.firstPaint[name]) requestAnimationFrame(() => { S.firstPaint[name] = S.firstPaint[name] || performance.now(); }); };
 
   // ------------------------------------------------------------ loading data files
   function load(file) {
@@ -159,7 +161,17 @@ const CB = (() => {
     const t = byId($('table').value);
     return $('alldatasets').checked ? S.manifest.tables.filter(u => u.space === t.space && u.hp === t.hp) : [t];
   }
-  async function drawScatter() {
+  async function drawScatter() {  // the scatter, then the parallel coordinates and the selection on it
+    S.drawing = (S.drawing || 0) + 1;
+    try {
+      await drawScatterOnly();
+      await drawParcoords();  // its lines coloured as the points
+      await applySelection();  // the selection marked on the new points
+    } finally {
+      S.drawing -= 1;
+    }
+  }
+  async function drawScatterOnly() {
     const [xn, yn, cn] = [$('xcol').value, $('ycol').value, $('ccol').value];
     const tables = scatterTables();
     const traces = [], layout = {margin: {l: 60, r: 20, t: tables.length > 1 ? 50 : 30, b: 50}, showlegend: false, hovermode: 'closest',
@@ -230,10 +242,10 @@ const CB = (() => {
     layout.modebar = {orientation: 'v'};  // the toolbar beside the panels, never over a title
     $('status').textContent = notes.join(' · ');
     await Plotly.react($('scatter'), traces, layout, {responsive: true, displaylogo: false});
+    P.marked = false;  // new traces: no point marked
+    stamp('scatter');
     S.selected = null;
     setHash({t: $('table').value, x: xn, y: yn, c: cn, a: $('alldatasets').checked ? 1 : null});
-    await drawParcoords();  // its lines coloured as the points
-    await applySelection();  // the selection marked on the new points
   }
 
   function highlight(curve, point) {
@@ -466,7 +478,19 @@ const CB = (() => {
   // One selection of the table on show, shared by the parallel coordinates, the scatter and the networks
   // table: the rows inside every brushed axis's ranges (a brush: drag along an axis) and, if a box or
   // lasso was drawn on the scatter, inside it. The scatter dims the rest, the networks table lists it.
-  const P = {axes: null, brushes: {}, lasso: null, rows: [], drawn: false, bound: false, updated: null, count: null};
+  const P = {axes: null, brushes: {}, lasso: null, lassoVersion: 0, rows: [], drawn: null, bound: false, updated: null,
+             count: null, maxLines: 2000};
+  // A seeded sample of at most P.maxLines of the rows ``idx`` (every one when fewer), in their order: a plot
+  // of 32,768 lines redraws in seconds on a CPU's WebGL; the brushes still select among every row.
+  function sampleRows(idx, most) {
+    if (idx.length <= most) return idx;
+    let seed = 12345;
+    const random = () => { seed = (seed + 0x6d2b79f5) | 0; let z = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+      z = (z + Math.imul(z ^ (z >>> 7), 61 | z)) ^ z; return ((z ^ (z >>> 14)) >>> 0) / 4294967296; };
+    const pick = idx.slice();
+    for (let k = 0; k < most; k++) { const j = k + Math.floor(random() * (pick.length - k)); [pick[k], pick[j]] = [pick[j], pick[k]]; }
+    return pick.slice(0, most).sort((a, b) => a - b);
+  }
   function defaultAxes(t) {
     const hcs = t.columns.find(c => c.name.startsWith('hcs_'));
     return ['accuracy', 'params', 'flops', 'pre_ece_15', 'post_ece_15', hcs && hcs.name]
@@ -490,9 +514,13 @@ const CB = (() => {
     options($('paddcol'), columnFilter(columnItems(t)).filter(i => !P.axes.includes(i.value)));
     el.classList.toggle('hidden', !$('pshow').checked);
     if (!$('pshow').checked) return;
+    const cn = $('ccol').value, numericColour = cn && !categoriesOf(t, cn) ? cn : null;
+    const drawn = JSON.stringify([t.id, P.axes, brushText(), P.lasso ? P.lassoVersion : null, numericColour, P.maxLines]);
+    if (drawn === P.drawn) return;  // as it is (a brush a user drew is in the plot already)
     const r = await rows(t), values = await Promise.all(P.axes.map(n => column(t, n)));
-    const idx = [];  // the measured rows with a finite value on every axis (a copy repeats its representative)
-    for (let i = 0; i < t.n; i++) if (r.isRep[i] && values.every(v => Number.isFinite(v[i]))) idx.push(i);
+    const finite = [];  // the measured rows with a finite value on every axis (a copy repeats its representative)
+    for (let i = 0; i < t.n; i++) if (r.isRep[i] && values.every(v => Number.isFinite(v[i]))) finite.push(i);
+    const idx = sampleRows(finite, P.maxLines);
     P.rows = idx;
     const dims = P.axes.map((name, k) => {
       const cats = categoriesOf(t, name), d = {label: name, values: idx.map(i => values[k][i]), multiselect: true};
@@ -505,20 +533,23 @@ const CB = (() => {
     if (P.lasso) {  // the scatter's box or lasso: its networks in red
       line = {color: idx.map(i => P.lasso.has(i) ? 1 : 0), colorscale: [[0, '#c8c8c8'], [1, '#c44e52']], cmin: 0, cmax: 1};
     } else {
-      const cn = $('ccol').value, c = cn && !categoriesOf(t, cn) ? await column(t, cn) : null;
+      const c = numericColour ? await column(t, numericColour) : null;
       if (c && idx.every(i => Number.isFinite(c[i]))) {
         line = {color: idx.map(i => c[i]), colorscale: 'Viridis', showscale: true,
                 colorbar: {title: {text: cn, side: 'right'}, thickness: 12}};
       }
     }
-    const missing = t.n_measured - idx.length;
+    const missing = t.n_measured - finite.length, notes = [];
+    if (idx.length < finite.length) notes.push(`lines: a seeded sample of ${idx.length} of the ${finite.length} measured networks `
+      + '(a brush selects among every network)');
+    if (missing) notes.push(`${missing} measured networks without a finite value on every axis are not drawn`);
     await Plotly.react(el, [{type: 'parcoords', dimensions: dims, line, labelangle: -12,
                              labelfont: {size: 11}, tickfont: {size: 10}}],
-      {margin: {l: 70, r: 90, t: 56, b: 24}, annotations: missing ? [{text: `${missing} measured networks without a finite `
-        + 'value on every axis are not drawn', showarrow: false, xref: 'paper', yref: 'paper', x: 0, y: -0.08,
-        xanchor: 'left', font: {size: 11, color: '#555'}}] : []},
+      {margin: {l: 70, r: 90, t: 56, b: 24}, annotations: notes.length ? [{text: notes.join('; '), showarrow: false,
+        xref: 'paper', yref: 'paper', x: 0, y: -0.08, xanchor: 'left', font: {size: 11, color: '#555'}}] : []},
       {displaylogo: false, responsive: true});
-    P.drawn = true;
+    P.drawn = drawn;
+    stamp('parcoords');
     if (!P.bound) { el.on('plotly_restyle', () => brushed().catch(fail)); P.bound = true; }
   }
   async function brushed() {  // a brush moved (or an axis was dragged): read them back from the plot
@@ -532,6 +563,11 @@ const CB = (() => {
       P.brushes[d.label] = cr.map(([lo, hi]) => [Number(lo), Number(hi)]);
     }
     $('paxes').value = P.axes.join(', ');
+    if (P.drawn !== null) {  // the plot shows these brushes and this order already: nothing to redraw for them
+      const drawn = JSON.parse(P.drawn);
+      [drawn[1], drawn[2]] = [P.axes, brushText()];
+      P.drawn = JSON.stringify(drawn);
+    }
     await applySelection();
     P.updated = {ms: performance.now() - started, count: P.count};
   }
@@ -566,7 +602,7 @@ const CB = (() => {
   }
   async function markScatter(t, r, picked) {  // the selection bright, the rest faint (every panel: by arch index)
     const gd = $('scatter'), curves = [], points = [];
-    if (!gd.data) return;
+    if (!gd.data || (!picked && !P.marked)) return;  // nothing marked, nothing to mark
     const indices = picked ? new Set([...picked].map(i => r.index[i])) : null;
     for (const [curve, tr] of gd.data.entries()) {
       if (tr.name === 'selected' || !tr.customdata) continue;
@@ -578,6 +614,7 @@ const CB = (() => {
         : null);
     }
     if (curves.length) await Plotly.restyle(gd, {selectedpoints: points, 'unselected.marker.opacity': 0.08}, curves);
+    P.marked = !!picked;
   }
   function linkedControls() {
     $('pshow').onchange = () => drawParcoords().catch(fail);
@@ -604,6 +641,7 @@ const CB = (() => {
       const t = byId($('table').value), picked = new Set();
       for (const p of (ev && ev.points) || []) if (traceTable(p.data) === t.id) picked.add(p.data.customdata[p.pointIndex][0]);
       P.lasso = ev && ev.points ? picked : null;
+      P.lassoVersion++;
       $('status').textContent = P.lasso ? `${picked.size} networks of ${tableLabel(t)} in the box or lasso: the Networks tab lists them` : '';
       drawParcoords().then(applySelection).catch(fail);
     });
@@ -617,7 +655,7 @@ const CB = (() => {
     const box = $('linked');
     if (where === 'networks') $('nlinked').appendChild(box);
     else if (box.parentElement !== $('tab-scatter')) $('tab-scatter').insertBefore(box, $('scatter'));
-    if (P.drawn && $('pshow').checked) Plotly.Plots.resize($('parcoords'));
+    if (P.drawn !== null && $('pshow').checked) Plotly.Plots.resize($('parcoords'));
   }
 
   // ------------------------------------------------------------ Kendall matrices
@@ -819,7 +857,7 @@ const CB = (() => {
   }
 
   return {
-    state: S, networks: N, linked: P, networksCsv, column, rows, showNetwork, tab,
+    state: S, networks: N, linked: P, sampleRows, networksCsv, column, rows, showNetwork, tab,
     manifest: m => { S.ready = start(m).catch(fail); },
     rowdata: (tid, length, text) => deliver(`${tid}/rows.js`, gunzip(text, length, `${tid}/rows.js`)),
     col: (tid, k, length, text) => deliver(`${tid}/c${k}.js`, gunzip(text, length, `${tid}/c${k}.js`)),
