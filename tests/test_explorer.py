@@ -594,3 +594,103 @@ def test_the_parallel_coordinates_sample_of_a_large_table_is_seeded_and_drawn_fr
     assert first == sorted(first) and set(first) <= set(rows)
     assert 0.4 < np.mean(np.asarray(first) < 15000) < 0.6  # spread over the rows, not their start
     assert page.evaluate("CB.sampleRows([5, 7, 9], 2000)") == [5, 7, 9]
+
+
+def _decode_reliability(data: bytes) -> dict:
+    """The binary reliability block as explorer.py's docstring defines it (an independent reader)."""
+    import struct
+
+    assert data[:4] == b"CBR1"
+    width, n_names = data[4], data[5]
+    o, names = 6, []
+    for _ in range(n_names):
+        names.append(data[o + 1:o + 1 + data[o]].decode("ascii"))
+        o += 1 + data[o]
+    (networks,), o = struct.unpack_from("<I", data, o), o + 4
+    fmt, out = {2: "H", 4: "I"}[width], {}
+    for _ in range(networks):
+        row, mask = struct.unpack_from("<iH", data, o)
+        o += 6
+        out[row] = {}
+        for k, name in enumerate(names):
+            if mask >> k & 1:
+                (b,) = struct.unpack_from("<H", data, o)
+                o += 2
+                count = struct.unpack_from(f"<{b}{fmt}", data, o)
+                correct = struct.unpack_from(f"<{b}{fmt}", data, o + width * b)
+                q = data[o + 2 * width * b:o + 2 * width * b + b]
+                o += 2 * width * b + b
+                out[row][name] = (list(count), [(i + q[i] / 255) / b if count[i] else None for i in range(b)],
+                                  list(correct))
+    assert o == len(data)
+    return out
+
+
+def test_reliability_bins_in_binary_decode_to_the_bins_exactly_and_within_the_stated_precision():
+    """Issue 37, item 7: counts and correct counts exact (uint16, uint32 past 65,535), each bin's
+    mean confidence within 1/(510 B) of its value, empty bins without one, absent stages absent."""
+    rng = np.random.default_rng(3)
+
+    def bins(b, n, big=1):
+        conf = rng.uniform(0, 1, n)
+        idx = np.minimum((conf * b).astype(int), b - 1)
+        count = np.bincount(idx, minlength=b) * big
+        mean = np.array([conf[idx == i].mean() if (idx == i).any() else np.nan for i in range(b)])
+        correct = np.array([int((rng.uniform(size=c) < 0.7).sum()) for c in count])
+        return count, mean, correct
+
+    block = {0: {"pre": bins(15, 500), "ts": bins(15, 40)}, 7: {"pre": bins(10, 9)}, 255: {"dir": bins(20, 3000)}}
+    for big in (1, 1000):  # 1000: counts past 65,535 take four bytes
+        if big > 1:
+            block = {3: {"pre": bins(15, 2000, big)}}
+        data = explorer.encode_reliability_block(block)
+        assert data[4] == (4 if big > 1 else 2)
+        back = _decode_reliability(data)
+        assert set(back) == set(block)
+        for row, stages in block.items():
+            assert set(back[row]) == set(stages)
+            for stage, (count, mean, correct) in stages.items():
+                got_count, got_conf, got_correct = back[row][stage]
+                assert got_count == list(count) and got_correct == list(correct)
+                b = len(count)
+                for i in range(b):
+                    if count[i]:
+                        assert abs(got_conf[i] - mean[i]) <= 1 / (510 * b) + 1e-12
+                    else:
+                        assert got_conf[i] is None
+
+
+def test_the_pages_reliability_bins_are_the_shards(workflow_run, page):
+    """Every reliability file the explorer wrote decodes (in Python and in the page alike) to the
+    bins of the shards: counts and correct counts exact, confidences within 1/(510 B)."""
+    import gzip
+    from calibench.layout import shard_path
+    from calibench.results.shards import read_reliability
+
+    checked = 0
+    for t in page.evaluate("CB.state.manifest.tables"):
+        table = _table(workflow_run, t["id"])
+        measured = table[table["arch_index"] == table["measured_by"]].reset_index(drop=True)
+        for b in t["rel_blocks"]:
+            text = (workflow_run / "results" / "explorer" / "data" / t["id"] / f"rel{b}.js").read_bytes()
+            m = re.fullmatch(rb'CB\.rel\("[^"]+",\d+,(\d+),"(.*)"\);\n', text, flags=re.S)
+            data = gzip.decompress(_unescape_js(m.group(2)))
+            back = _decode_reliability(data)
+            in_page = page.evaluate(f"CB.decodeReliability(new Uint8Array({list(data)}), 'test')")
+            assert {int(k): {s: [list(c), list(f), list(k2)] for s, (c, f, k2) in v.items()} for k, v in in_page.items()} \
+                == {k: {s: [list(c), list(f), list(k2)] for s, (c, f, k2) in v.items()} for k, v in back.items()}
+            for row, stages in back.items():
+                net = measured.iloc[row]
+                shard = shard_path(workflow_run / "results", net["space"], net["hp"], net["dataset"],
+                                   int(net["arch_index"]))
+                want = read_reliability(shard)[int(net["seed"])]
+                assert set(stages) == {s for s, v in want.items() if np.nansum(v["count"]) > 0}
+                for stage, (count, conf, correct) in stages.items():
+                    w = want[stage]
+                    assert count == [int(c) for c in w["count"]]
+                    assert correct == [int(round(a * c)) if c else 0 for a, c in zip(np.nan_to_num(w["accuracy"]), count)]
+                    ok = [c is None if n == 0 else abs(c - x) <= 1 / (510 * len(count)) + 1e-12
+                          for c, x, n in zip(conf, w["confidence"], count)]
+                    assert all(ok), (stage, conf, list(w["confidence"]))
+                    checked += 1
+    assert checked > 0

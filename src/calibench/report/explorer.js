@@ -315,6 +315,41 @@ const CB = (() => {
     $('wholerow').remove();
   }
 
+  // a block of networks' reliability bins (explorer.py: encode_reliability_block) -> {row: {stage: [counts,
+  // mean confidences (null where empty), correct counts]}}
+  function decodeReliability(bytes, file) {
+    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    if (String.fromCharCode(...bytes.subarray(0, 4)) !== 'CBR1') throw new Error(`data/${file}: not reliability bins`);
+    const width = v.getUint8(4), names = [], out = {};
+    const count = width === 2 ? p => v.getUint16(p, true) : p => v.getUint32(p, true);
+    let o = 6;
+    for (let k = v.getUint8(5); k > 0; k--) {
+      const n = v.getUint8(o);
+      names.push(String.fromCharCode(...bytes.subarray(o + 1, o + 1 + n)));
+      o += 1 + n;
+    }
+    const networks = v.getUint32(o, true);
+    o += 4;
+    for (let k = 0; k < networks; k++) {
+      const row = v.getInt32(o, true), mask = v.getUint16(o + 4, true), stages = {};
+      o += 6;
+      names.forEach((name, j) => {
+        if (!((mask >> j) & 1)) return;
+        const b = v.getUint16(o, true), counts = [], correct = [], conf = [];
+        o += 2;
+        for (let i = 0; i < b; i++) counts.push(count(o + width * i));
+        o += width * b;
+        for (let i = 0; i < b; i++) correct.push(count(o + width * i));
+        o += width * b;
+        for (let i = 0; i < b; i++) conf.push(counts[i] > 0 ? (i + bytes[o + i] / 255) / b : null);
+        o += b;
+        stages[name] = [counts, conf, correct];
+      });
+      out[String(row)] = stages;
+    }
+    return out;
+  }
+
   async function drawReliability(t, measuredRow, title) {
     const block = Math.floor(measuredRow / t.block), el = $('reliability');
     if (!t.rel_blocks.includes(block)) {
@@ -322,7 +357,7 @@ const CB = (() => {
       el.innerHTML = '<p class="note">No reliability bins for this network (its shard is not in this results directory).</p>';
       return;
     }
-    const found = JSON.parse(new TextDecoder().decode(await load(`${t.id}/rel${block}.js`)))[String(measuredRow)];
+    const found = decodeReliability(await load(`${t.id}/rel${block}.js`), `${t.id}/rel${block}.js`)[String(measuredRow)];
     if (!found) { Plotly.purge(el); el.innerHTML = '<p class="note">No reliability bins for this network.</p>'; return; }
     el.innerHTML = '';
     const stages = t.stages.filter(s => found[s]), cols = Math.min(4, stages.length), nrows = Math.ceil(stages.length / cols);
@@ -857,7 +892,7 @@ const CB = (() => {
   }
 
   return {
-    state: S, networks: N, linked: P, sampleRows, networksCsv, column, rows, showNetwork, tab,
+    state: S, networks: N, linked: P, sampleRows, decodeReliability, networksCsv, column, rows, showNetwork, tab,
     manifest: m => { S.ready = start(m).catch(fail); },
     rowdata: (tid, length, text) => deliver(`${tid}/rows.js`, gunzip(text, length, `${tid}/rows.js`)),
     col: (tid, k, length, text) => deliver(`${tid}/c${k}.js`, gunzip(text, length, `${tid}/c${k}.js`)),

@@ -10,8 +10,8 @@ library and the data, all as files that a browser loads from the folder itself (
 * ``data/manifest.js``: the tables, their columns and how each column is encoded;
 * ``data/{table}/rows.js``: each row's index, arch string and (TSS) the row of its measured
   isomorphism class; ``data/{table}/c{k}.js``: one column, loaded when the page shows it;
-  ``data/{table}/rel{b}.js``: the reliability bins (from the shards) of a block of networks,
-  loaded when a point of that block is clicked; ``data/kendall.js``: the Kendall matrices;
+  ``data/{table}/rel{b}.js``: the reliability bins (from the shards) of a block of networks in a
+  binary form (:func:`encode_reliability_block`), loaded when a point of that block is clicked; ``data/kendall.js``: the Kendall matrices;
   ``data/{table}/a{k}.js`` and ``k{k}.js``: what a row is (:func:`architecture_columns`),
   numeric (a TSS cell's operation counts) and categorical (uint16 codes into the manifest's
   ``categories``: a TSS edge's operation, an SSS layer's channels, the dataset, metadata).
@@ -33,6 +33,7 @@ import logging
 import math
 import re
 import shutil
+import struct
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
@@ -215,13 +216,53 @@ def _reliability_of(path: Path, seed: int) -> dict | None:
     if not rel:
         return None
     out = {}
-    for stage, bins in rel.items():  # counts, mean confidence to 4 decimals, accuracy as correct counts
-        count = [int(c) for c in bins["count"]]
-        conf = [None if c is None or not math.isfinite(c) else round(float(c), 4) for c in bins["confidence"]]
-        correct = [0 if a is None or not math.isfinite(a) else int(round(float(a) * n)) for a, n in
-                   zip(bins["accuracy"], count)]
-        out[stage] = [count, conf, correct]
+    for stage, bins in rel.items():  # counts, mean confidence, accuracy as correct counts
+        count = np.nan_to_num(np.asarray(bins["count"], float)).round().astype(np.int64)
+        if not count.any():  # a stage without predictions (it failed): no diagram
+            continue
+        correct = (np.nan_to_num(np.asarray(bins["accuracy"], float)) * count).round().astype(np.int64)
+        out[stage] = (count, np.asarray(bins["confidence"], float), correct)
     return out
+
+
+REL_MAGIC = b"CBR1"
+
+
+def encode_reliability_block(block: Mapping[int, Mapping[str, tuple]]) -> bytes:
+    """The reliability bins of a block of networks, in the page's binary form (issue 37, item 7).
+
+    ``block``: measured row -> stage -> (counts, mean confidences, correct counts), B equal-width
+    bins each (:mod:`calibench.metrics.reliability`). Little-endian: ``CBR1``; uint8 the bytes
+    of a count (2, or 4 where a count exceeds 65,535); uint8 the number of stage names, each as
+    uint8 length + ASCII; uint32 the networks; per network int32 its row, uint16 a mask of its
+    stages (bit k: name k), and per stage uint16 B, B counts, B correct counts, B confidence
+    bytes. A bin's mean confidence lies in its bin [i/B, (i+1)/B]; its byte q places it there:
+    (i + q/255) / B, within 1/(510 B) of the value (empty bins: 0, no confidence)."""
+    names = sorted({stage for stages in block.values() for stage in stages}, key=_stage_order)
+    top = max((int(max(c.max(), k.max())) for stages in block.values() for c, _, k in stages.values()), default=0)
+    width = 2 if top <= 0xFFFF else 4
+    count_type = np.dtype("<u2" if width == 2 else "<u4")
+    parts = [REL_MAGIC, struct.pack("<BB", width, len(names))]
+    parts += [struct.pack("<B", len(n)) + n.encode("ascii") for n in names]
+    parts.append(struct.pack("<I", len(block)))
+    for row in sorted(block):
+        stages = block[row]
+        mask = sum(1 << k for k, n in enumerate(names) if n in stages)
+        parts.append(struct.pack("<iH", int(row), mask))
+        for name in names:
+            if name not in stages:
+                continue
+            count, conf, correct = stages[name]
+            b = len(count)
+            place = np.nan_to_num(np.asarray(conf, float) * b - np.arange(b), nan=0.0)
+            q = np.where(count > 0, np.clip(np.round(place * 255), 0, 255), 0).astype(np.uint8)
+            parts += [struct.pack("<H", b), np.asarray(count).astype(count_type).tobytes(),
+                      np.asarray(correct).astype(count_type).tobytes(), q.tobytes()]
+    return b"".join(parts)
+
+
+def _stage_order(name: str) -> tuple:
+    return (STAGES.index(name) if name in STAGES else len(STAGES), name)
 
 
 def reliability_blocks(results: Path, space: str, hp: str, dataset: str, measured: pd.DataFrame,
@@ -236,7 +277,7 @@ def reliability_blocks(results: Path, space: str, hp: str, dataset: str, measure
     blocks = [{} for _ in range(-(-len(paths) // BLOCK))]
     for row, rel in enumerate(found):
         if rel:
-            blocks[row // BLOCK][str(row)] = rel
+            blocks[row // BLOCK][row] = rel
     return blocks
 
 
@@ -298,8 +339,7 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
     rel_files = []
     for b, block in enumerate(blocks):
         if block:
-            payload = json.dumps(block, separators=(",", ":"), allow_nan=False).encode()
-            (out / f"rel{b}.js").write_bytes(binary_script("rel", [tid, b], payload))
+            (out / f"rel{b}.js").write_bytes(binary_script("rel", [tid, b], encode_reliability_block(block)))
             rel_files.append(b)
     stages = [s for s in STAGES if f"{s}_accuracy" in names]
     bins = sorted({int(m.group(1)) for n in names if (m := re.fullmatch(r"pre_ece_(\d+)", n))})
