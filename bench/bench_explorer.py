@@ -126,6 +126,39 @@ def brushes(p, repeats: int = 10) -> list[tuple[float, float, int]]:
     return out
 
 
+def reliability_size(networks: int = 117_702, stages: int = 8, n_test: int = 10_000, seed: int = 0) -> tuple[int, int]:
+    """Bytes on disk (gzip'd data files, as the explorer writes them) and raw bytes of every
+    network's reliability bins in the binary form (``encode_reliability_block``), in blocks of
+    256 networks: synthetic bins of a trained network's shape (the test set's top-label
+    confidences piled towards 1: a Beta(a, 1) with a drawn per network and stage; a bin's mean
+    confidence uniform in it, its correct count binomial at that confidence)."""
+    import numpy as np
+
+    from calibench.metrics.reliability import RELIABILITY_BINS
+    from calibench.report.explorer import BLOCK, binary_script, encode_reliability_block
+    from calibench.vocabulary import STAGES
+
+    rng = np.random.default_rng(seed)
+    b = RELIABILITY_BINS
+    edges = np.linspace(0, 1, b + 1)
+    on_disk = raw = 0
+    for start in range(0, networks, BLOCK):
+        block = {}
+        for row in range(start, min(networks, start + BLOCK)):
+            block[row] = {}
+            for stage in STAGES[:stages]:
+                a = rng.uniform(1.5, 12)
+                p = np.diff(edges ** a)  # Beta(a, 1): P(conf < x) = x^a
+                count = rng.multinomial(n_test, p)
+                mean = edges[:-1] + rng.uniform(0, 1, b) / b
+                correct = rng.binomial(count, mean)
+                block[row][stage] = (count, np.where(count > 0, mean, np.nan), correct)
+        payload = encode_reliability_block(block)
+        raw += len(payload)
+        on_disk += len(binary_script("rel", ["sss_90_cifar100", start // BLOCK], payload))
+    return on_disk, raw
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/calibench-bench-analysis-s1"),
@@ -134,7 +167,16 @@ def main() -> None:
     ap.add_argument("--table", default="sss_90_cifar100", help="the table whose scatter is timed")
     ap.add_argument("--ycol", default="vs_ece_100")
     ap.add_argument("--ccol", default="channels_3", help="a categorical colour to time (issue 37, item 3)")
+    ap.add_argument("--reliability-size", action="store_true",
+                    help="only: the size of every network's reliability bins in the binary form (synthetic bins)")
     args = ap.parse_args()
+    if args.reliability_size:
+        start = time.perf_counter()
+        on_disk, raw = reliability_size()
+        print(f"reliability bins of 117,702 networks x 8 stages x 15 bins (binary form, 256 networks a file): "
+              f"{on_disk / 1e6:.1f} MB on disk ({raw / 1e6:.1f} MB before gzip; {on_disk / 117_702:.0f} bytes a "
+              f"network), encoded in {time.perf_counter() - start:.1f} s")
+        return
     results = args.dir / "results"
     if not (results / "tables").is_dir():
         sys.exit(f"no tables under {results}: run bench/bench_analysis.py --dir {args.dir} first")
