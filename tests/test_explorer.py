@@ -694,3 +694,25 @@ def test_the_pages_reliability_bins_are_the_shards(workflow_run, page):
                     assert all(ok), (stage, conf, list(w["confidence"]))
                     checked += 1
     assert checked > 0
+
+
+def test_the_column_lists_group_each_stages_metric_over_its_bin_counts_and_filter_by_name_parts(workflow_run, page):
+    """Issue 37, item 5: the lists group a stage's metric over its bin counts ("pre · ece by bins"
+    holds pre_ece_<bins> for every bin count of the run), a stage's unbinned metrics apart; the
+    filter's stage:, metric: and bins: words name exactly."""
+    def groups(select):
+        return page.evaluate(f"Object.fromEntries(Array.from(document.querySelectorAll('#{select} optgroup'),"
+                             " g => [g.label, Array.from(g.children, o => o.value)]))")
+
+    t = page.evaluate("CB.state.manifest.tables.find(u => u.id === document.getElementById('table').value)")
+    listed = groups("ycol")
+    assert listed["pre · ece by bins"] == [f"pre_ece_{b}" for b in t["bins"]]
+    assert "pre_nll" in listed["pre · unbinned"] and "pre_accuracy" in listed["pre · unbinned"]
+    assert all(not re.search(r"_\d+$", n) for n in listed["pre · unbinned"])
+    assert "accuracy" in listed["network"]
+    page.evaluate("(() => { const f = document.getElementById('colfilter'); f.value = 'stage:pre metric:ece bins:15';"
+                  " f.dispatchEvent(new Event('input')); })()")
+    shown = page.evaluate("Array.from(document.getElementById('ycol').options, o => o.value)")
+    assert set(shown) - {page.evaluate("document.getElementById('ycol').value")} <= {"pre_ece_15"} and "pre_ece_15" in shown
+    page.evaluate("(() => { const f = document.getElementById('colfilter'); f.value = '';"
+                  " f.dispatchEvent(new Event('input')); })()")

@@ -149,11 +149,27 @@ const CB = (() => {
     }
     if (selected !== undefined && items.some(it => String(it.value) === String(selected))) select.value = selected;
   }
-  const columnItems = t => t.columns.map(c => ({value: c.name, group: c.group}));
-  // the column filter: every word typed is in the column's name (e.g. "cwce_em 15")
+  // a column's place in the lists: a stage's metric over its bin counts ("pre · ece by bins", options
+  // pre_ece_5 ... pre_ece_500), a stage's unbinned metrics ("pre · unbinned"), or its group (network, ...)
+  function columnParts(c) {
+    if (!S.manifest.tables.some(t => t.stages.includes(c.group)) || !c.name.startsWith(c.group + '_')) {
+      return {group: c.group};
+    }
+    const rest = c.name.slice(c.group.length + 1), b = /_(\d+)$/.exec(rest);
+    return b ? {group: `${c.group} · ${rest.slice(0, -b[0].length)} by bins`, stage: c.group,
+                metric: rest.slice(0, -b[0].length), bins: b[1]}
+      : {group: `${c.group} · unbinned`, stage: c.group, metric: rest};
+  }
+  const columnItems = t => t.columns.map(c => ({value: c.name, ...columnParts(c)}));
+  // the column filter: every word typed is in the column's name (e.g. "cwce_em 15"), and stage:, metric:
+  // and bins: words name exactly ("stage:pre metric:ece bins:15" is pre_ece_15 alone)
   function columnFilter(items) {
     const words = $('colfilter').value.toLowerCase().split(/\s+/).filter(Boolean);
-    return words.length ? items.filter(i => words.every(w => i.value.toLowerCase().includes(w))) : items;
+    const exact = w => /^(stage|metric|bins):/.exec(w);
+    return words.length ? items.filter(i => words.every(w => {
+      const m = exact(w);
+      return m ? String(i[m[1]] ?? '').toLowerCase() === w.slice(m[0].length) : i.value.toLowerCase().includes(w);
+    })) : items;
   }
 
   // ------------------------------------------------------------ the scatter
