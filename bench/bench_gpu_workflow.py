@@ -367,6 +367,22 @@ def patched(module, name: str, make_wrapper):
         setattr(module, name, original)
 
 
+def timed_into(add):
+    """A wrapper maker for :func:`patched`: each call's seconds handed to ``add``."""
+    def make(original):
+        @functools.wraps(original)
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                add(time.perf_counter() - start)
+
+        return timed
+
+    return make
+
+
 class Phase:
     """Wall time, peak GPU memory and busy fraction of one job call."""
 
@@ -426,47 +442,24 @@ def timed_inference(settings, runtime, space, hp, chunk, results, manifest, devi
         return store_chunk_logits
 
     import calibench.inference.engine as engine
-
-    loading = []
-
-    def wrap_load(original):
-        @functools.wraps(original)
-        def load_eval_data(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                loading.append(time.perf_counter() - start)
-
-        return load_eval_data
-
     import calibench.sources.nats.stacked as stacked
     import calibench.sources.nats.stream as stream
 
+    loading = []  # seconds the evaluation sets took onto the device
     # Where the main process's time goes: building and loading each network, folding it into its
     # inference form (the one-network path), and the forward passes up to the logits on the host
     # (each _run ends with a copy that waits for the device)
     split = {"build_load": 0.0, "fold": 0.0, "forward_to_host": 0.0}
 
-    def wrap_timed(key):
-        def make(original):
-            @functools.wraps(original)
-            def timed(*args, **kwargs):
-                start = time.perf_counter()
-                try:
-                    return original(*args, **kwargs)
-                finally:
-                    split[key] += time.perf_counter() - start
+    def add_to(key):
+        return lambda seconds: split.__setitem__(key, split[key] + seconds)
 
-            return timed
-
-        return make
-
-    with patched(nats_jobs, "store_chunk_logits", wrap), patched(engine, "load_eval_data", wrap_load), \
-            patched(stream, "load_network", wrap_timed("build_load")), \
-            patched(stream, "inference_network", wrap_timed("fold")), \
-            patched(engine, "_run", wrap_timed("forward_to_host")), \
-            patched(stacked, "_run", wrap_timed("forward_to_host")):
+    with patched(nats_jobs, "store_chunk_logits", wrap), \
+            patched(engine, "load_eval_data", timed_into(loading.append)), \
+            patched(stream, "load_network", timed_into(add_to("build_load"))), \
+            patched(stream, "inference_network", timed_into(add_to("fold"))), \
+            patched(engine, "_run", timed_into(add_to("forward_to_host"))), \
+            patched(stacked, "_run", timed_into(add_to("forward_to_host"))):
         summary = nats_jobs.infer_chunk(settings, runtime, space, hp, chunk, results, manifest, progress=False)
     summary = {**summary, "main_process_split_seconds": {k: round(v, 3) for k, v in split.items()}}
     return summary, events, sum(loading)

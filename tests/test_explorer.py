@@ -3,6 +3,7 @@ a real headless Chromium as a reader would (skips, saying why, where no browser 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -469,6 +470,16 @@ def test_colouring_by_a_tss_edge_gives_each_point_the_operation_of_its_arch_stri
                   " c.dispatchEvent(new Event('change')); CB.tab('scatter'); })()")
 
 
+@contextlib.contextmanager
+def _reopened(workflow_run, hash_: str):
+    """The explorer opened afresh at the view ``hash_`` (``location.hash``), painted."""
+    with render.Page(workflow_run / "results" / "explorer" / "index.html", 1400, 1000, timeout=90) as again:
+        again.evaluate(f"location.hash = {json.dumps(hash_.removeprefix('#'))}; location.reload(); 1")
+        time.sleep(0.3)
+        again.wait_for("typeof CB !== 'undefined' && (CB.state.painted || CB.state.errors.length)", timeout=60)
+        yield again
+
+
 def test_reopening_a_views_url_restores_its_table_columns_filter_sort_tab_and_network(workflow_run, page):
     """Issue 37, item 6: every view is a URL. A view made by hand (a table, a colour, the networks
     tab with a column added, a where-clause, a sort, a network clicked) is read back from
@@ -496,11 +507,7 @@ def test_reopening_a_views_url_restores_its_table_columns_filter_sort_tab_and_ne
                          " sort: CB.networks.sort, selected: CB.state.selected.index, where: document.getElementById('nwhere').value,"
                          " colour: CB.state.scatter.color, table: CB.state.scatter.tables[0].table})")
     assert "tab=networks" in view["hash"] and f"n={sss}" in view["hash"], view["hash"]
-    html = workflow_run / "results" / "explorer" / "index.html"
-    with render.Page(html, 1400, 1000, timeout=90) as again:
-        again.evaluate(f"location.hash = {json.dumps(view['hash'][1:])}; location.reload(); 1")
-        time.sleep(0.3)
-        again.wait_for("typeof CB !== 'undefined' && (CB.state.painted || CB.state.errors.length)", timeout=60)
+    with _reopened(workflow_run, view["hash"]) as again:
         again.wait_for(f"CB.state.selected && CB.state.selected.index === {view['selected']}", timeout=30)
         reopened = again.evaluate(
             "({columns: CB.networks.columns, order: Array.from(CB.networks.order), sort: CB.networks.sort,"
@@ -569,11 +576,7 @@ def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhe
     hash_ = page.evaluate("location.hash")
     view = parse_qs(hash_[1:])
     assert view["b"][0].startswith("accuracy:") and view["pa"][0].startswith("accuracy,"), hash_
-    html = workflow_run / "results" / "explorer" / "index.html"
-    with render.Page(html, 1400, 1000, timeout=90) as again:
-        again.evaluate(f"location.hash = {json.dumps(hash_[1:])}; location.reload(); 1")
-        time.sleep(0.3)
-        again.wait_for("typeof CB !== 'undefined' && (CB.state.painted || CB.state.errors.length)", timeout=60)
+    with _reopened(workflow_run, hash_) as again:
         again.wait_for(f"CB.linked.count === {len(want)} && CB.networks.order.length === {len(want)}", timeout=30)
         assert again.evaluate("CB.state.errors") == []
         assert sorted(again.evaluate("Array.from(CB.networks.order)")) == sorted(rows)
