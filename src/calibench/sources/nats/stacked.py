@@ -58,7 +58,7 @@ def resolve_networks_per_pass(setting: int | str, device: torch.device, space: s
     does not pay there, and 1 keeps the logits bit-equal to one-by-one) and for SSS on CUDA,
     64 for TSS (or an unnamed space) on CUDA. SSS's stacked passes are grouped convolutions,
     which ran 3-4x slower per network than one network per pass through the inference job on
-    an H100 and an H200 (docs/cluster.md, "Many networks per forward pass")."""
+    an H100 and an H200 (docs/cluster.md, "The GPU path")."""
     if setting == "auto":
         if torch.device(device).type != "cuda" or space == "sss":
             return 1
