@@ -664,7 +664,7 @@ const CB = (() => {
       points.push(picked ? tr.customdata.flatMap((d, j) => (u.id === t.id ? picked.has(d[0]) : indices.has(ru.index[d[0]])) ? [j] : [])
         : null);
     }
-    if (curves.length) await Plotly.restyle(gd, {selectedpoints: points, 'unselected.marker.opacity': 0.08}, curves);
+    if (curves.length) await Plotly.restyle(gd, {selectedpoints: points, 'unselected.marker.opacity': 0.15}, curves);
     P.marked = !!picked;
   }
   function linkedControls() {
