@@ -661,6 +661,8 @@ def test_reliability_bins_in_binary_decode_to_the_bins_exactly_and_within_the_st
                         assert abs(got_conf[i] - mean[i]) <= 1 / (510 * b) + 1e-12
                     else:
                         assert got_conf[i] is None
+    with pytest.raises(ValueError, match="17 stages"):
+        explorer.encode_reliability_block({0: {f"s{k:02d}": bins(5, 10) for k in range(17)}})
 
 
 def test_the_pages_reliability_bins_are_the_shards(workflow_run, page):

@@ -11,7 +11,8 @@ library and the data, all as files that a browser loads from the folder itself (
 * ``data/{table}/rows.js``: each row's index, arch string and (TSS) the row of its measured
   isomorphism class; ``data/{table}/c{k}.js``: one column, loaded when the page shows it;
   ``data/{table}/rel{b}.js``: the reliability bins (from the shards) of a block of networks in a
-  binary form (:func:`encode_reliability_block`), loaded when a point of that block is clicked; ``data/kendall.js``: the Kendall matrices;
+  binary form (:func:`encode_reliability_block`), loaded when a point of that block is clicked;
+  ``data/kendall.js``: the Kendall matrices;
   ``data/{table}/a{k}.js`` and ``k{k}.js``: what a row is (:func:`architecture_columns`),
   numeric (a TSS cell's operation counts) and categorical (uint16 codes into the manifest's
   ``categories``: a TSS edge's operation, an SSS layer's channels, the dataset, metadata).
@@ -239,6 +240,8 @@ def encode_reliability_block(block: Mapping[int, Mapping[str, tuple]]) -> bytes:
     bytes. A bin's mean confidence lies in its bin [i/B, (i+1)/B]; its byte q places it there:
     (i + q/255) / B, within 1/(510 B) of the value (empty bins: 0, no confidence)."""
     names = sorted({stage for stages in block.values() for stage in stages}, key=_stage_order)
+    if len(names) > 16:  # a network's stages are a 16-bit mask
+        raise ValueError(f"reliability bins of {len(names)} stages ({', '.join(names)}): at most 16 fit the form")
     top = max((int(max(c.max(), k.max())) for stages in block.values() for c, _, k in stages.values()), default=0)
     width = 2 if top <= 0xFFFF else 4
     count_type = np.dtype("<u2" if width == 2 else "<u4")
