@@ -90,6 +90,16 @@ def _close(got, want):
     return got.shape == want.shape and np.all(np.abs(got - want) <= 2.0 ** -9 * np.abs(want) + 1e-12)
 
 
+def _widest_gap_cut(values) -> float | None:
+    """A threshold in the widest relative gap between distinct values: far from each at 3 digits."""
+    values = np.unique(np.asarray(values, float)[np.isfinite(values)])
+    if len(values) < 2:
+        return None
+    gap = int(np.argmax(np.diff(values) / np.abs(values[1:])))
+    assert values[gap + 1] - values[gap] > 0.01 * abs(values[gap + 1]), values
+    return float((values[gap] + values[gap + 1]) / 2)
+
+
 def test_the_report_links_the_explorer_and_the_page_loads_offline_without_errors(workflow_run, page):
     assert "href='explorer/index.html'" in (workflow_run / "results" / "report.html").read_text()
     assert page.evaluate("CB.state.errors") == []
@@ -381,10 +391,7 @@ def test_the_networks_tab_sorts_filters_follows_the_scatter_selection_and_downlo
     first = page.evaluate("Number(document.querySelector('#nrows tr').dataset.row)")
     assert first == order[0]
 
-    values = np.unique(table["accuracy"])  # cut in the widest gap: far from any value at 3 digits
-    gap = int(np.argmax(np.diff(values) / values[1:]))
-    assert (values[gap + 1] - values[gap]) > 0.01 * values[gap + 1], values
-    cut = float((values[gap] + values[gap + 1]) / 2)
+    cut = _widest_gap_cut(table["accuracy"])  # far from any value at 3 digits
     evaluate_change("nwhere", f"accuracy > {cut}, params >= 0")
     page.wait_for(f"CB.networks.order.length === {int((table['accuracy'] > cut).sum())}")
     csv = pd.read_csv(__import__("io").StringIO(page.evaluate("CB.networksCsv()")))
@@ -519,16 +526,6 @@ def test_reopening_a_views_url_restores_its_table_columns_filter_sort_tab_and_ne
     page.evaluate("(() => { history.replaceState(null, '', '#'); const e = document.getElementById('nwhere'); e.value = '';"
                   " e.dispatchEvent(new Event('change')); const t = document.getElementById('table'); t.selectedIndex = 0;"
                   " t.dispatchEvent(new Event('change')); CB.tab('scatter'); })()")
-
-
-def _widest_gap_cut(values) -> float | None:
-    """A threshold in the widest relative gap between distinct values: far from each at 3 digits."""
-    values = np.unique(np.asarray(values, float)[np.isfinite(values)])
-    if len(values) < 2:
-        return None
-    gap = int(np.argmax(np.diff(values) / np.abs(values[1:])))
-    assert values[gap + 1] - values[gap] > 0.01 * abs(values[gap + 1]), values
-    return float((values[gap] + values[gap + 1]) / 2)
 
 
 def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhere(workflow_run, page):

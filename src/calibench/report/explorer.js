@@ -161,6 +161,8 @@ const CB = (() => {
       : {group: `${c.group} · unbinned`, stage: c.group, metric: rest};
   }
   const columnItems = t => t.columns.map(c => ({value: c.name, ...columnParts(c)}));
+  // an "add" list: the table's columns the filter keeps, less those already ``taken``
+  const addChoices = (select, t, taken) => options(select, columnFilter(columnItems(t)).filter(i => !taken.includes(i.value)));
   // the column filter: every word typed is in the column's name (e.g. "cwce_em 15"), and stage:, metric:
   // and bins: words name exactly ("stage:pre metric:ece bins:15" is pre_ece_15 alone)
   function columnFilter(items) {
@@ -436,7 +438,7 @@ const CB = (() => {
       N.table = t.id; N.sort = null;
       if (N.selection && N.selection.table !== t.id) N.selection = null;
     }
-    options($('naddcol'), columnFilter(columnItems(t)).filter(i => !N.columns.includes(i.value)));
+    addChoices($('naddcol'), t, N.columns);
     await drawNetworks();
   }
   async function drawNetworks() {
@@ -562,7 +564,7 @@ const CB = (() => {
     P.axes = P.axes.filter(n => t.columns.some(c => c.name === n));
     for (const n of Object.keys(P.brushes)) if (!P.axes.includes(n)) delete P.brushes[n];
     $('paxes').value = P.axes.join(', ');
-    options($('paddcol'), columnFilter(columnItems(t)).filter(i => !P.axes.includes(i.value)));
+    addChoices($('paddcol'), t, P.axes);
     el.classList.toggle('hidden', !$('pshow').checked);
     if (!$('pshow').checked) return;
     const cn = $('ccol').value, numericColour = cn && !categoriesOf(t, cn) ? cn : null;
@@ -667,26 +669,27 @@ const CB = (() => {
     if (curves.length) await Plotly.restyle(gd, {selectedpoints: points, 'unselected.marker.opacity': 0.15}, curves);
     P.marked = !!picked;
   }
+  const relink = () => drawParcoords().then(applySelection);  // the plot, then the selection it makes
   function linkedControls() {
     $('pshow').onchange = () => drawParcoords().catch(fail);
     $('paxes').onchange = () => {
       const t = byId($('table').value), asked = $('paxes').value.split(',').map(s => s.trim()).filter(Boolean);
       const unknown = asked.filter(n => !t.columns.some(c => c.name === n));
       P.axes = asked.filter(n => !unknown.includes(n));
-      drawParcoords().then(applySelection).then(() => {
+      relink().then(() => {
         if (unknown.length) $('pcount').textContent += ` · ${tableLabel(t)} has no column ${unknown.join(', ')}`;
       }).catch(fail);
     };
     $('padd').onclick = () => {
       if ($('paddcol').value && !P.axes.includes($('paddcol').value)) P.axes.push($('paddcol').value);
-      drawParcoords().then(applySelection).catch(fail);
+      relink().catch(fail);
     };
     $('pclear').onclick = async () => {
       // the box or lasso outline off first: that relayout reports an empty selection, then forgotten
       await Promise.resolve(Plotly.relayout($('scatter'), {selections: []})).catch(() => null);
       P.brushes = {}; P.lasso = null;
       $('status').textContent = '';
-      await drawParcoords().then(applySelection).catch(fail);
+      await relink().catch(fail);
     };
     $('scatter').on('plotly_selected', ev => {
       const t = byId($('table').value), picked = new Set();
@@ -694,12 +697,12 @@ const CB = (() => {
       P.lasso = ev && ev.points ? picked : null;
       P.lassoVersion++;
       $('status').textContent = P.lasso ? `${picked.size} networks of ${tableLabel(t)} in the box or lasso: the Networks tab lists them` : '';
-      drawParcoords().then(applySelection).catch(fail);
+      relink().catch(fail);
     });
     $('scatter').on('plotly_deselect', () => {
       P.lasso = null;
       $('status').textContent = '';
-      drawParcoords().then(applySelection).catch(fail);
+      relink().catch(fail);
     });
   }
   function moveLinked(where) {  // the parallel coordinates above the scatter or above the networks table

@@ -47,6 +47,7 @@ import pyarrow.parquet as pq
 from calibench import integrity
 from calibench.atomic import atomic_write
 from calibench.analysis.registry import output_path
+from calibench.analysis.tables import stage_order
 from calibench.layout import (explorer_dir, explorer_page, explorer_sums, result_tables, shard_path, target_name)
 from calibench.results.archstr import EDGE_NAMES, TSS_OPS, parse_sss, tss_edge_ops
 from calibench.vocabulary import STAGES
@@ -239,7 +240,7 @@ def encode_reliability_block(block: Mapping[int, Mapping[str, tuple]]) -> bytes:
     stages (bit k: name k), and per stage uint16 B, B counts, B correct counts, B confidence
     bytes. A bin's mean confidence lies in its bin [i/B, (i+1)/B]; its byte q places it there:
     (i + q/255) / B, within 1/(510 B) of the value (empty bins: 0, no confidence)."""
-    names = sorted({stage for stages in block.values() for stage in stages}, key=_stage_order)
+    names = stage_order({stage for stages in block.values() for stage in stages})
     if len(names) > 16:  # a network's stages are a 16-bit mask
         raise ValueError(f"reliability bins of {len(names)} stages ({', '.join(names)}): at most 16 fit the form")
     top = max((int(max(c.max(), k.max())) for stages in block.values() for c, _, k in stages.values()), default=0)
@@ -262,10 +263,6 @@ def encode_reliability_block(block: Mapping[int, Mapping[str, tuple]]) -> bytes:
             parts += [struct.pack("<H", b), np.asarray(count).astype(count_type).tobytes(),
                       np.asarray(correct).astype(count_type).tobytes(), q.tobytes()]
     return b"".join(parts)
-
-
-def _stage_order(name: str) -> tuple:
-    return (STAGES.index(name) if name in STAGES else len(STAGES), name)
 
 
 def reliability_blocks(results: Path, space: str, hp: str, dataset: str, measured: pd.DataFrame,
