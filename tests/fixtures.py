@@ -54,12 +54,15 @@ WORKFLOW_TINY = {
     "measure_group": 1,
     # archive loading in the job's own thread (the CPU's default): the loader processes of a GPU
     # node are run through the workflow by test_determinism, and would cost this run about 4 CPU s an inference job
-    "analysis": {"hcs_betas": [1, 2], "top_k": [2], "top_n": 3},
+    # 200 bootstrap resamples, not the config's 1000: the intervals are checked for being there and
+    # holding their tau, and resamples cost the Kendall part about 3 CPU s a run
+    "analysis": {"hcs_betas": [1, 2], "top_k": [2], "top_n": 3, "bootstrap": {"resamples": 200}},
     "explorer": True,
-    # Every stage (the config's default); a small lambda, mu search keeps the test fast (its fits
-    # at K = 100 on 30 samples run to the limit: 100 iterations, not the config's 1000)
+    # Every stage (the config's default); a small lambda, mu search keeps the test fast: its fits at
+    # K = 100 on 30 samples run to whatever limit they get, so 25 iterations, not the config's 1000
+    # (unconverged fits are still scored: the search's plumbing is what the run tests)
     "recalibration": {"odir": {"search": {"networks": 2, "folds": 2, "seed": 0, "grid": [1.0e+1, 1.0e+3],
-                                          "max_iterations": 100}}},
+                                          "max_iterations": 25}}},
 }
 
 # One SSS table, two networks in chunks of one, every stage with lambda, mu given: the

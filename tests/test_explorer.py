@@ -478,9 +478,9 @@ def test_colouring_by_a_tss_edge_gives_each_point_the_operation_of_its_arch_stri
 
 
 @contextlib.contextmanager
-def _reopened(workflow_run, hash_: str):
-    """The explorer opened afresh at the view ``hash_`` (``location.hash``), painted."""
-    with render.Page(workflow_run / "results" / "explorer" / "index.html", 1400, 1000, timeout=90) as again:
+def _reopened(html: Path, hash_: str):
+    """The explorer page ``html`` opened afresh at the view ``hash_`` (``location.hash``), painted."""
+    with render.Page(html, 1400, 1000, timeout=90) as again:
         again.evaluate(f"location.hash = {json.dumps(hash_.removeprefix('#'))}; location.reload(); 1")
         time.sleep(0.3)
         again.wait_for("typeof CB !== 'undefined' && (CB.state.painted || CB.state.errors.length)", timeout=60)
@@ -514,7 +514,7 @@ def test_reopening_a_views_url_restores_its_table_columns_filter_sort_tab_and_ne
                          " sort: CB.networks.sort, selected: CB.state.selected.index, where: document.getElementById('nwhere').value,"
                          " colour: CB.state.scatter.color, table: CB.state.scatter.tables[0].table})")
     assert "tab=networks" in view["hash"] and f"n={sss}" in view["hash"], view["hash"]
-    with _reopened(workflow_run, view["hash"]) as again:
+    with _reopened(workflow_run / "results" / "explorer" / "index.html", view["hash"]) as again:
         again.wait_for(f"CB.state.selected && CB.state.selected.index === {view['selected']}", timeout=30)
         reopened = again.evaluate(
             "({columns: CB.networks.columns, order: Array.from(CB.networks.order), sort: CB.networks.sort,"
@@ -573,7 +573,7 @@ def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhe
     hash_ = page.evaluate("location.hash")
     view = parse_qs(hash_[1:])
     assert view["b"][0].startswith("accuracy:") and view["pa"][0].startswith("accuracy,"), hash_
-    with _reopened(workflow_run, hash_) as again:
+    with _reopened(workflow_run / "results" / "explorer" / "index.html", hash_) as again:
         again.wait_for(f"CB.linked.count === {len(want)} && CB.networks.order.length === {len(want)}", timeout=30)
         assert again.evaluate("CB.state.errors") == []
         assert sorted(again.evaluate("Array.from(CB.networks.order)")) == sorted(rows)
@@ -718,3 +718,90 @@ def test_the_column_lists_group_each_stages_metric_over_its_bin_counts_and_filte
     assert set(shown) - {page.evaluate("document.getElementById('ycol').value")} <= {"pre_ece_15"} and "pre_ece_15" in shown
     page.evaluate("(() => { const f = document.getElementById('colfilter'); f.value = '';"
                   " f.dispatchEvent(new Event('input')); })()")
+
+
+# ---------------------------------------------------------------- two runs (issue 37, item 4)
+
+def _perturbed_copy(results: Path, root: Path, table: str, rng) -> dict:
+    """Run B: the run's tables, with ``table``'s post_ece_15 moved for one network, NaN for
+    another, one network dropped, and every table's config_hash changed (a setting)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from calibench import layout
+    from calibench.results.tables import METADATA_KEY
+
+    changed = {}
+    for path in layout.result_tables(results):
+        frame = pd.read_parquet(path)
+        frame["config_hash"] = "another-hash"
+        if path.stem == table:
+            measured = frame.index[frame["arch_index"] == frame["measured_by"]]
+            moved, missing, dropped = measured[0], measured[1], measured[-1]
+            frame.loc[moved, "post_ece_15"] += rng.uniform(1e-4, 1e-3)
+            frame.loc[missing, "post_ece_15"] = np.nan
+            changed = {"moved": int(frame.at[moved, "arch_index"]), "missing": int(frame.at[missing, "arch_index"]),
+                       "dropped": frame.loc[dropped, ["nats_index", "seed"]].astype(int).tolist()}
+            frame = frame.drop(index=dropped)
+        arrow = pa.Table.from_pandas(frame, preserve_index=False)
+        target = layout.table_path(root, *path.stem.rsplit("_", 1))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(arrow.replace_schema_metadata({**arrow.schema.metadata,
+                                                     METADATA_KEY: pq.read_schema(path).metadata[METADATA_KEY]}), target)
+    return changed
+
+
+def test_two_runs_side_by_side_show_compares_differences_network_by_network(workflow_run, tmp_path, rng, capsys):
+    """Issue 37, item 4: `calibench explore RUN_A --compare RUN_B` against a copy with one perturbed
+    column: the column that differs is offered, each network's B - A is the difference pandas
+    computes for it (matched by network and seed), the figures are calibench compare's, and the
+    networks of one run only and the settings that differ are named."""
+    from calibench import layout
+    from calibench.analysis.compare import compare_runs
+    from calibench.run.cli import main as cli_main
+
+    results, table = workflow_run / "results", "sss_90_cifar100"
+    changed = _perturbed_copy(results, tmp_path / "b", table, rng)
+    assert cli_main(["explore", str(results), "--out", str(tmp_path / "x")]) == 2  # --out goes with --compare
+    assert "--compare" in capsys.readouterr().err
+    assert cli_main(["explore", str(results), "--compare", str(tmp_path / "b"), "--out", str(tmp_path / "cmp")]) == 0
+    assert not (results / "explorer" / "data.tmp").exists()  # the run's own explorer is not where it goes
+    html = layout.explorer_page(tmp_path / "cmp")
+    stats = compare_runs(results, tmp_path / "b").csv_frame().set_index(["table", "column"]).loc[(table, "post_ece_15")]
+    a, b = _table(workflow_run, table), pd.read_parquet(layout.table_path(tmp_path / "b", "sss_90", "cifar100"))
+    both = a.merge(b, on=["nats_index", "seed"], suffixes=("", "_b"))
+    want = dict(zip(both["arch_index"], both["post_ece_15_b"] - both["post_ece_15"]))
+    try:
+        with render.Page(html, 1400, 1000, timeout=90) as p:
+            p.wait_for("CB.state.painted || CB.state.errors.length", timeout=60)
+            p.evaluate(f"(() => {{ const t = document.getElementById('table'); t.value = '{table}'; "
+                       "t.dispatchEvent(new Event('change')); })()")
+            p.wait_for(f"CB.state.scatter.tables[0].table === '{table}' && !CB.state.drawing")
+            offered = p.evaluate("Array.from(document.getElementById('cmpcol').options, o => o.value).filter(Boolean)")
+            assert offered == ["post_ece_15"]  # config_hash differs too, but it is a setting, not plotted
+            p.evaluate("(() => { const s = document.getElementById('cmpcol'); s.value = 'post_ece_15'; "
+                       "s.dispatchEvent(new Event('change')); })()")
+            p.wait_for("CB.state.scatter.y === 'post_ece_15 [B]' && !CB.state.drawing")
+            trace = p.evaluate("(() => { const d = document.getElementById('scatter').data[0]; return {x: Array.from(d.x),"
+                               " y: Array.from(d.y), d: Array.from(d.marker.color), rows: d.customdata.map(c => c[0])}; })()")
+            texts = {k: p.evaluate(f"document.getElementById('{k}').textContent") for k in ("cmpnote", "cmptable", "cmphead")}
+            assert p.evaluate("CB.state.errors") == [] and p.evaluate("CB.state.scatter.color") == "post_ece_15 [B-A]"
+            view = p.evaluate("location.hash")
+        with _reopened(html, view) as p:  # the view's URL reopens the same two columns
+            assert (p.evaluate("CB.state.scatter.y"), p.evaluate("CB.state.scatter.color")) == (
+                "post_ece_15 [B]", "post_ece_15 [B-A]")
+    except render.BrowserNotFound as exc:
+        pytest.skip(str(exc))
+    drawn = a.iloc[trace["rows"]]["arch_index"].tolist()
+    # drawn: the networks in both runs with a value on each side (not the NaN one, not the dropped one)
+    assert sorted(drawn) == sorted(i for i, d in want.items() if np.isfinite(d)) and changed["missing"] not in drawn
+    got = np.array(trace["d"])
+    expected = np.array([want[i] for i in drawn])
+    assert np.all(np.abs(got - expected) <= 2.0 ** -9 * np.abs(expected)), (got, expected)  # the difference's own 3 digits
+    assert _close(trace["x"], a.iloc[trace["rows"]]["post_ece_15"])
+    assert _close(trace["y"], [a.loc[a["arch_index"] == i, "post_ece_15"].iloc[0] + want[i] for i in drawn])
+    assert abs(np.max(np.abs(got)) - stats["max_abs_diff"]) <= 2.0 ** -9 * stats["max_abs_diff"]
+    assert np.count_nonzero(got) + stats["n_nan_mismatch"] == stats["n_differ"] == 2  # the moved one and the NaN one
+    assert f"{int(stats['n_differ'])} of {int(stats['n_both'])} networks differ (1 NaN on one side only)" in texts["cmpnote"]
+    assert f"only in A (1): {changed['dropped'][0]}/{changed['dropped'][1]}" in texts["cmptable"]
+    assert "verdict: DIFFERENT" in texts["cmphead"] and "setting" in texts["cmphead"]

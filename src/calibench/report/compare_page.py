@@ -75,7 +75,7 @@ def settings_rows(cmp: Comparison) -> list[tuple[str, str, str, list[str]]]:
     return [(*k, tables) for k, tables in seen.items()]
 
 
-def _tables_label(tables: list[str], cmp: Comparison) -> str:
+def tables_label(tables: list[str], cmp: Comparison) -> str:
     both = [t.name for t in cmp.tables if t.side == "both"]
     return "every table" if len(tables) == len(both) and len(both) > 1 else _names(tables, 3)
 
@@ -137,7 +137,7 @@ def summary_text(cmp: Comparison) -> str:
     if rows:
         lines.append(f"settings that differ ({len(rows)}):")
         for key, a, b, tables in rows[:SHOWN_SETTINGS]:
-            lines.append(f"  {key}: {_short(a)} -> {_short(b)} [{_tables_label(tables, cmp)}]")
+            lines.append(f"  {key}: {_short(a)} -> {_short(b)} [{tables_label(tables, cmp)}]")
         if len(rows) > SHOWN_SETTINGS:
             lines.append(f"  ... and {len(rows) - SHOWN_SETTINGS} more (the page lists every one)")
     lines.append(verdict(cmp))
@@ -261,7 +261,7 @@ def page_html(cmp: Comparison, png: bytes | None) -> str:
     out.append("<h2>Settings that differ</h2>")
     rows = settings_rows(cmp)
     if rows:
-        frame = pd.DataFrame([{"setting": k, "A": a, "B": b, "tables": _tables_label(t, cmp)} for k, a, b, t in rows])
+        frame = pd.DataFrame([{"setting": k, "A": a, "B": b, "tables": tables_label(t, cmp)} for k, a, b, t in rows])
         out.append(f"<div class='scroll'>{frame.to_html(index=False)}</div>")
     else:
         out.append("<p>none: the tables' provenance, config records, constants and setting columns agree.</p>")

@@ -197,13 +197,15 @@ const CB = (() => {
     const shown = [], notes = [];
     let crange = null;  // one colour scale over every panel, so one colour bar tells them all
     const ccats = cn ? categoriesOf(tables[0], cn) : null;  // a categorical colour: a trace and legend entry per category
+    const diverging = !!cn && cn.endsWith(DIFF);  // run B - run A: a diverging scale, 0 in its middle
     if (cn && !ccats) {
       let lo = Infinity, hi = -Infinity;
       for (const t of tables) {
         const [c, r] = await Promise.all([column(t, cn), rows(t)]);
         if (c) for (let i = 0; i < t.n; i++) if (r.isRep[i] && Number.isFinite(c[i])) { lo = Math.min(lo, c[i]); hi = Math.max(hi, c[i]); }
       }
-      if (lo <= hi) crange = [lo, hi];
+      const m = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
+      if (lo <= hi) crange = diverging ? [-m, m] : [lo, hi];
     }
     for (const [k, t] of tables.entries()) {
       const r = await rows(t);
@@ -235,13 +237,19 @@ const CB = (() => {
         traces.push({type: 'scattergl', mode: 'markers', name: t.id, meta: t.id, x: idx.map(i => x[i]), y: idx.map(i => y[i]),
           customdata: custom(idx), text: text, xaxis: 'x' + ax, yaxis: 'y' + ax,
           hovertemplate: `%{text}<br>${hx}<br>${hy}` + (cv ? `<br>${cn} %{marker.color:.3g}` : '') + '<extra></extra>',
-          marker: {size, opacity, color: cv || '#4c72b0', colorscale: 'Viridis', showscale: !!cv && k === 0,
+          marker: {size, opacity, color: cv || '#4c72b0', colorscale: diverging ? 'RdBu' : 'Viridis', showscale: !!cv && k === 0,
                    ...(cv && crange ? {cmin: crange[0], cmax: crange[1]} : {}),
                    colorbar: cv ? {title: {text: cn, side: 'right'}, thickness: 12} : undefined}});
       }
       const catAxis = (cats, title) => cats ? {title: {text: title}, tickvals: cats.map((_, v) => v), ticktext: cats}
                                             : {title: {text: title}};
       layout['xaxis' + ax] = catAxis(xcats, xn); layout['yaxis' + ax] = catAxis(ycats, k === 0 ? yn : '');
+      if (yn === xn + B_RUN && idx.length) {  // run A against run B: the line where they are equal
+        let lo = Infinity, hi = -Infinity;
+        for (const i of idx) { lo = Math.min(lo, x[i], y[i]); hi = Math.max(hi, x[i], y[i]); }
+        (layout.shapes = layout.shapes || []).push({type: 'line', xref: 'x' + ax, yref: 'y' + ax, x0: lo, y0: lo, x1: hi, y1: hi,
+                                                     line: {dash: 'dot', color: '#888', width: 1}});
+      }
       const copied = t.n - t.n_measured;
       const panels = tables.length > 1;  // side by side: the title on two lines, so neighbours do not overlap
       layout.annotations.push({text: `${tableLabel(t)}${panels ? '<br>' : ' '}(n = ${idx.length} of ${t.n_measured} measured`
@@ -827,6 +835,57 @@ const CB = (() => {
     await Plotly.react($('methods'), traces, layout, {displaylogo: false});
   }
 
+  // ------------------------------------------------------------ two runs (calibench explore RUN_A --compare RUN_B)
+  const B_RUN = ' [B]', DIFF = ' [B-A]';  // run B's column and B - A, beside run A's (explorer.py's suffixes)
+  const esc = v => String(v).replace(/[&<>"]/g, ch => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[ch]));
+  function compareHead() {  // the two runs, the verdict, the settings that differ, the tables of one run only
+    const m = S.manifest.compare;
+    const settings = m.settings.length
+      ? `<details><summary>${m.settings.length} setting${m.settings.length === 1 ? ' differs' : 's differ'}</summary><ul>`
+        + m.settings.map(([k, a, b, where]) => `<li><code>${esc(k)}</code>: ${esc(a)} &rarr; ${esc(b)} [${esc(where)}]</li>`).join('')
+        + '</ul></details>' : '<p>No setting differs.</p>';
+    const one = m.tables_one_run.length ? '<p>Tables of one run only: ' + m.tables_one_run.map(
+      ([name, side, n]) => `${esc(name)} (run ${side}, ${n} rows)`).join(', ') + '</p>' : '';
+    $('cmphead').innerHTML = `<p><b>A</b> <code>${esc(m.a)}</code> (${esc(m.a_kind)}) against <b>B</b> <code>${esc(m.b)}</code>`
+      + ` (${esc(m.b_kind)}); the points are run A's networks.</p><p id="cmpverdict">${esc(m.verdict)}</p>` + settings + one;
+  }
+  function compareTable() {  // this table: networks in one run only, columns that differ, the compare column's list
+    const t = byId($('table').value), c = t.compare;
+    if (!c) {
+      $('cmptable').textContent = `${tableLabel(t)}: in run A only`;
+      options($('cmpcol'), [{value: '', label: '(the table is in run A only)'}]);
+      return;
+    }
+    const keys = (list, n) => list.map(k => k.join('/')).join(', ') + (n > list.length ? ` and ${n - list.length} more` : '');
+    $('cmptable').textContent = `${tableLabel(t)}: ${c.n_both} networks in both runs (matched by ${c.key.join(', ')})`
+      + (c.n_only_a ? `; only in A (${c.n_only_a}): ${keys(c.only_a, c.n_only_a)}` : '')
+      + (c.n_only_b ? `; only in B (${c.n_only_b}, not drawn): ${keys(c.only_b, c.n_only_b)}` : '')
+      + `; data columns: ${c.n_differs} differ, ${c.n_equal} equal`
+      + (c.only_columns_a.length ? `, ${c.only_columns_a.length} only in A (${listed(c.only_columns_a, 4)})` : '')
+      + (c.only_columns_b.length ? `, ${c.only_columns_b.length} only in B (${listed(c.only_columns_b, 4)})` : '');
+    const first = c.differs.length ? '(choose a column that differs)' : '(no plotted column differs)';
+    options($('cmpcol'), [{value: '', label: first}, ...c.differs.map(name => ({value: name}))], $('xcol').value);
+    compareNote();
+  }
+  function compareNote() {  // calibench compare's figures of the compare column (exact, not the page's 3 digits)
+    const t = byId($('table').value), name = $('cmpcol').value, st = t.compare && t.compare.stats[name];
+    $('cmpnote').textContent = !st ? '' : `${name}: ${st.n_differ} of ${t.compare.n_both} networks differ`
+      + (st.n_nan_mismatch ? ` (${st.n_nan_mismatch} NaN on one side only)` : '')
+      + `; largest |B - A| ${fmt(st.max_abs_diff)}, median ${fmt(st.median_abs_diff)}; Kendall tau of A and B ${fmt(st.kendall_tau)}`;
+  }
+  function compareControls() {
+    $('compare').classList.remove('hidden');
+    $('reportlink').classList.add('hidden');  // the page is not inside a run: no report beside it
+    compareHead();
+    compareTable();
+    $('cmpcol').onchange = () => {
+      const name = $('cmpcol').value;
+      if (name) tableChanged({x: name, y: name + B_RUN, c: name + DIFF}, true);
+      compareNote();
+      drawScatter().catch(fail);
+    };
+  }
+
   // ------------------------------------------------------------ start
   // the view in the URL (reopened by start): t table, x y c columns, a all datasets, tab, n selected
   // network (table:index), the networks table's nc columns, w where-clauses, s sort (column, "-" descending),
@@ -849,10 +908,10 @@ const CB = (() => {
     if (name === 'methods') return methodsTab().catch(fail);
     return Promise.resolve();
   }
-  function tableChanged(keep) {
+  function tableChanged(keep, chosen) {  // chosen: the columns to show (else those shown stay where the table has them)
     const t = byId($('table').value), items = columnItems(t), d = S.manifest.defaults, shown = columnFilter(items);
     const pick = (sel, want) => {
-      const value = items.some(i => i.value === sel.value) && keep ? sel.value : want;
+      const value = items.some(i => i.value === sel.value) && keep && !chosen ? sel.value : want;
       // the chosen column stays in its list, whatever the filter: the plot does not change under it
       options(sel, shown.some(i => i.value === value) ? shown : [...items.filter(i => i.value === value), ...shown], value);
     };
@@ -871,8 +930,10 @@ const CB = (() => {
     $('table').onchange = () => {
       P.lasso = null;  // rows of the table it was drawn on
       tableChanged({x: $('xcol').value, y: $('ycol').value, c: $('ccol').value});
+      if (manifest.compare) compareTable();
       redraw();
     };
+    if (manifest.compare) compareControls();
     for (const id of ['alldatasets', 'xcol', 'ycol', 'ccol']) $(id).onchange = redraw;
     $('colfilter').oninput = () => tableChanged({x: $('xcol').value, y: $('ycol').value, c: $('ccol').value});
     $('searchgo').onclick = () => search().catch(fail);

@@ -15,7 +15,10 @@ library and the data, all as files that a browser loads from the folder itself (
   ``data/kendall.js``: the Kendall matrices;
   ``data/{table}/a{k}.js`` and ``k{k}.js``: what a row is (:func:`architecture_columns`),
   numeric (a TSS cell's operation counts) and categorical (uint16 codes into the manifest's
-  ``categories``: a TSS edge's operation, an SSS layer's channels, the dataset, metadata).
+  ``categories``: a TSS edge's operation, an SSS layer's channels, the dataset, metadata);
+  ``data/{table}/b{k}.js`` and ``d{k}.js``: with ``--compare RUN_B`` (issue 37, item 4), each
+  column that differs between the runs as run B has it and as B - A, on run A's rows
+  (:func:`compare_columns`).
 
 A browser may not read files next to a ``file://`` page with ``fetch``, but it runs the
 scripts the page names, so every data file is a script that hands its payload to the page
@@ -49,6 +52,7 @@ from calibench.atomic import atomic_write
 from calibench.analysis.registry import output_path
 from calibench.analysis.tables import stage_order
 from calibench.layout import (explorer_dir, explorer_page, explorer_sums, result_tables, shard_path, target_name)
+from calibench.results import interop
 from calibench.results.archstr import EDGE_NAMES, TSS_OPS, parse_sss, tss_edge_ops
 from calibench.vocabulary import STAGES
 
@@ -283,8 +287,11 @@ def reliability_blocks(results: Path, space: str, hp: str, dataset: str, measure
 
 # ---------------------------------------------------------------- one table
 
-def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None, threads: int = 4) -> dict | None:
-    """Write one table's rows, columns and reliability blocks under ``data``; its manifest entry."""
+def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None, threads: int = 4,
+                 other: tuple | None = None) -> dict | None:
+    """Write one table's rows, columns and reliability blocks under ``data``; its manifest entry.
+    ``other``: (the comparison's :class:`~calibench.analysis.compare.TableResult`, run B's
+    :class:`~calibench.analysis.compare.TableRef`) to add run B's side (:func:`compare_columns`)."""
     frame = pd.read_parquet(path)
     if frame.empty:
         return None
@@ -341,11 +348,95 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
         if block:
             (out / f"rel{b}.js").write_bytes(binary_script("rel", [tid, b], encode_reliability_block(block)))
             rel_files.append(b)
+    entry_compare = None
+    if other is not None:
+        plotted = [c["name"] for c in columns if c["group"] not in ("architecture",) and c.get("enc") != "cat"]
+        added, entry_compare = compare_columns(measured, plotted, *other, out, len(columns), tid)
+        columns += added
     stages = [s for s in STAGES if f"{s}_accuracy" in names]
     bins = sorted({int(m.group(1)) for n in names if (m := re.fullmatch(r"pre_ece_(\d+)", n))})
-    return {"id": tid, "space": space, "hp": hp, "dataset": dataset, "n": int(len(frame)), "n_measured": int(len(measured)),
+    return {**({"compare": entry_compare} if entry_compare is not None else {}), "id": tid, "space": space, "hp": hp, "dataset": dataset, "n": int(len(frame)), "n_measured": int(len(measured)),
             "columns": columns, "stages": stages, "bins": bins, "rel_blocks": rel_files, "block": BLOCK,
             "table": str(path.relative_to(results)) if path.is_relative_to(results) else str(path)}
+
+
+# ---------------------------------------------------------------- two runs (issue 37, item 4)
+
+B_SUFFIX, DIFF_SUFFIX = " [B]", " [B-A]"  # run B's column and the difference, beside run A's
+LISTED_KEYS = 50  # networks of one run only named per table (the count is exact)
+
+
+def network_differences(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per network, B - A: 0 where the two are equal (equal infinities, as
+    :func:`calibench.analysis.compare.numeric_difference` counts them), NaN where either is
+    NaN or they are opposite infinities."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    with np.errstate(invalid="ignore"):
+        d = b - a
+    return np.where(a == b, 0.0, d)
+
+
+def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_b, out: Path, first: int,
+                    tid: str) -> tuple[list[dict], dict]:
+    """Run B's side of one table: for each plotted column whose status in ``result`` (the
+    comparison of :func:`calibench.analysis.compare.compare_runs`) is ``differs``, run B's
+    values on run A's measured rows (NaN where B has no such network; rows matched as
+    ``compare`` matches them) and B - A (:func:`network_differences`), each encoded as a
+    column of its own (the difference on its own scale, so a small one keeps its 3 digits).
+    Returns (their manifest entries, the table's summary: networks in both and in one run
+    only, the columns that differ, are equal, or are in one run only)."""
+    from calibench.analysis.compare import align, match_key, measured_rows, read_table
+
+    status = result.columns.set_index("column")["status"] if result.columns is not None else pd.Series(dtype=str)
+    data = result.columns[result.columns["kind"] == "data"] if result.columns is not None else None
+    differing = [c for c in plotted if status.get(c) == "differs"]
+    need = set(differing) | {"arch_index", "nats_index", "seed", "measured_by"}
+    frame_b, _ = read_table(ref_b, [c for c in _names_of(ref_b) if c in need])
+    frame_b, _ = measured_rows(frame_b)
+    key = match_key(measured, frame_b)
+    ia, ib, only_a, only_b = align(measured, frame_b, key)
+    entries = []
+    for name in differing:
+        b_values = np.full(len(measured), np.nan)
+        b_values[ia] = frame_b[name].to_numpy(dtype=float, na_value=np.nan)[ib]
+        a_values = measured[name].to_numpy(dtype=float, na_value=np.nan)
+        for prefix, suffix, values in (("b", B_SUFFIX, b_values), ("d", DIFF_SUFFIX, network_differences(a_values, b_values))):
+            payload, meta = encode_column(values)
+            file = f"{prefix}{first + len(entries)}"
+            (out / f"{file}.js").write_bytes(binary_script("file", [tid, file], payload))
+            entries.append({"name": name + suffix, "file": file, "group": "run B" if prefix == "b" else "B - A",
+                            "of": name, **meta})
+    counts = data["status"].value_counts() if data is not None else {}
+    figures = ("n_differ", "max_abs_diff", "median_abs_diff", "n_nan_mismatch", "kendall_tau")
+    rows = result.columns.set_index("column")
+    stats = {name: {f: (None if pd.isna(v := rows.at[name, f]) else (int(v) if f.startswith("n_") else float(v)))
+                    for f in figures} for name in differing}
+    summary = {"key": key, "n_both": int(len(ia)), "n_only_a": len(only_a), "n_only_b": len(only_b),
+               "only_a": [list(map(int, k)) for k in only_a[:LISTED_KEYS]],
+               "only_b": [list(map(int, k)) for k in only_b[:LISTED_KEYS]],
+               "differs": differing, "stats": stats, "n_differs": int(counts.get("differs", 0)), "n_equal": int(counts.get("equal", 0)),
+               "only_columns_a": data.loc[data["status"] == "only_a", "column"].tolist() if data is not None else [],
+               "only_columns_b": data.loc[data["status"] == "only_b", "column"].tolist() if data is not None else []}
+    return entries, summary
+
+
+def _names_of(ref) -> list[str]:
+    from calibench.analysis.compare import table_columns
+
+    return table_columns(ref)
+
+
+def compare_manifest(cmp) -> dict:
+    """What the page's header says of two runs: their paths, the verdict, the settings that
+    differ and the tables of one run only (as ``calibench compare`` says them)."""
+    from calibench.report import compare_page
+
+    return {"a": str(cmp.a.path), "b": str(cmp.b.path), "a_kind": cmp.a.kind, "b_kind": cmp.b.kind,
+            "verdict": compare_page.verdict(cmp), "atol": cmp.atol,
+            "settings": [[key, a, b, compare_page.tables_label(tables, cmp)]
+                         for key, a, b, tables in compare_page.settings_rows(cmp)],
+            "tables_one_run": [[t.name, "A" if t.side == "only_a" else "B", int(t.networks.get("rows", 0))]
+                               for t in cmp.tables if t.side != "both"]}
 
 
 # ---------------------------------------------------------------- Kendall matrices
@@ -385,10 +476,15 @@ def plotly_js():
 
 
 def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = None, demo: bool = False,
-                   threads: int = 4, min_networks: int | None = None) -> Path:
+                   threads: int = 4, min_networks: int | None = None, compare: str | Path | None = None,
+                   out: str | Path | None = None, columns: Sequence[str] | None = None) -> Path:
     """Write the explorer of the run under ``results`` (every table, or ``tables``); returns
     the page. Earlier data of the explorer is replaced, so nothing stale stays.
-    ``min_networks``: Kendall cells on fewer networks are marked (default: the config schema's)."""
+    ``min_networks``: Kendall cells on fewer networks are marked (default: the config schema's).
+    ``compare``: run B (a results directory, a folder of tables, tao2024 CSVs: what
+    ``calibench compare`` reads), shown against this run (:func:`compare_columns`), the
+    comparison limited to ``columns`` (fnmatch patterns); the page goes to ``out``/explorer/
+    (default: ``compare``'s own folder, ``./compare-{A}-vs-{B}/``), not into the run."""
     if min_networks is None:
         from calibench.config.check import schema_default
 
@@ -400,7 +496,16 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     verify(paths)
     if not paths:
         raise FileNotFoundError(f"no result tables under {results} (run the workflow first)")
-    root = explorer_dir(results)
+    cmp, others = None, {}
+    if compare is not None:
+        from calibench.analysis.compare import compare_runs
+        from calibench.report.compare_page import default_out
+
+        cmp = compare_runs(results, compare, columns)
+        found = {t.key: t for t in cmp.tables if t.side == "both"}
+        others = {key: (found[key], cmp.b.tables[key]) for key in found}
+        out = Path(out) if out is not None else default_out(cmp)
+    root = explorer_dir(out) if cmp is not None else explorer_dir(results)
     root.mkdir(parents=True, exist_ok=True)
     data = root / "data"
     staging = root / "data.tmp"
@@ -411,13 +516,14 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     entries = []
     for path in paths:
         log.info("explorer: %s", path)
-        entry = export_table(path, results, staging, hcs, threads)
+        entry = export_table(path, results, staging, hcs, threads, other=others.get(interop._table_key(path)) if others else None)
         if entry is not None:
             entries.append(entry)
     has_kendall = export_kendall(results, staging)
     manifest = {"tables": entries, "kendall": has_kendall, "demo": bool(demo), "stages": list(STAGES),
                 "min_networks": int(min_networks),
-                "mantissa_bits": MANTISSA_BITS, "defaults": list(DEFAULT_AXES), "results": results.resolve().name}
+                "mantissa_bits": MANTISSA_BITS, "defaults": list(DEFAULT_AXES), "results": results.resolve().name,
+                **({"compare": compare_manifest(cmp)} if cmp is not None else {})}
     (staging / "manifest.js").write_text(script("manifest", manifest))
     old = root / "data.old"
     if old.exists():
@@ -428,9 +534,10 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     shutil.rmtree(old, ignore_errors=True)
     _copy_asset(plotly_js(), root / "plotly.min.js")
     _copy_asset(resources.files("calibench.report").joinpath("explorer.js"), root / "explorer.js")
-    page = explorer_page(results)
+    where = out if cmp is not None else results
+    page = explorer_page(where)
     _copy_asset(resources.files("calibench.report").joinpath("explorer.html"), page)
     # the content check of every file of the page (issue 33; `sha256sum -c SHA256SUMS` checks it too)
-    sums = explorer_sums(results)
+    sums = explorer_sums(where)
     integrity.write_sums(sorted(p for p in root.rglob("*") if p.is_file() and p != sums), sums)
     return page

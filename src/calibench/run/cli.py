@@ -209,8 +209,14 @@ def _explore(args: argparse.Namespace) -> int:
     try:
         given = json.loads(args.settings or "{}")
         demo = args.demo or bool(given.get("demo"))
-        page = write_explorer(args.results, args.tables or None, demo=demo, threads=args.threads,
-                              min_networks=given.get("min_networks"))
+        results, tables = args.results, args.tables
+        if len(tables) == 1 and Path(tables[0]).is_dir():  # `calibench explore RUN_A`: a results directory
+            results, tables = tables[0], []
+        if (args.out or args.columns) and not args.compare:
+            raise ValueError("--out and --columns go with --compare RUN_B")
+        page = write_explorer(results, tables or None, demo=demo, threads=args.threads,
+                              min_networks=given.get("min_networks"), compare=args.compare, out=args.out,
+                              columns=args.columns)
     except (OSError, KeyError, ValueError) as exc:
         print(f"calibench explore: {exc}", file=sys.stderr)
         return 2
@@ -377,7 +383,14 @@ def build_parser() -> argparse.ArgumentParser:
     xp.add_argument("--threads", type=int, default=4, help="threads reading the shards' reliability bins")
     xp.add_argument("--demo", action="store_true", help="say on the page that the run is the mini benchmark")
     xp.add_argument("--settings", default=None, help="the workflow job's settings as JSON (its demo flag)")
-    xp.add_argument("tables", nargs="*", help="tables to show (default: every table under --results)")
+    xp.add_argument("tables", nargs="*", help="tables to show (default: every table under --results), or one "
+                                              "results directory (RUN_A)")
+    xp.add_argument("--compare", metavar="RUN_B", default=None,
+                    help="another run (results directory, tables or tao2024 CSVs) shown against this one, network by "
+                         "network, as `calibench compare` matches them")
+    xp.add_argument("--columns", nargs="+", metavar="PATTERN", default=None,
+                    help="with --compare: only the columns matching these fnmatch patterns")
+    xp.add_argument("--out", default=None, help="with --compare: output folder (default: ./compare-{A}-vs-{B}/)")
     xp.set_defaults(func=_explore)
 
     ex = sub.add_parser("export", help="result tables in another layout (tao2024: Tao et al.'s published CSVs)")
