@@ -600,29 +600,44 @@ def _decode_reliability(data: bytes) -> dict:
     """The binary reliability block as explorer.py's docstring defines it (an independent reader)."""
     import struct
 
-    assert data[:4] == b"CBR1"
+    assert data[:4] == b"CBR2"
     width, n_names = data[4], data[5]
     o, names = 6, []
     for _ in range(n_names):
         names.append(data[o + 1:o + 1 + data[o]].decode("ascii"))
         o += 1 + data[o]
     (networks,), o = struct.unpack_from("<I", data, o), o + 4
-    fmt, out = {2: "H", 4: "I"}[width], {}
+    heads = []
     for _ in range(networks):
         row, mask = struct.unpack_from("<iH", data, o)
         o += 6
-        out[row] = {}
+        stages = []
         for k, name in enumerate(names):
             if mask >> k & 1:
-                (b,) = struct.unpack_from("<H", data, o)
+                stages.append((name, struct.unpack_from("<H", data, o)[0]))
                 o += 2
-                count = struct.unpack_from(f"<{b}{fmt}", data, o)
-                correct = struct.unpack_from(f"<{b}{fmt}", data, o + width * b)
-                q = data[o + 2 * width * b:o + 2 * width * b + b]
-                o += 2 * width * b + b
-                out[row][name] = (list(count), [(i + q[i] / 255) / b if count[i] else None for i in range(b)],
-                                  list(correct))
-    assert o == len(data)
+        heads.append((row, stages))
+    total = sum(b for _, stages in heads for _, b in stages)
+
+    def numbers(start):  # width byte planes, the low bytes first
+        return [sum(data[start + j * total + t] << (8 * j) for j in range(width)) for t in range(total)]
+
+    counts, zigzag = numbers(o), numbers(o + width * total)
+    q = data[o + 2 * width * total:]
+    assert len(q) == total
+    out, t = {}, 0
+    for row, stages in heads:
+        out[row] = {}
+        for name, b in stages:
+            count, conf, correct = [], [], []
+            for i in range(b):
+                c, z = counts[t], zigzag[t]
+                expected = (c * (255 * i + q[t]) * 2 + 255 * b) // (510 * b)  # round(c (255 i + q) / (255 b)), half up
+                count.append(c)
+                correct.append(expected + (z // 2 if z % 2 == 0 else -(z + 1) // 2))
+                conf.append((i + q[t] / 255) / b if c else None)
+                t += 1
+            out[row][name] = (count, conf, correct)
     return out
 
 

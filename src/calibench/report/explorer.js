@@ -343,11 +343,10 @@ const CB = (() => {
 
   // a block of networks' reliability bins (explorer.py: encode_reliability_block) -> {row: {stage: [counts,
   // mean confidences (null where empty), correct counts]}}
-  function decodeReliability(bytes, file) {
+  function decodeReliability(bytes, file) {  // explorer.py's encode_reliability_block (CBR2)
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    if (String.fromCharCode(...bytes.subarray(0, 4)) !== 'CBR1') throw new Error(`data/${file}: not reliability bins`);
-    const width = v.getUint8(4), names = [], out = {};
-    const count = width === 2 ? p => v.getUint16(p, true) : p => v.getUint32(p, true);
+    if (String.fromCharCode(...bytes.subarray(0, 4)) !== 'CBR2') throw new Error(`data/${file}: not reliability bins`);
+    const width = v.getUint8(4), names = [], out = {}, heads = [];
     let o = 6;
     for (let k = v.getUint8(5); k > 0; k--) {
       const n = v.getUint8(o);
@@ -356,22 +355,36 @@ const CB = (() => {
     }
     const networks = v.getUint32(o, true);
     o += 4;
+    let total = 0;
     for (let k = 0; k < networks; k++) {
-      const row = v.getInt32(o, true), mask = v.getUint16(o + 4, true), stages = {};
+      const row = v.getInt32(o, true), mask = v.getUint16(o + 4, true), stages = [];
       o += 6;
       names.forEach((name, j) => {
-        if (!((mask >> j) & 1)) return;
-        const b = v.getUint16(o, true), counts = [], correct = [], conf = [];
-        o += 2;
-        for (let i = 0; i < b; i++) counts.push(count(o + width * i));
-        o += width * b;
-        for (let i = 0; i < b; i++) correct.push(count(o + width * i));
-        o += width * b;
-        for (let i = 0; i < b; i++) conf.push(counts[i] > 0 ? (i + bytes[o + i] / 255) / b : null);
-        o += b;
-        stages[name] = [counts, conf, correct];
+        if ((mask >> j) & 1) { stages.push([name, v.getUint16(o, true), total]); total += v.getUint16(o, true); o += 2; }
       });
-      out[String(row)] = stages;
+      heads.push([row, stages]);
+    }
+    const number = (start, t) => {  // the t-th of the numbers stored as width byte planes from start
+      let x = 0;
+      for (let j = width - 1; j >= 0; j--) x = x * 256 + bytes[start + j * total + t];
+      return x;
+    };
+    const countsAt = o, residualsAt = o + width * total, placesAt = o + 2 * width * total;
+    if (placesAt + total !== bytes.length) throw new Error(`data/${file}: ${bytes.length} bytes where the bins take ${placesAt + total}`);
+    for (const [row, stages] of heads) {
+      const found = {};
+      for (const [name, b, first] of stages) {
+        const counts = [], correct = [], conf = [];
+        for (let i = 0; i < b; i++) {
+          const c = number(countsAt, first + i), q = bytes[placesAt + first + i], z = number(residualsAt, first + i);
+          const expected = Math.floor((2 * c * (255 * i + q) + 255 * b) / (2 * 255 * b));
+          counts.push(c);
+          correct.push(expected + (z % 2 ? -(z + 1) / 2 : z / 2));
+          conf.push(c > 0 ? (i + q / 255) / b : null);
+        }
+        found[name] = [counts, conf, correct];
+      }
+      out[String(row)] = found;
     }
     return out;
   }

@@ -231,41 +231,67 @@ def _reliability_of(path: Path, seed: int) -> dict | None:
     return out
 
 
-REL_MAGIC = b"CBR1"
+REL_MAGIC = b"CBR2"
+
+
+def expected_correct(count: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Each bin's correct count were its accuracy its mean confidence as stored, (i + q/255)/B:
+    round(count (255 i + q) / (255 B)), in integers (the page computes the same)."""
+    count, q = np.asarray(count, np.int64), np.asarray(q, np.int64)
+    b = len(count)
+    scale = 255 * b
+    return (2 * count * (255 * np.arange(b) + q) + scale) // (2 * scale)
 
 
 def encode_reliability_block(block: Mapping[int, Mapping[str, tuple]]) -> bytes:
     """The reliability bins of a block of networks, in the page's binary form (issue 37, item 7).
 
     ``block``: measured row -> stage -> (counts, mean confidences, correct counts), B equal-width
-    bins each (:mod:`calibench.metrics.reliability`). Little-endian: ``CBR1``; uint8 the bytes
-    of a count (2, or 4 where a count exceeds 65,535); uint8 the number of stage names, each as
-    uint8 length + ASCII; uint32 the networks; per network int32 its row, uint16 a mask of its
-    stages (bit k: name k), and per stage uint16 B, B counts, B correct counts, B confidence
-    bytes. A bin's mean confidence lies in its bin [i/B, (i+1)/B]; its byte q places it there:
-    (i + q/255) / B, within 1/(510 B) of the value (empty bins: 0, no confidence)."""
+    bins each (:mod:`calibench.metrics.reliability`). Little-endian: ``CBR2``; uint8 W, the bytes
+    of a stored number (2, or 4 where one exceeds 65,535); uint8 the number of stage names, each
+    as uint8 length + ASCII; uint32 the networks; per network int32 its row, uint16 a mask of its
+    stages (bit k: name k) and per stage uint16 B. Then the block's bins, all T of them in that
+    order: the counts as W byte planes (T low bytes, then the next byte of each...), the correct
+    counts as W byte planes of their zigzag difference from :func:`expected_correct` (0, 1, 2, 3
+    ... for 0, -1, 1, -2 ...: small where a network is near calibrated), and T confidence bytes.
+    A bin's mean confidence lies in its bin [i/B, (i+1)/B]; its byte q places it there:
+    (i + q/255) / B, within 1/(510 B) of the value (empty bins: 0, no confidence). Planes and
+    differences take a quarter off the gzip'd size of the plain numbers (BENCHMARKS.md)."""
     names = stage_order({stage for stages in block.values() for stage in stages})
     if len(names) > 16:  # a network's stages are a 16-bit mask
         raise ValueError(f"reliability bins of {len(names)} stages ({', '.join(names)}): at most 16 fit the form")
-    top = max((int(max(c.max(), k.max())) for stages in block.values() for c, _, k in stages.values()), default=0)
-    width = 2 if top <= 0xFFFF else 4
-    count_type = np.dtype("<u2" if width == 2 else "<u4")
-    parts = [REL_MAGIC, struct.pack("<BB", width, len(names))]
-    parts += [struct.pack("<B", len(n)) + n.encode("ascii") for n in names]
-    parts.append(struct.pack("<I", len(block)))
+    head, counts, residuals, places = [], [], [], []
     for row in sorted(block):
         stages = block[row]
-        mask = sum(1 << k for k, n in enumerate(names) if n in stages)
-        parts.append(struct.pack("<iH", int(row), mask))
+        head.append(struct.pack("<iH", int(row), sum(1 << k for k, n in enumerate(names) if n in stages)))
         for name in names:
             if name not in stages:
                 continue
             count, conf, correct = stages[name]
+            count = np.asarray(count).astype(np.int64)
             b = len(count)
             place = np.nan_to_num(np.asarray(conf, float) * b - np.arange(b), nan=0.0)
             q = np.where(count > 0, np.clip(np.round(place * 255), 0, 255), 0).astype(np.uint8)
-            parts += [struct.pack("<H", b), np.asarray(count).astype(count_type).tobytes(),
-                      np.asarray(correct).astype(count_type).tobytes(), q.tobytes()]
+            r = np.asarray(correct).astype(np.int64) - expected_correct(count, q)
+            head.append(struct.pack("<H", b))
+            counts.append(count)
+            residuals.append(np.where(r >= 0, 2 * r, -2 * r - 1))
+            places.append(q)
+    counts = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+    residuals = np.concatenate(residuals) if residuals else np.zeros(0, np.int64)
+    top = int(max(counts.max(initial=0), residuals.max(initial=0)))
+    width = 2 if top <= 0xFFFF else 4
+    if top > 0xFFFFFFFF:
+        raise ValueError(f"a reliability bin's count or correct count ({top}) does not fit four bytes")
+    kind = np.dtype("<u2" if width == 2 else "<u4")
+
+    def planes(values: np.ndarray) -> bytes:
+        return values.astype(kind).view(np.uint8).reshape(-1, width).T.tobytes()
+
+    parts = [REL_MAGIC, struct.pack("<BB", width, len(names))]
+    parts += [struct.pack("<B", len(n)) + n.encode("ascii") for n in names]
+    parts += [struct.pack("<I", len(block)), *head, planes(counts), planes(residuals),
+              (np.concatenate(places) if places else np.zeros(0, np.uint8)).tobytes()]
     return b"".join(parts)
 
 
