@@ -160,6 +160,57 @@ def reliability_size(networks: int = 117_702, stages: int = 8, n_test: int = 10_
     return on_disk, raw
 
 
+def column_delta_size(path: Path) -> tuple[int, int, int]:
+    """(gzip'd bytes of the table's plotted columns as the explorer encodes them, the same with
+    each binned metric stored as its float16 pattern's difference from the same metric at the
+    bin count nearest 15, the columns so stored): what that form of the columns would save (not
+    built; BENCHMARKS.md, "The explorer at full size")."""
+    import gzip
+    import re
+
+    import numpy as np
+    import pandas as pd
+
+    from calibench.report.explorer import encode_column, plotted_columns, round_significand
+
+    frame = pd.read_parquet(path)
+    if "measured_by" in frame:
+        frame = frame[frame["arch_index"] == frame["measured_by"]]
+    names = plotted_columns(list(frame.columns), {n: frame[n].dtype.kind for n in frame.columns})
+    families: dict[str, list[tuple[int, str]]] = {}
+    for name in names:
+        if m := re.fullmatch(r"(.+)_(\d+)", name):
+            families.setdefault(m.group(1), []).append((int(m.group(2)), name))
+    ref_of = {name: min(items, key=lambda t: abs(t[0] - 15))[1]
+              for items in families.values() if len(items) > 1 for _, name in items}
+
+    def size(data: bytes) -> int:
+        return len(gzip.compress(data, 6, mtime=0))
+
+    def pattern(v, exp):  # the explorer's float16 bit pattern of each value, at scale 2**exp
+        rounded = np.where(np.isfinite(v), round_significand(v, 8), v)
+        return (rounded / 2.0 ** exp).astype("<f2").view("<u2").astype(np.int64)
+
+    plain = delta = stored = 0
+    for name in names:
+        v = frame[name].to_numpy(float)
+        payload, meta = encode_column(v)
+        here = size(payload)
+        plain += here
+        ref = ref_of.get(name, name)
+        if ref != name and meta["enc"] == "f16":
+            r = frame[ref].to_numpy(float)
+            _, ref_meta = encode_column(r)
+            mags = np.abs(v[np.isfinite(v) & (v != 0)])
+            if ref_meta["enc"] == "f16" and (not mags.size or mags.max() < 2.0 ** (15 + ref_meta["exp"])):
+                d = ((pattern(v, ref_meta["exp"]) >> 2) - (pattern(r, ref_meta["exp"]) >> 2) + 8192) % 16384 - 8192
+                zigzag = np.where(d >= 0, 2 * d, -2 * d - 1).astype("<u2")
+                here = size(zigzag.view(np.uint8).reshape(-1, 2).T.tobytes())
+                stored += 1
+        delta += here
+    return plain, delta, stored
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/calibench-bench-analysis-s1"),
@@ -170,7 +221,14 @@ def main() -> None:
     ap.add_argument("--ccol", default="channels_3", help="a categorical colour to time (issue 37, item 3)")
     ap.add_argument("--reliability-size", action="store_true",
                     help="only: the size of every network's reliability bins in the binary form (synthetic bins)")
+    ap.add_argument("--column-deltas", action="store_true",
+                    help="only the size of --table's columns, plain and with binned metrics as differences")
     args = ap.parse_args()
+    if args.column_deltas:
+        plain, delta, stored = column_delta_size(args.dir / "results" / "tables" / f"{args.table}.parquet")
+        print(f"{args.table}: columns {plain / 1e6:.1f} MB gzip'd; with {stored} binned metrics as differences from "
+              f"the metric at the bin count nearest 15: {delta / 1e6:.1f} MB ({100 * (1 - delta / plain):.0f} % less)")
+        return
     if args.reliability_size:
         start = time.perf_counter()
         on_disk, raw = reliability_size()

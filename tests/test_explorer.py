@@ -779,6 +779,8 @@ def test_two_runs_side_by_side_show_compares_differences_network_by_network(work
     changed = _perturbed_copy(results, tmp_path / "b", table, rng)
     assert cli_main(["explore", str(results), "--out", str(tmp_path / "x")]) == 2  # --out goes with --compare
     assert "--compare" in capsys.readouterr().err
+    assert cli_main(["explore", str(tmp_path / "nowhere"), "--compare", str(tmp_path / "b")]) == 2
+    assert f"{tmp_path / 'nowhere'}: no such file or directory" in capsys.readouterr().err
     assert cli_main(["explore", str(results), "--compare", str(tmp_path / "b"), "--out", str(tmp_path / "cmp")]) == 0
     assert not (results / "explorer" / "data.tmp").exists()  # the run's own explorer is not where it goes
     html = layout.explorer_page(tmp_path / "cmp")

@@ -128,6 +128,7 @@ const CB = (() => {
   const PALETTE = ['#4c72b0', '#dd8452', '#55a868', '#c44e52', '#8172b3', '#937860', '#da8bc3', '#8c8c8c', '#ccb974',
                    '#64b5cd', '#1f3b73', '#a0522d', '#2e8b57', '#b22222', '#4b0082', '#808000'];
   const byId = id => S.manifest.tables.find(t => t.id === id);
+  const B_RUN = ' [B]', DIFF = ' [B-A]';  // run B's column and B - A, beside run A's (explorer.py's suffixes)
   function fail(err) {
     const text = String(err && err.message || err);
     S.errors.push(text);
@@ -609,8 +610,8 @@ const CB = (() => {
     } else {
       const c = numericColour ? await column(t, numericColour) : null;
       if (c && idx.every(i => Number.isFinite(c[i]))) {
-        line = {color: idx.map(i => c[i]), colorscale: 'Viridis', showscale: true,
-                colorbar: {title: {text: cn, side: 'right'}, thickness: 12}};
+        line = {color: idx.map(i => c[i]), colorscale: cn.endsWith(DIFF) ? 'RdBu' : 'Viridis', showscale: true,
+                ...(cn.endsWith(DIFF) ? {cmid: 0} : {}), colorbar: {title: {text: cn, side: 'right'}, thickness: 12}};
       }
     }
     const missing = t.n_measured - finite.length, notes = [];
@@ -849,7 +850,6 @@ const CB = (() => {
   }
 
   // ------------------------------------------------------------ two runs (calibench explore RUN_A --compare RUN_B)
-  const B_RUN = ' [B]', DIFF = ' [B-A]';  // run B's column and B - A, beside run A's (explorer.py's suffixes)
   const esc = v => String(v).replace(/[&<>"]/g, ch => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;'}[ch]));
   function compareHead() {  // the two runs, the verdict, the settings that differ, the tables of one run only
     const m = S.manifest.compare;

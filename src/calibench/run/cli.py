@@ -210,6 +210,9 @@ def _explore(args: argparse.Namespace) -> int:
         given = json.loads(args.settings or "{}")
         demo = args.demo or bool(given.get("demo"))
         results, tables = args.results, args.tables
+        missing = [t for t in tables if not Path(t).exists()]
+        if missing:
+            raise ValueError(f"{missing[0]}: no such file or directory")
         if len(tables) == 1 and Path(tables[0]).is_dir():  # `calibench explore RUN_A`: a results directory
             results, tables = tables[0], []
         if (args.out or args.columns) and not args.compare:
