@@ -71,7 +71,7 @@ def annotate(ax, values: np.ndarray, fontsize: float | None, fmt: str = "{:.2f}"
         return
     for (i, j), v in np.ndenumerate(values):
         if np.isfinite(v):
-            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=fontsize,
+            ax.text(j, i, fmt.format(v), ha="center", va="center", fontsize=fontsize, in_layout=False,
                     color="white" if abs(v) > dark else "black")
 
 
