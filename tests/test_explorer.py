@@ -802,6 +802,12 @@ def test_two_runs_side_by_side_show_compares_differences_network_by_network(work
             trace = p.evaluate("(() => { const d = document.getElementById('scatter').data[0]; return {x: Array.from(d.x),"
                                " y: Array.from(d.y), d: Array.from(d.marker.color), rows: d.customdata.map(c => c[0])}; })()")
             texts = {k: p.evaluate(f"document.getElementById('{k}').textContent") for k in ("cmpnote", "cmptable", "cmphead")}
+            p.evaluate("CB.tab('networks')")  # the networks table: the two columns beside run A's, and where-clauses on them
+            p.evaluate("(() => { const w = document.getElementById('nwhere'); w.value = 'post_ece_15 [B-A] > 0'; "
+                       "w.dispatchEvent(new Event('change')); })()")
+            p.wait_for("CB.networks.notes.startsWith('where post_ece_15 [B-A]')")
+            listed = p.evaluate("Array.from(CB.networks.order, i => CB.state.tables[CB.networks.table].index[i])")
+            shown = p.evaluate("CB.networks.columns")
             assert p.evaluate("CB.state.errors") == [] and p.evaluate("CB.state.scatter.color") == "post_ece_15 [B-A]"
             view = p.evaluate("location.hash")
         with _reopened(html, view) as p:  # the view's URL reopens the same two columns
@@ -822,3 +828,5 @@ def test_two_runs_side_by_side_show_compares_differences_network_by_network(work
     assert f"{int(stats['n_differ'])} of {int(stats['n_both'])} networks differ (1 NaN on one side only)" in texts["cmpnote"]
     assert f"only in A (1): {changed['dropped'][0]}/{changed['dropped'][1]}" in texts["cmptable"]
     assert "verdict: DIFFERENT" in texts["cmphead"] and "setting" in texts["cmphead"]
+    assert {"post_ece_15", "post_ece_15 [B]", "post_ece_15 [B-A]"} <= set(shown)
+    assert listed == [changed["moved"]]  # the one network moved up, the NaN one and the dropped one not

@@ -435,7 +435,7 @@ const CB = (() => {
   function whereClauses(text, t) {
     const out = [];
     for (const part of text.split(/,|\band\b/).map(s => s.trim()).filter(Boolean)) {
-      const m = /^([\w.]+(?:<-\d+)?)\s*(<=|>=|!=|==|=|<|>)\s*(\S+)$/i.exec(part);
+      const m = /^([\w.]+(?:<-\d+)?(?: \[B(?:-A)?\])?)\s*(<=|>=|!=|==|=|<|>)\s*(\S+)$/i.exec(part);
       if (!m) throw new Error(`where: "${part}" is not "column op value" (ops: < <= > >= = !=)`);
       if (!t.columns.some(c => c.name === m[1])) throw new Error(`where: ${tableLabel(t)} has no column ${m[1]}`);
       const cats = categoriesOf(t, m[1]);
@@ -893,7 +893,12 @@ const CB = (() => {
     compareTable();
     $('cmpcol').onchange = () => {
       const name = $('cmpcol').value;
-      if (name) tableChanged({x: name, y: name + B_RUN, c: name + DIFF}, true);
+      if (name) {
+        tableChanged({x: name, y: name + B_RUN, c: name + DIFF}, true);
+        if (N.table === $('table').value) {  // the networks table, already open on this table, lists them too
+          for (const n of [name, name + B_RUN, name + DIFF]) if (!N.columns.includes(n)) N.columns.push(n);
+        }
+      }
       compareNote();
       drawScatter().catch(fail);
     };
