@@ -61,6 +61,20 @@ def test_a_data_file_carries_its_bytes_through_the_string_literal():
     assert gzip.decompress(packed) == payload
 
 
+def test_the_page_script_joins_every_part_once_in_one_closure():
+    """explorer.js is explorer_js/*.js joined (explorer.PAGE_SCRIPTS): no part left out or twice,
+    one closure whose value is start.js's EXPORTS."""
+    from importlib import resources
+
+    folder = resources.files("calibench.report").joinpath("explorer_js")
+    files = sorted(p.name.removesuffix(".js") for p in folder.iterdir() if p.name.endswith(".js"))
+    assert sorted(explorer.PAGE_SCRIPTS) == files and len(set(explorer.PAGE_SCRIPTS)) == len(files)
+    code = explorer.page_script().decode()
+    assert code.count("const CB = (() => {") == 1 and code.rstrip().endswith("return EXPORTS;\n})();")
+    for name in explorer.PAGE_SCRIPTS:
+        assert folder.joinpath(f"{name}.js").read_text() in code
+
+
 # ---------------------------------------------------------------- the page of the shared run
 
 @pytest.fixture(scope="module")

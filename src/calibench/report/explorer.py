@@ -6,7 +6,8 @@ library and the data, all as files that a browser loads from the folder itself (
 
 * ``plotly.min.js`` as the ``plotly`` Python package ships it (plotly.js: WebGL scatter
   plots, ``scattergl``, draw 32,768 points and stay responsive; heatmaps with hover);
-* ``explorer.js``, the page's code (in this package);
+* ``explorer.js``, the page's code: the files of ``explorer_js/`` in this package, one per
+  concern (:data:`PAGE_SCRIPTS`), as one closure (:func:`page_script`);
 * ``data/manifest.js``: the tables, their columns and how each column is encoded;
 * ``data/{table}/rows.js``: each row's index, arch string and (TSS) the row of its measured
   isomorphism class; ``data/{table}/c{k}.js``: one column, loaded when the page shows it;
@@ -492,6 +493,24 @@ def _copy_asset(src, dst: Path) -> None:
     atomic_write(dst, lambda f: f.write(data))
 
 
+# The page's code, one file per concern (explorer_js/{name}.js), in the order they are joined:
+# each is a part of one closure (the functions of one may call those of another), so the page
+# loads one script and the parts share their state without a global of their own.
+PAGE_SCRIPTS = ("state", "loading", "helpers", "scatter", "network", "networks", "linked", "kendall", "methods",
+                "compare", "start")
+
+
+def page_script() -> bytes:
+    """``explorer.js``: the parts of :data:`PAGE_SCRIPTS` in one closure, ``CB``, whose value
+    is the ``EXPORTS`` of ``start.js`` (what the data files and the tests call)."""
+    folder = resources.files("calibench.report").joinpath("explorer_js")
+    body = "\n".join(folder.joinpath(f"{name}.js").read_text(encoding="utf-8") for name in PAGE_SCRIPTS)
+    return ("// calibench explorer: the page's code (calibench/report/explorer.py writes the data it reads; the\n"
+            "// code is calibench/report/explorer_js/*.js joined). Data files are scripts that call CB.<kind>(...);\n"
+            "// they are loaded when the page needs them.\n'use strict';\n\nconst CB = (() => {\n"
+            + body + "\n  return EXPORTS;\n})();\n").encode("utf-8")
+
+
 def plotly_js():
     """plotly.js as the ``plotly`` package ships it (``plotly/package_data/plotly.min.js``)."""
     package, name = PLOTLY_JS
@@ -559,7 +578,8 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     staging.replace(data)
     shutil.rmtree(old, ignore_errors=True)
     _copy_asset(plotly_js(), root / "plotly.min.js")
-    _copy_asset(resources.files("calibench.report").joinpath("explorer.js"), root / "explorer.js")
+    code = page_script()
+    atomic_write(root / "explorer.js", lambda f: f.write(code))
     where = out if cmp is not None else results
     page = explorer_page(where)
     _copy_asset(resources.files("calibench.report").joinpath("explorer.html"), page)
