@@ -412,13 +412,13 @@ def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_
     column of its own (the difference on its own scale, so a small one keeps its 3 digits).
     Returns (their manifest entries, the table's summary: networks in both and in one run
     only, the columns that differ, are equal, or are in one run only)."""
-    from calibench.analysis.compare import align, match_key, measured_rows, read_table
+    from calibench.analysis.compare import align, match_key, measured_rows, read_table, table_columns
 
     status = result.columns.set_index("column")["status"] if result.columns is not None else pd.Series(dtype=str)
     data = result.columns[result.columns["kind"] == "data"] if result.columns is not None else None
     differing = [c for c in plotted if status.get(c) == "differs"]
     need = set(differing) | {"arch_index", "nats_index", "seed", "measured_by"}
-    frame_b, _ = read_table(ref_b, [c for c in _names_of(ref_b) if c in need])
+    frame_b, _ = read_table(ref_b, [c for c in table_columns(ref_b) if c in need])
     frame_b, _ = measured_rows(frame_b)
     key = match_key(measured, frame_b)
     ia, ib, only_a, only_b = align(measured, frame_b, key)
@@ -445,12 +445,6 @@ def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_
                "only_columns_a": data.loc[data["status"] == "only_a", "column"].tolist() if data is not None else [],
                "only_columns_b": data.loc[data["status"] == "only_b", "column"].tolist() if data is not None else []}
     return entries, summary
-
-
-def _names_of(ref) -> list[str]:
-    from calibench.analysis.compare import table_columns
-
-    return table_columns(ref)
 
 
 def compare_manifest(cmp) -> dict:
