@@ -257,7 +257,7 @@ def encode_reliability_block(block: Mapping[int, Mapping[str, tuple]]) -> bytes:
     ... for 0, -1, 1, -2 ...: small where a network is near calibrated), and T confidence bytes.
     A bin's mean confidence lies in its bin [i/B, (i+1)/B]; its byte q places it there:
     (i + q/255) / B, within 1/(510 B) of the value (empty bins: 0, no confidence). Planes and
-    differences take a quarter off the gzip'd size of the plain numbers (BENCHMARKS.md)."""
+    differences take a fifth off the gzip'd size of the plain numbers (BENCHMARKS.md)."""
     names = stage_order({stage for stages in block.values() for stage in stages})
     if len(names) > 16:  # a network's stages are a 16-bit mask
         raise ValueError(f"reliability bins of {len(names)} stages ({', '.join(names)}): at most 16 fit the form")
@@ -382,8 +382,9 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
         columns += added
     stages = [s for s in STAGES if f"{s}_accuracy" in names]
     bins = sorted({int(m.group(1)) for n in names if (m := re.fullmatch(r"pre_ece_(\d+)", n))})
-    return {**({"compare": entry_compare} if entry_compare is not None else {}), "id": tid, "space": space, "hp": hp, "dataset": dataset, "n": int(len(frame)), "n_measured": int(len(measured)),
-            "columns": columns, "stages": stages, "bins": bins, "rel_blocks": rel_files, "block": BLOCK,
+    return {**({"compare": entry_compare} if entry_compare is not None else {}), "id": tid, "space": space,
+            "hp": hp, "dataset": dataset, "n": int(len(frame)), "n_measured": int(len(measured)), "columns": columns,
+            "stages": stages, "bins": bins, "rel_blocks": rel_files, "block": BLOCK,
             "table": str(path.relative_to(results)) if path.is_relative_to(results) else str(path)}
 
 
@@ -427,7 +428,8 @@ def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_
         b_values = np.full(len(measured), np.nan)
         b_values[ia] = frame_b[name].to_numpy(dtype=float, na_value=np.nan)[ib]
         a_values = measured[name].to_numpy(dtype=float, na_value=np.nan)
-        for prefix, suffix, values in (("b", B_SUFFIX, b_values), ("d", DIFF_SUFFIX, network_differences(a_values, b_values))):
+        diff = network_differences(a_values, b_values)
+        for prefix, suffix, values in (("b", B_SUFFIX, b_values), ("d", DIFF_SUFFIX, diff)):
             payload, meta = encode_column(values)
             file = f"{prefix}{first + len(entries)}"
             (out / f"{file}.js").write_bytes(binary_script("file", [tid, file], payload))
@@ -441,7 +443,8 @@ def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_
     summary = {"key": key, "n_both": int(len(ia)), "n_only_a": len(only_a), "n_only_b": len(only_b),
                "only_a": [list(map(int, k)) for k in only_a[:LISTED_KEYS]],
                "only_b": [list(map(int, k)) for k in only_b[:LISTED_KEYS]],
-               "differs": differing, "stats": stats, "n_differs": int(counts.get("differs", 0)), "n_equal": int(counts.get("equal", 0)),
+               "differs": differing, "stats": stats, "n_differs": int(counts.get("differs", 0)),
+               "n_equal": int(counts.get("equal", 0)),
                "only_columns_a": data.loc[data["status"] == "only_a", "column"].tolist() if data is not None else [],
                "only_columns_b": data.loc[data["status"] == "only_b", "column"].tolist() if data is not None else []}
     return entries, summary
@@ -555,7 +558,8 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     entries = []
     for path in paths:
         log.info("explorer: %s", path)
-        entry = export_table(path, results, staging, hcs, threads, other=others.get(interop._table_key(path)) if others else None)
+        other = others.get(interop._table_key(path)) if others else None
+        entry = export_table(path, results, staging, hcs, threads, other=other)
         if entry is not None:
             entries.append(entry)
     has_kendall = export_kendall(results, staging)
