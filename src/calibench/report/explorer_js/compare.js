@@ -29,7 +29,7 @@
     options($('cmpcol'), [{value: '', label: first}, ...c.differs.map(name => ({value: name}))], $('xcol').value);
     compareNote();
   }
-  function compareNote() {  // calibench compare's figures of the compare column (exact, not the page's 3 digits)
+  function compareNote() {  // calibench compare's figures of the compare column (from the exact values, not the page's)
     const t = byId($('table').value), name = $('cmpcol').value, st = t.compare && t.compare.stats[name];
     $('cmpnote').textContent = !st ? '' : `${name}: ${st.n_differ} of ${t.compare.n_both} networks differ`
       + (st.n_nan_mismatch ? ` (${st.n_nan_mismatch} NaN on one side only)` : '')
