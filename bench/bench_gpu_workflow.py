@@ -447,9 +447,11 @@ def timed_inference(settings, runtime, space, hp, chunk, results, manifest, devi
 
     loading = []  # seconds the evaluation sets took onto the device
     # Where the main process's time goes: building and loading each network, folding it into its
-    # inference form (the one-network path), and the forward passes up to the logits on the host
-    # (each _run ends with a copy that waits for the device)
-    split = {"build_load": 0.0, "fold": 0.0, "forward_to_host": 0.0}
+    # inference form (the one-network path), enqueuing its forward passes (engine._run: on a GPU
+    # the host does not wait), bringing its logits to the host (finish_logits: the wait for the
+    # device, which the next network's preparation now overlaps), and the stacked passes
+    # (stacked._run, enqueue and copy together)
+    split = {"build_load": 0.0, "fold": 0.0, "enqueue": 0.0, "to_host": 0.0, "stacked_to_host": 0.0}
 
     def add_to(key):
         return lambda seconds: split.__setitem__(key, split[key] + seconds)
@@ -458,8 +460,9 @@ def timed_inference(settings, runtime, space, hp, chunk, results, manifest, devi
             patched(engine, "load_eval_data", timed_into(loading.append)), \
             patched(stream, "load_network", timed_into(add_to("build_load"))), \
             patched(stream, "inference_network", timed_into(add_to("fold"))), \
-            patched(engine, "_run", timed_into(add_to("forward_to_host"))), \
-            patched(stacked, "_run", timed_into(add_to("forward_to_host"))):
+            patched(engine, "_run", timed_into(add_to("enqueue"))), \
+            patched(stream, "finish_logits", timed_into(add_to("to_host"))), \
+            patched(stacked, "_run", timed_into(add_to("stacked_to_host"))):
         summary = nats_jobs.infer_chunk(settings, runtime, space, hp, chunk, results, manifest, progress=False)
     summary = {**summary, "main_process_split_seconds": {k: round(v, 3) for k, v in split.items()}}
     return summary, events, sum(loading)

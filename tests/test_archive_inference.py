@@ -120,6 +120,45 @@ def test_nan_logits_are_a_failure(tiny_minibench, cifar10, tmp_path):
     assert "non-finite logits" in results[1].reason
 
 
+def test_the_next_network_is_enqueued_before_the_last_ones_logits_come_back(tiny_minibench, cifar10, tmp_path,
+                                                                            monkeypatch):
+    """One network ahead (issue 32, item 2): network i+1 is built and its passes enqueued before
+    network i's logits are brought back (what lets a GPU work while the host prepares), with the
+    results of one network at a time: each (index, dataset) in order, a failing seed naming the
+    failure and the seeds after it not kept, and logits bit-equal to module_logits one by one."""
+    broken = tmp_path / TSS_DIR
+    shutil.copytree(tiny_minibench / TSS_DIR, broken)
+
+    def first_seed_nan(record):  # architecture 2 at hp 200 has seeds 777 and 888: 777 gives NaN logits
+        sd = record["200"]["all_results"][("cifar10", 777)]["net_state_dict"]
+        sd["classifier.bias"] = torch.full_like(sd["classifier.bias"], float("nan"))
+
+    _rewrite(broken / "000002.pickle.pbz2", first_seed_nan)
+    calls = []
+    launch, finish = stream._launch, stream.finish_logits
+    monkeypatch.setattr(stream, "_launch", lambda entry, *a: calls.append(("launch", entry.index, entry.seed))
+                        or launch(entry, *a))
+    monkeypatch.setattr(stream, "finish_logits", lambda launched, data, k: calls.append(("finish",)) or
+                        finish(launched, data, k))
+    archive = NatsArchive(broken, "tss")
+    out = list(stream.chunk_logits(archive, {0: ["cifar10"], 1: ["cifar10"], 2: ["cifar10"]}, {"cifar10": cifar10},
+                                   torch.device("cpu"), seeds=[777, 888]))
+    assert [(i, d) for i, d, _ in out] == [(0, "cifar10"), (1, "cifar10"), (2, "cifar10")]
+    launches = [c for c in calls if c[0] == "launch"]
+    assert launches == [("launch", i, seed) for i in (0, 1) for seed in (777, 888)] + [("launch", 2, 777),
+                                                                                       ("launch", 2, 888)]
+    # each finish comes after the next network's launch: launch, launch, finish, launch, finish, ...
+    assert [c[0] for c in calls] == ["launch", "launch"] + ["finish", "launch"] * 4 + ["finish"]
+    failure = out[2][2]
+    assert type(failure).__name__ == "Failure" and failure.seed == 777 and "non-finite logits" in failure.reason
+    for index, _, results in out[:2]:  # bit-equal to one network at a time
+        assert [r.entry.seed for r in results] == [777, 888]
+        for r in results:
+            alone = stream.network_logits(r.entry, cifar10, torch.device("cpu"))
+            assert torch.equal(alone.logits, r.logits)
+            assert all(torch.equal(alone.ood_logits[n], r.ood_logits[n]) for n in r.ood_logits)
+
+
 def test_prefetch_keeps_order_with_several_workers(tiny_minibench):
     archive = NatsArchive(tiny_minibench / SSS_DIR, "sss")
     loaded = list(prefetch(archive, [2, 0, 1, 2], ["cifar100", "cifar10"], depth=2, workers=2))

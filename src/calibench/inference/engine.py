@@ -183,15 +183,23 @@ class Failure:
 
 @torch.inference_mode()
 def _run(net: torch.nn.Module, images: torch.Tensor, batch_size: int) -> torch.Tensor:
-    return torch.cat([net(batch).float() for batch in images.split(batch_size)]).cpu()
+    return torch.cat([net(batch).float() for batch in images.split(batch_size)])
 
 
-def module_logits(net: torch.nn.Module, eval_data: EvalData, num_classes: int, batch_size: int = 1000
+def launch_logits(net: torch.nn.Module, eval_data: EvalData, batch_size: int = 1000
                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """One model's float32 logits on the evaluation set and its OoD sets, on the CPU; ValueError
-    naming the problem if the output is not ``(N, num_classes)`` or not finite. ``net`` is on
-    the evaluation data's device, in eval mode."""
-    logits = _run(net, eval_data.images, batch_size)
+    """One model's passes over the evaluation set and its OoD sets, enqueued on the data's
+    device: float32 logits there (on a GPU the host does not wait for them, so it can prepare
+    the next network meanwhile); :func:`finish_logits` brings them to the CPU and checks them."""
+    return _run(net, eval_data.images, batch_size), {name: _run(net, images, batch_size)
+                                                      for name, images in eval_data.ood.items()}
+
+
+def finish_logits(launched: tuple[torch.Tensor, dict[str, torch.Tensor]], eval_data: EvalData, num_classes: int
+                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """:func:`launch_logits`' output on the CPU; ValueError naming the problem if the logits
+    are not ``(N, num_classes)`` or not finite."""
+    logits = launched[0].cpu()
     if logits.ndim == 2 and logits.shape[0] == eval_data.n and logits.shape[1] != num_classes:
         raise ValueError(f"the output has {logits.shape[1]} classes, {eval_data.dataset} has {num_classes} "
                          f"(logits of shape {tuple(logits.shape)})")
@@ -200,5 +208,12 @@ def module_logits(net: torch.nn.Module, eval_data: EvalData, num_classes: int, b
     bad = ~torch.isfinite(logits)
     if bool(bad.any()):
         raise ValueError(f"non-finite logits for {int(bad.any(dim=1).sum())} of {eval_data.n} images")
-    ood = {name: _run(net, images, batch_size) for name, images in eval_data.ood.items()}
-    return logits, ood
+    return logits, {name: v.cpu() for name, v in launched[1].items()}
+
+
+def module_logits(net: torch.nn.Module, eval_data: EvalData, num_classes: int, batch_size: int = 1000
+                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One model's float32 logits on the evaluation set and its OoD sets, on the CPU; ValueError
+    naming the problem if the output is not ``(N, num_classes)`` or not finite. ``net`` is on
+    the evaluation data's device, in eval mode."""
+    return finish_logits(launch_logits(net, eval_data, batch_size), eval_data, num_classes)

@@ -4,12 +4,14 @@ For a chunk of architectures of one (space, hp): weights come from the archive
 (prefetched in the background, each file read once for every dataset), each network
 is built, loaded with ``strict=True``, converted to its inference form and run over
 each dataset's evaluation set (held once on the device) and, for CIFAR-10, the OoD
-sets (:func:`calibench.inference.engine.module_logits`). One broken architecture (missing or
-corrupt file, state-dict mismatch, non-finite logits) becomes a
+sets (:func:`calibench.inference.engine.launch_logits`, then ``finish_logits``). One broken
+architecture (missing or corrupt file, state-dict mismatch, non-finite logits) becomes a
 :class:`~calibench.inference.engine.Failure` naming its index, file and reason; the rest go on.
 
 ``networks_per_pass`` (runtime only: never in a logits key): 1 runs each network alone, as
-above (the CPU default, bit-equal to earlier runs); more than 1 runs buckets of networks of one
+above, one network ahead (:func:`_one_ahead`: the next network is prepared and enqueued before
+the last one's logits come back, so a GPU is not left waiting for the host; the CPU default,
+bit-equal to earlier runs); more than 1 runs buckets of networks of one
 dataset together (:mod:`calibench.sources.nats.stacked`: SSS networks of similar widths,
 zero-padded; the seeds of one TSS cell), logits within float32 rounding of one-by-one. A
 network whose state dict does not fit fails alone before any bucket is formed; a bucket whose
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from calibench.inference.engine import EvalData, Failure, activation_format, module_logits
+from calibench.inference.engine import EvalData, Failure, activation_format, finish_logits, launch_logits, module_logits
 from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
 from calibench.inference.precision import with_precision
 from calibench.sources.nats.networks import TinyNetwork, build_network, inference_network
@@ -96,36 +98,105 @@ def chunk_logits(
     depth = prefetch_depth if per_pass == 1 else max(prefetch_depth, per_pass)  # the next window loads meanwhile
     stream = prefetch(archive, list(todo), datasets, seeds, depth, loader_workers)
     if per_pass == 1:
-        for index, loaded in stream:
-            yield from _one_by_one(archive, index, loaded, todo[index], eval_sets, device, batch_size, precision)
+        yield from _one_ahead(_units(archive, stream, todo), eval_sets, device, batch_size, precision)
         return
     for window in _windows(stream, per_pass):
         yield from _stacked_window(archive, window, todo, eval_sets, device, batch_size, per_pass, precision)
 
 
-def _one_by_one(archive: NatsArchive, index: int, loaded: list[ArchiveEntry] | ArchiveError, datasets: Sequence[str],
-                eval_sets: Mapping[str, EvalData], device: torch.device, batch_size: int, precision: str = "float32"):
-    if isinstance(loaded, ArchiveError):
-        log.warning("skipping %s", loaded)
-        for dataset in datasets:
-            yield index, dataset, Failure(index, loaded.path, loaded.reason, dataset=dataset)
-        return
-    for dataset in datasets:
-        entries = [e for e in loaded if e.dataset == dataset]
-        results: list[NetworkLogits] = []
-        for entry in entries:
-            try:
-                results.append(network_logits(entry, eval_sets[dataset], device, batch_size, precision=precision))
-            except (ValueError, RuntimeError) as exc:
-                log.warning("skipping architecture %d %s seed %d (%s): %s", index, dataset, entry.seed,
-                            entry.source, exc)
-                yield index, dataset, Failure(index, entry.source, str(exc), entry.seed, dataset)
-                break
-        else:
-            if entries:
-                yield index, dataset, results
+def _units(archive: NatsArchive, stream: Iterable, todo: Mapping[int, Sequence[str]]) -> Iterator[tuple]:
+    """The chunk's work in order: ``(index, dataset, entries)`` for each (architecture, dataset)
+    to run (its seeds' entries), ``(index, dataset, Failure)`` for one that cannot run."""
+    for index, loaded in stream:
+        if isinstance(loaded, ArchiveError):
+            log.warning("skipping %s", loaded)
+            for dataset in todo[index]:
+                yield index, dataset, Failure(index, loaded.path, loaded.reason, dataset=dataset)
+            continue
+        for dataset in todo[index]:
+            entries = [e for e in loaded if e.dataset == dataset]
+            yield index, dataset, entries or Failure(index, str(archive.archive_dir), "no entries loaded",
+                                                     dataset=dataset)
+
+
+def _launch(entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int, precision: str):
+    """Build, load (strict), convert and enqueue one network's passes (:func:`launch_logits`);
+    the exception that stopped it instead."""
+    try:
+        net = load_network(entry)
+        fast = with_precision(inference_network(net, activation_format(device)), precision).to(device)
+        return launch_logits(fast, eval_data, batch_size)
+    except (ValueError, RuntimeError) as exc:
+        return exc
+
+
+def _one_ahead(units: Iterable[tuple], eval_sets: Mapping[str, EvalData], device: torch.device, batch_size: int,
+               precision: str = "float32") -> Iterator[tuple[int, str, list[NetworkLogits] | Failure]]:
+    """Each unit's logits of every seed (or its Failure), in order, one network ahead: network
+    i+1 is built, loaded, converted and its passes enqueued before network i's logits are
+    brought back, so on a GPU the host's work on one network overlaps the device's on the
+    one before (on the CPU the same calls run in turn). The same results and failures as one
+    network at a time: a dataset's seeds succeed or fail together, the first seed (in seed
+    order) that fails names the failure, and the seeds after it are not kept."""
+    plan: list[tuple | None] = []  # the units seen, in order (None once yielded: their weights freed)
+    results: dict[int, list[NetworkLogits]] = {}
+    failed: dict[int, Failure] = {}
+    done = 0  # units yielded
+
+    def networks():  # (unit number, entry) of each network to run; (unit number, None) for a unit that cannot
+        for unit in units:
+            plan.append(unit)
+            work = unit[2]
+            if isinstance(work, Failure):
+                yield len(plan) - 1, None
             else:
-                yield index, dataset, Failure(index, str(archive.archive_dir), "no entries loaded", dataset=dataset)
+                for entry in work:
+                    yield len(plan) - 1, entry
+
+    def collect(u: int, entry: ArchiveEntry, launched) -> None:
+        if u in failed:  # an earlier seed of the unit failed: this one's logits are not kept
+            return
+        index, dataset, _ = plan[u]
+        try:
+            if isinstance(launched, Exception):
+                raise launched
+            logits, ood = finish_logits(launched, eval_sets[dataset], entry.num_classes)
+        except (ValueError, RuntimeError) as exc:
+            log.warning("skipping architecture %d %s seed %d (%s): %s", index, dataset, entry.seed, entry.source, exc)
+            failed[u] = Failure(index, entry.source, str(exc), entry.seed, dataset)
+            results.pop(u, None)
+            return
+        results.setdefault(u, []).append(NetworkLogits(entry, logits, ood))
+
+    def ready():  # the units, in order, as far as they are complete
+        nonlocal done
+        while done < len(plan):
+            index, dataset, work = plan[done]
+            if isinstance(work, Failure):
+                yield index, dataset, work
+            elif done in failed:
+                yield index, dataset, failed[done]
+            elif len(results.get(done, ())) == len(work):
+                yield index, dataset, results.pop(done)
+            else:
+                return
+            plan[done] = None
+            done += 1
+
+    pending = None  # (unit number, entry, what _launch gave) of the network enqueued last
+    for u, entry in networks():
+        launched = None
+        if entry is not None and u not in failed:
+            launched = _launch(entry, eval_sets[plan[u][1]], device, batch_size, precision)
+        if pending is not None:
+            collect(*pending)  # the network before, now that this one is enqueued
+            pending = None
+        if launched is not None:
+            pending = (u, entry, launched)
+        yield from ready()
+    if pending is not None:
+        collect(*pending)
+    yield from ready()
 
 
 def _windows(items: Iterable, size: int) -> Iterator[list]:
@@ -178,7 +249,7 @@ def _run_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], eval_data: Eval
 def _stacked_window(archive: NatsArchive, window: list, todo: Mapping[int, Sequence[str]],
                     eval_sets: Mapping[str, EvalData], device: torch.device, batch_size: int, per_pass: int,
                     precision: str = "float32"):
-    """The window's ``(index, dataset, ...)`` in order, as :func:`_one_by_one` gives them; each
+    """The window's ``(index, dataset, ...)`` in order, as :func:`_one_ahead` gives them; each
     as soon as it and those before it are done."""
     pairs: list[tuple[int, str]] = []
     known: dict[tuple[int, str], Failure] = {}
