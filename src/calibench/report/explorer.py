@@ -53,7 +53,6 @@ from calibench.atomic import atomic_write
 from calibench.analysis.registry import output_path
 from calibench.analysis.tables import stage_order
 from calibench.layout import (explorer_dir, explorer_page, explorer_sums, result_tables, shard_path, target_name)
-from calibench.results import interop
 from calibench.results.archstr import EDGE_NAMES, TSS_OPS, parse_sss, tss_edge_ops
 from calibench.vocabulary import STAGES
 
@@ -315,10 +314,12 @@ def reliability_blocks(results: Path, space: str, hp: str, dataset: str, measure
 # ---------------------------------------------------------------- one table
 
 def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None, threads: int = 4,
-                 other: tuple | None = None) -> dict | None:
+                 others: Mapping[tuple, tuple] | None = None) -> dict | None:
     """Write one table's rows, columns and reliability blocks under ``data``; its manifest entry.
-    ``other``: (the comparison's :class:`~calibench.analysis.compare.TableResult`, run B's
-    :class:`~calibench.analysis.compare.TableRef`) to add run B's side (:func:`compare_columns`)."""
+    ``others``: (space, hp, dataset) -> (the comparison's
+    :class:`~calibench.analysis.compare.TableResult`, run B's
+    :class:`~calibench.analysis.compare.TableRef`), to add run B's side of this table where it
+    has one (:func:`compare_columns`)."""
     frame = pd.read_parquet(path)
     if frame.empty:
         return None
@@ -375,7 +376,7 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
         if block:
             (out / f"rel{b}.js").write_bytes(binary_script("rel", [tid, b], encode_reliability_block(block)))
             rel_files.append(b)
-    entry_compare = None
+    entry_compare, other = None, (others or {}).get((space, hp, dataset))
     if other is not None:
         plotted = [c["name"] for c in columns if c["group"] not in ("architecture",) and c.get("enc") != "cat"]
         added, entry_compare = compare_columns(measured, plotted, *other, out, len(columns), tid)
@@ -415,8 +416,9 @@ def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_
     only, the columns that differ, are equal, or are in one run only)."""
     from calibench.analysis.compare import align, match_key, measured_rows, read_table, table_columns
 
-    status = result.columns.set_index("column")["status"] if result.columns is not None else pd.Series(dtype=str)
-    data = result.columns[result.columns["kind"] == "data"] if result.columns is not None else None
+    rows = result.columns.set_index("column")
+    data = result.columns[result.columns["kind"] == "data"]
+    status = rows["status"]
     differing = [c for c in plotted if status.get(c) == "differs"]
     need = set(differing) | {"arch_index", "nats_index", "seed", "measured_by"}
     frame_b, _ = read_table(ref_b, [c for c in table_columns(ref_b) if c in need])
@@ -435,9 +437,8 @@ def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_
             (out / f"{file}.js").write_bytes(binary_script("file", [tid, file], payload))
             entries.append({"name": name + suffix, "file": file, "group": "run B" if prefix == "b" else "B - A",
                             "of": name, **meta})
-    counts = data["status"].value_counts() if data is not None else {}
+    counts = data["status"].value_counts()
     figures = ("n_differ", "max_abs_diff", "median_abs_diff", "n_nan_mismatch", "kendall_tau")
-    rows = result.columns.set_index("column")
     stats = {name: {f: (None if pd.isna(v := rows.at[name, f]) else (int(v) if f.startswith("n_") else float(v)))
                     for f in figures} for name in differing}
     summary = {"key": key, "n_both": int(len(ia)), "n_only_a": len(only_a), "n_only_b": len(only_b),
@@ -445,8 +446,8 @@ def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_
                "only_b": [list(map(int, k)) for k in only_b[:LISTED_KEYS]],
                "differs": differing, "stats": stats, "n_differs": int(counts.get("differs", 0)),
                "n_equal": int(counts.get("equal", 0)),
-               "only_columns_a": data.loc[data["status"] == "only_a", "column"].tolist() if data is not None else [],
-               "only_columns_b": data.loc[data["status"] == "only_b", "column"].tolist() if data is not None else []}
+               "only_columns_a": data.loc[data["status"] == "only_a", "column"].tolist(),
+               "only_columns_b": data.loc[data["status"] == "only_b", "column"].tolist()}
     return entries, summary
 
 
@@ -547,7 +548,8 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
         found = {t.key: t for t in cmp.tables if t.side == "both"}
         others = {key: (found[key], cmp.b.tables[key]) for key in found}
         out = Path(out) if out is not None else default_out(cmp)
-    root = explorer_dir(out) if cmp is not None else explorer_dir(results)
+    where = out if cmp is not None else results  # a comparison's page goes beside compare's files
+    root = explorer_dir(where)
     root.mkdir(parents=True, exist_ok=True)
     data = root / "data"
     staging = root / "data.tmp"
@@ -558,8 +560,7 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     entries = []
     for path in paths:
         log.info("explorer: %s", path)
-        other = others.get(interop._table_key(path)) if others else None
-        entry = export_table(path, results, staging, hcs, threads, other=other)
+        entry = export_table(path, results, staging, hcs, threads, others=others)
         if entry is not None:
             entries.append(entry)
     has_kendall = export_kendall(results, staging)
@@ -578,7 +579,6 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     _copy_asset(plotly_js(), root / "plotly.min.js")
     code = page_script()
     atomic_write(root / "explorer.js", lambda f: f.write(code))
-    where = out if cmp is not None else results
     page = explorer_page(where)
     _copy_asset(resources.files("calibench.report").joinpath("explorer.html"), page)
     # the content check of every file of the page (issue 33; `sha256sum -c SHA256SUMS` checks it too)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from calibench.inference.engine import EvalData, Failure, activation_format, finish_logits, launch_logits, module_logits
+from calibench.inference.engine import EvalData, Failure, activation_format, finish_logits, launch_logits
 from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
 from calibench.inference.precision import with_precision
 from calibench.sources.nats.networks import TinyNetwork, build_network, inference_network
@@ -56,16 +56,25 @@ def load_network(entry: ArchiveEntry) -> TinyNetwork:
     return net
 
 
+def launch_network(entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int = 1000,
+                   net: TinyNetwork | None = None, precision: str = "float32"):
+    """Build, load (strict) and convert one network (``net``: already loaded) in ``precision``
+    (:mod:`calibench.inference.precision`) and enqueue its passes (:func:`launch_logits`);
+    ValueError with the reason if it does not fit."""
+    if net is None:
+        net = load_network(entry)
+    fast = with_precision(inference_network(net, activation_format(device)), precision).to(device)
+    return launch_logits(fast, eval_data, batch_size)
+
+
 def network_logits(
     entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int = 1000,
     net: TinyNetwork | None = None, precision: str = "float32",
 ) -> NetworkLogits:
-    """Build, load (strict), convert and run one network (``net``: already loaded) in
-    ``precision`` (:mod:`calibench.inference.precision`); ValueError with the reason if it fails."""
-    if net is None:
-        net = load_network(entry)
-    fast = with_precision(inference_network(net, activation_format(device)), precision).to(device)
-    logits, ood = module_logits(fast, eval_data, entry.num_classes, batch_size)
+    """:func:`launch_network`, then its logits on the CPU, checked (:func:`finish_logits`);
+    ValueError with the reason if it fails."""
+    launched = launch_network(entry, eval_data, device, batch_size, net, precision)
+    logits, ood = finish_logits(launched, eval_data, entry.num_classes)
     return NetworkLogits(entry, logits, ood)
 
 
@@ -120,12 +129,9 @@ def _units(archive: NatsArchive, stream: Iterable, todo: Mapping[int, Sequence[s
 
 
 def _launch(entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int, precision: str):
-    """Build, load (strict), convert and enqueue one network's passes (:func:`launch_logits`);
-    the exception that stopped it instead."""
+    """:func:`launch_network`, or the exception that stopped it (kept for its turn to be collected)."""
     try:
-        net = load_network(entry)
-        fast = with_precision(inference_network(net, activation_format(device)), precision).to(device)
-        return launch_logits(fast, eval_data, batch_size)
+        return launch_network(entry, eval_data, device, batch_size, precision=precision)
     except (ValueError, RuntimeError) as exc:
         return exc
 
