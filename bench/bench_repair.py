@@ -14,6 +14,14 @@ times ``repair.damaged_outputs`` (every byte of every table hashed), then once m
 bytes of one table overwritten (it must be found).
 
     python bench/bench_repair.py [--dir /tmp/repair] [--chunk-size 200] [--columns 660]
+
+``--copied``: instead, the cost of a run copied without its modification times (tar, scp):
+sealed files of a shard's and of a CIFAR-100 logits file's size with a manifest recording
+them (``integrity.written_state``), every time changed, then ``repair.changes`` timed as a
+plan makes it (every file's content checked), as a run makes it (checked, times given back),
+and once more after (a ``stat`` each); per file, projected to the population's files.
+
+    python bench/bench_repair.py --copied [--dir /tmp/repair] [--files 400]
 """
 
 from __future__ import annotations
@@ -84,12 +92,51 @@ def build_tables(results: Path, columns: int) -> int:
     return total
 
 
+def copied(root: Path, n: int) -> None:
+    """Per-file cost of the check on a copied run (see the module's docstring)."""
+    import os
+
+    rng = np.random.default_rng(0)
+    # a mini run's shard is 17 KB (a full-size one: its stages' rows, bins included, about as
+    # large); a CIFAR-100 network's logits, every seed, 2.2 MB sealed (BENCHMARKS.md)
+    for name, floats, count in (("shard", 2_000, n), ("logits file", 280_000, max(1, n // 8))):
+        results = root / name.split()[0] / "results"
+        states = {}
+        for i in range(count):
+            path = layout.shard_path(results, "sss", "90", "cifar100", i)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            integrity.write_parquet(pa.table({"v": rng.random(floats).astype(np.float64 if name == "shard" else
+                                                                               np.float32)}), path)
+            states[str(i)] = integrity.written_state(path)
+        manifest = root / name.split()[0] / "manifest.json"
+        integrity.write_json({"space": "sss", "hp": "90", "dataset": "cifar100", "files": states,
+                              "shards": {k: "k" for k in states}}, manifest)
+        size = layout.shard_path(results, "sss", "90", "cifar100", 0).stat().st_size
+        for i in range(count):
+            os.utime(layout.shard_path(results, "sss", "90", "cifar100", i))  # as scp leaves it
+        timed = {}
+        for label, settle in (("plan (content checked)", False), ("run (checked, time given back)", True),
+                              ("next start (stat only)", False)):
+            start = time.perf_counter()
+            assert repair.changes(manifest, results, settle=settle) == []
+            timed[label] = (time.perf_counter() - start) / count
+        total = 117_702 * timed["plan (content checked)"]
+        print(f"{name}s of {size / 1e3:,.0f} kB, {count} copied: " + "; ".join(
+            f"{label} {ms * 1e3:.2f} ms a file" for label, ms in timed.items())
+            + f"; the population's 117,702 checked once: {total:,.0f} s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--chunk-size", type=int, default=200)
     parser.add_argument("--columns", type=int, default=660)
+    parser.add_argument("--copied", action="store_true", help="time the check of a run copied without its times")
+    parser.add_argument("--files", type=int, default=400)
     args = parser.parse_args()
+    if args.copied:
+        copied(args.dir or Path(tempfile.mkdtemp(prefix="calibench-copied-")), args.files)
+        return
     results = (args.dir or Path(tempfile.mkdtemp(prefix="calibench-repair-"))) / "results"
     start = time.perf_counter()
     files = build(results, args.chunk_size)

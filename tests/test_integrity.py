@@ -180,6 +180,76 @@ def test_a_lost_manifest_is_found_from_the_population_and_a_damaged_one_is_set_a
     assert set(damaged[0][2]) == set(layout.matching(layout.measure_manifest(results, "sss_90", "cifar10", "*")))
 
 
+def test_a_file_whose_time_alone_changed_is_the_same_by_its_content_and_a_run_gives_its_time_back(tmp_path):
+    """A copy that did not keep times (scp, tar's whole seconds) is no change; new content of the
+    same size is, found by the seal and by the SHA-256 the manifest kept."""
+    results = tmp_path / "results"
+    shard = layout.shard_path(results, "zoo", "", "c10", 4)
+    shard.parent.mkdir(parents=True)
+    integrity.write_parquet(pa.table({"v": np.arange(50, dtype=np.int64) + 100}), shard, compression="none")
+    recorded = integrity.written_state(shard)
+    assert recorded[:2] == repair.file_state(shard) and recorded[2] == integrity.sealed_digest(shard)
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps({"space": "zoo", "hp": "", "dataset": "c10", "shards": {"4": "k"},
+                                    "files": {"4": recorded}}))
+    copied = (recorded[1] // 10**9 + 3600) * 10**9  # an hour later, in whole seconds
+    os.utime(shard, ns=(copied, copied))
+    assert repair.changes(manifest, results) == [] and repair.file_state(shard)[1] == copied  # planning: untouched
+    assert repair.changes(manifest, results, settle=True) == [] and repair.file_state(shard) == recorded[:2]
+    # bytes changed, the footer's seal kept: the file fails its own check
+    os.utime(shard, ns=(copied, copied))
+    _overwrite(shard, 0.5)
+    assert repair.file_state(shard)[0] == recorded[0] and integrity.sealed_digest(shard) == recorded[2]
+    assert repair.changes(manifest, results, settle=True) == [f"{shard}: changed since it was written"]
+    # another sealed file of the same size passes its own check, not the manifest's SHA-256
+    integrity.write_parquet(pa.table({"v": np.arange(50, dtype=np.int64)}), shard, compression="none")
+    assert repair.file_state(shard)[0] == recorded[0] and integrity.check(shard) is None
+    assert repair.changes(manifest, results, settle=True) == [f"{shard}: changed since it was written"]
+    # a manifest from before the SHA-256 was kept is held to the time
+    integrity.write_parquet(pa.table({"v": np.arange(50, dtype=np.int64) + 100}), shard, compression="none")
+    manifest.write_text(json.dumps({"space": "zoo", "hp": "", "dataset": "c10", "shards": {"4": "k"},
+                                    "files": {"4": recorded[:2]}}))
+    assert repair.changes(manifest, results) == [f"{shard}: changed since it was written"]
+
+
+def test_a_failed_source_copied_with_another_time_is_not_taken_for_a_replaced_one(tmp_path):
+    archive = tmp_path / "000007.pickle.pbz2"
+    archive.write_bytes(b"not an archive")
+    failure = {"source": str(archive), "reason": "unreadable", "stage": "inference",
+               **integrity.failed_source(archive)}
+    assert failure["source_sha256"] == integrity.sha256_file(archive) and integrity.same_source(failure)
+    os.utime(archive, ns=(10**18, 10**18))  # copied: same bytes, another time
+    assert integrity.same_source(failure)
+    archive.write_bytes(b"an archive ago")  # replaced: same size, other bytes
+    assert not integrity.same_source(failure)
+    archive.unlink()  # gone: nothing to retry
+    assert integrity.same_source(failure)
+    restored = {"source": str(archive), **integrity.failed_source(archive)}  # failed while missing
+    assert restored["source_state"] is None and "source_sha256" not in restored
+    archive.write_bytes(b"back")
+    assert not integrity.same_source(restored)
+
+
+def test_a_run_copied_with_tar_and_scp_plans_nothing_and_runs_nothing(small_sss_run, tmp_path):
+    """tar keeps whole seconds, scp none: every shard and logits file's time differs from its
+    manifest's; their content is checked instead, and the copy is as finished as the original."""
+    workdir = tmp_path / "copy"
+    workdir.mkdir()
+    packed = subprocess.run(f"tar -C {small_sss_run} -cf - . | tar -C {workdir} -xf -", shell=True)
+    assert packed.returncode == 0
+    shard = workdir / SHARD_DIR / "arch=000001.parquet"
+    recorded = integrity.read_json(workdir / MEASURE / "chunk00001.json")["files"]["1"]
+    assert shard.stat().st_mtime_ns % 10**9 == 0 and shard.stat().st_mtime_ns != recorded[1]
+    for path in [*(workdir / SHARD_DIR).iterdir(), *(workdir / LOGITS_DIR).iterdir()]:
+        os.utime(path)  # as scp leaves them: the time of the copy
+    assert repair.changed_chunks(workdir / "results") == []
+    dry = _snakemake(workdir, "-n", SMALL_SSS_TABLE)
+    assert "calibench:" not in dry.stderr and "Nothing to be done" in dry.stdout + dry.stderr
+    proc = _calibench_run(workdir)
+    assert "changed since" not in proc.stderr and "Nothing to be done" in proc.stderr
+    assert repair.file_state(shard) == recorded[:2]  # given back: the next check reads no byte of it
+
+
 def test_a_shard_damaged_without_a_trace_is_measured_again_by_its_job(small_sss_run, tmp_path):
     """Damage with the modification time kept (bit rot): the jobs' own checks find it, and the
     same `calibench run` rebuilds it."""

@@ -28,7 +28,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from calibench.atomic import atomic_write
+from calibench.atomic import atomic_write, file_state
 
 SEAL_KEY = b"calibench_seal"
 # In the schema's own metadata (so also inside ARROW:schema): a sealed file whose seal is gone
@@ -270,6 +270,69 @@ def read_json(path: str | os.PathLike) -> dict:
                                    for k, v in doc.items()):
         raise DamagedFile(path, "its seal's key is damaged")
     return {k: v for k, v in doc.items() if k != JSON_KEY}
+
+
+def sealed_digest(path: str | os.PathLike) -> str | None:
+    """The SHA-256 a sealed parquet file's seal records for its data, read from its footer
+    alone (nothing hashed); None if the file is missing, unsealed or its footer unreadable."""
+    import pyarrow.parquet as pq
+
+    try:
+        seal = (pq.read_metadata(path).metadata or {}).get(SEAL_KEY)
+        return None if seal is None else str(json.loads(seal)["data_sha256"])
+    except Exception:
+        return None
+
+
+def written_state(path: str | os.PathLike) -> list | None:
+    """What a chunk's manifest records of a file it wrote: [size, mtime_ns], with the seal's
+    SHA-256 (:func:`sealed_digest`) after them for a sealed parquet file, so that a copy whose
+    times were not kept (tar, scp, rsync without -t) is told by its content from a file that
+    changed (:func:`same_as_written`). None if there is no file."""
+    state = file_state(path)
+    digest = sealed_digest(path) if state is not None else None
+    return None if state is None else state + ([digest] if digest else [])
+
+
+def same_as_written(path: str | os.PathLike, recorded: list) -> bool:
+    """Whether ``path`` holds what was written: its size and mtime are those ``recorded``
+    (:func:`written_state`), or its size is and its content passes its seal, which records the
+    SHA-256 the manifest kept (every byte hashed). A manifest from before the digest was kept
+    ([size, mtime_ns]) is held to the mtime."""
+    now = file_state(path)
+    if now is None:
+        return False
+    if now == list(recorded[:2]):
+        return True
+    return (len(recorded) > 2 and now[0] == recorded[0] and sealed_digest(path) == recorded[2]
+            and check(path) is None)
+
+
+def failed_source(path: str | os.PathLike) -> dict:
+    """What a failure records of the file it could not use (an archive file, a logits file):
+    ``source_state`` ([size, mtime_ns], None if there is none) and, for a file, its
+    ``source_sha256``, so that a copy of it whose time alone differs is not taken for a
+    restored or replaced file (:func:`same_source`)."""
+    state = file_state(path)
+    try:
+        digest = sha256_file(path) if state is not None else None
+    except OSError:
+        digest = None
+    return {"source_state": state, **({"source_sha256": digest} if digest else {})}
+
+
+def same_source(failure: Mapping) -> bool:
+    """Whether a failure's source is still what failed (:func:`failed_source`): the same
+    [size, mtime_ns], or the same size and SHA-256; a file gone is unchanged here (nothing to retry)."""
+    now, then = file_state(failure["source"]), failure["source_state"]
+    if now is None or now == then:
+        return True
+    if then is None or now[0] != then[0] or not failure.get("source_sha256"):
+        return False
+    try:
+        return sha256_file(failure["source"]) == failure["source_sha256"]
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------- any file

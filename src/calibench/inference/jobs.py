@@ -17,8 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from calibench import layout
-from calibench.atomic import file_state
+from calibench import integrity, layout
 from calibench.integrity import write_json
 from calibench.store import logits as store
 
@@ -111,7 +110,7 @@ def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, man
                 if isinstance(out, Mapping):
                     failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index,
                                      "seed": out.get("seed"), "source": out["source"], "reason": out["reason"],
-                                     "stage": "inference", "source_state": file_state(out["source"])})
+                                     "stage": "inference", **integrity.failed_source(out["source"])})
                     continue
                 if dataset not in labels:
                     labels[dataset] = labels_of(dataset)
@@ -123,7 +122,7 @@ def store_chunk_logits(space: str, hp: str, chunk: int, results: str | Path, man
     summary = {
         "space": space, "hp": hp, "chunk": chunk, "indices": indices, "datasets": {
             d: {str(i): keys[i, d] for i in indices if (i, d) not in failed} for d in datasets},
-        "files": {d: {str(i): file_state(layout.logits_path(results, space, hp, d, i)) for i in indices
+        "files": {d: {str(i): integrity.written_state(layout.logits_path(results, space, hp, d, i)) for i in indices
                       if (i, d) not in failed} for d in datasets},
         "skipped": n_pairs - n_todo, "computed": computed, "archive_files_read": len(todo), "failures": failures,
         "seconds": round(time.perf_counter() - start, 3),

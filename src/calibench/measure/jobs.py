@@ -34,7 +34,6 @@ from calibench.store import fits as fit_store
 from calibench.store import logits as store
 from calibench.results import provenance as prov
 from calibench.results import shards
-from calibench.atomic import file_state
 from calibench.inference.jobs import log_slurm, progress_bar
 from calibench.metrics.scores import auroc
 from calibench.results.kept import KeptRows, kept_plan, kept_rows_of, merged_stages, stage_keys
@@ -448,7 +447,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                 log.warning("architecture %d: %s", index, exc)
                 failures.append({"space": space, "hp": hp, "dataset": dataset, "arch_index": index, "seed": None,
                                  "source": str(source), "reason": str(exc), "stage": "measurement",
-                                 "source_state": file_state(source)})
+                                 **integrity.failed_source(source)})
                 continue
             if group_size is None:
                 first = networks[0]
@@ -475,9 +474,9 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
     summary = {"space": space, "hp": hp, "dataset": dataset, "chunk": chunk, "indices": indices,
                "skipped": skipped, "computed": computed, "failed": failed, "failures": failures + stage_failures,
                "shards": {str(i): k for i, k in keys.items() if i not in failed},
-               "files": {str(i): file_state(layout.shard_path(results, space, hp, dataset, i))
+               "files": {str(i): integrity.written_state(layout.shard_path(results, space, hp, dataset, i))
                          for i in keys if i not in failed},
-               "fit_files": {str(i): file_state(layout.fits_path(results, space, hp, dataset, i))
+               "fit_files": {str(i): integrity.written_state(layout.fits_path(results, space, hp, dataset, i))
                              for i in keys if i not in failed and has_fits},
                "logits_removed": removed, "odir": Path(odir_file).name if odir_file else None,
                "fits": fit_counts, "fit_problems": fit_problems, "stages_measured": stage_counts,

@@ -43,9 +43,13 @@ def _written(summary: dict, results: Path, logits: bool) -> Iterable[tuple[Path,
                        (files.get(dataset) or {}).get(index))
 
 
-def changes(manifest: str | os.PathLike, results: str | os.PathLike, logits: bool = True) -> list[str]:
+def changes(manifest: str | os.PathLike, results: str | os.PathLike, logits: bool = True,
+            settle: bool = False) -> list[str]:
     """Why the chunk of ``manifest`` must run again ([] if nothing changed): files it wrote
-    that are gone or differ from what it recorded, failed inputs that changed since."""
+    that are gone or differ from what it recorded, failed inputs that changed since. A file
+    whose mtime alone differs (a copied run) is the same if its content is what was written
+    (:func:`calibench.integrity.same_as_written`); ``settle`` (a run, never planning) then
+    gives it back its recorded mtime, so that the next check reads no byte of it."""
     manifest, results = Path(manifest), Path(results)
     try:
         summary = integrity.read_json(manifest)
@@ -58,26 +62,29 @@ def changes(manifest: str | os.PathLike, results: str | os.PathLike, logits: boo
         now = file_state(path)
         if now is None:
             reasons.append(f"{path}: deleted")
-        elif recorded is not None and now != recorded:
-            reasons.append(f"{path}: changed since it was written")
+        elif recorded is not None and now != recorded[:2]:
+            if not integrity.same_as_written(path, recorded):
+                reasons.append(f"{path}: changed since it was written")
+            elif settle:  # not a Snakemake input or output: its mtime plans nothing
+                os.utime(path, ns=(os.stat(path).st_atime_ns, recorded[1]))
     for failure in summary.get("failures", []):
         if "source_state" not in failure or failure.get("stage") not in (None, "inference", "measurement"):
             continue
-        now = file_state(failure["source"])
-        if now != failure["source_state"] and now is not None:
+        if not integrity.same_source(failure):
             reasons.append(f"{failure['source']}: {'restored' if failure['source_state'] is None else 'changed'} "
                            f"since it failed ({failure['reason'][:120]})")
     return list(dict.fromkeys(reasons))
 
 
-def changed_chunks(results: str | os.PathLike, logits: bool = True) -> list[tuple[Path, list[str]]]:
-    """(manifest, reasons) of every chunk that must run again: changed (:func:`changes`) or
-    lost (:func:`lost_manifests`)."""
+def changed_chunks(results: str | os.PathLike, logits: bool = True,
+                   settle: bool = False) -> list[tuple[Path, list[str]]]:
+    """(manifest, reasons) of every chunk that must run again: changed (:func:`changes`, with
+    ``settle``) or lost (:func:`lost_manifests`)."""
     results = Path(results)
     out = lost_manifests(results, logits)
     for manifest in sorted([*layout.matching(layout.infer_manifest(results, "*", "*")),
                             *layout.matching(layout.measure_manifest(results, "*", "*", "*"))]):
-        reasons = changes(manifest, results, logits)
+        reasons = changes(manifest, results, logits, settle=settle)
         if reasons:
             out.append((manifest, reasons))
     return out
@@ -301,7 +308,7 @@ def repair_before_run(results: str | os.PathLike, logits: bool = True, by: str =
     goes wrong")."""
     results = Path(results)
     damaged = damaged_outputs(results, logits=logits)
-    changed = changed_chunks(results, logits=logits)
+    changed = changed_chunks(results, logits=logits, settle=True)
     said = [describe_damaged(path, cause, by=by) for path, cause, _ in damaged]
     if damaged:
         set_aside_damaged(results, damaged)
