@@ -543,10 +543,10 @@ def test_reopening_a_views_url_restores_its_table_columns_filter_sort_tab_and_ne
 
 
 def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhere(workflow_run, page):
-    """Issue 37, item 1: a brush on accuracy > x and one on pre_ece_15 < y (set as a user's drag
-    sets them, through the plot's constraint ranges) select exactly the networks pandas selects from
-    the table: the count shown, the networks table and the scatter's bright points; the view's URL
-    reopens with the same brushes and selection; clearing restores every network."""
+    """Issue 37, item 1: a brush on accuracy > x and one on pre_ece_15 < y (set as a drag sets them,
+    at exact cuts) select exactly the networks pandas selects from the table: the count shown, the
+    networks table and the scatter's bright points; the view's URL reopens with the same brushes
+    and selection; clearing restores every network."""
     t = page.evaluate("document.getElementById('table').value")
     table = _table(workflow_run, t)
     axes = page.evaluate("CB.linked.axes")
@@ -558,7 +558,7 @@ def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhe
         finite &= np.isfinite(np.asarray(values, float))
     drawn = table[(table["arch_index"] == table["measured_by"]) & finite]
     assert sorted(page.evaluate("CB.linked.rows")) == sorted(np.flatnonzero(table.index.isin(drawn.index)))
-    lines = page.evaluate("document.getElementById('parcoords').data[0].dimensions.map(d => Array.from(d.values))")
+    lines = page.evaluate("CB.linked.values")
     assert _close(lines[0], table.iloc[page.evaluate("CB.linked.rows")]["accuracy"])  # a line per network, its values
     cut_acc = _widest_gap_cut(table["accuracy"])
     high = table["accuracy"] > cut_acc
@@ -566,16 +566,15 @@ def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhe
     cut_ece = cut_ece if cut_ece is not None else float(table.loc[high, "pre_ece_15"].max()) * 2
     want = table[high & (table["pre_ece_15"] < cut_ece)]
     assert 0 < len(want) < len(table)
-    page.evaluate("(() => { const gd = document.getElementById('parcoords'); return Plotly.restyle(gd, "
-                  f"{{'dimensions[{axes.index('accuracy')}].constraintrange': [[{cut_acc}, 1e9]], "
-                  f"'dimensions[{axes.index('pre_ece_15')}].constraintrange': [[-1e9, {cut_ece}]]}}).then(() => 1); }})()")
+    page.evaluate(f"CB.linked.brush({{accuracy: [[{cut_acc}, 1e9]], pre_ece_15: [[-1e9, {cut_ece}]]}}).then(() => 1)")
     page.wait_for(f"CB.linked.count === {len(want)}")
     assert page.evaluate("document.getElementById('pcount').textContent").startswith(
         f"{len(want)} of {len(table)} networks selected (accuracy in [")
     rows = set(np.flatnonzero(table.index.isin(want.index)).tolist())
     assert set(page.evaluate("Array.from(CB.networks.selection.rows)")) == rows
-    scatter = page.evaluate("(() => { const d = document.getElementById('scatter').data[0];"
-                            " return {rows: d.customdata.map(c => c[0]), picked: Array.from(d.selectedpoints)}; })()")
+    scatter = page.evaluate("(() => { const d = document.getElementById('scatter').data[0], m = CB.linked.marks;"
+                            " return {rows: d.customdata.map(c => c[0]), curves: m.map(k => k.curve), picked: m[0].points}; })()")
+    assert scatter["curves"] == [0]
     measured = want[want["arch_index"] == want["measured_by"]]  # a copy is drawn as its representative's point
     assert sorted(scatter["rows"][j] for j in scatter["picked"]) == sorted(
         r for r in rows if r in set(np.flatnonzero(table.index.isin(measured.index))) and r in set(scatter["rows"]))
@@ -594,9 +593,103 @@ def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhe
 
     page.evaluate("document.getElementById('pclear').click()")
     page.wait_for(f"CB.linked.count === null && CB.networks.order.length === {len(table)}")
-    assert page.evaluate("document.getElementById('scatter').data[0].selectedpoints") is None
+    assert page.evaluate("CB.linked.marks") is None
+    assert page.evaluate(_OVERLAY_PIXELS + "([[5, 5]])") == [[0, 0, 0, 0]]  # the veil lifted
     assert "b" not in parse_qs(page.evaluate("location.hash")[1:])
     page.evaluate("(() => { history.replaceState(null, '', '#'); CB.tab('scatter'); })()")
+
+
+# the RGBA of the scatter's selection canvas at CSS pixels [[x, y], ...] (called with the list)
+_OVERLAY_PIXELS = ("(at => { const c = document.getElementById('scattermarks'), r = window.devicePixelRatio || 1;"
+                   " const g = c.getContext('2d'); return at.map(([x, y]) =>"
+                   " Array.from(g.getImageData(Math.round(x * r), Math.round(y * r), 1, 1).data)); })")
+
+
+def _drag(page, x, y0, y1, shift=False):
+    """A drag with the mouse from (x, y0) to (x, y1), as a user draws it (press, moves, release)."""
+    modifiers = 8 if shift else 0
+    page.send("Input.dispatchMouseEvent", {"type": "mousePressed", "x": x, "y": y0, "button": "left", "buttons": 1,
+                                           "clickCount": 1, "modifiers": modifiers})
+    for step in range(1, 6):
+        page.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y0 + (y1 - y0) * step / 5,
+                                               "button": "left", "buttons": 1, "modifiers": modifiers})
+    page.send("Input.dispatchMouseEvent", {"type": "mouseReleased", "x": x, "y": y1, "button": "left", "clickCount": 1,
+                                           "modifiers": modifiers})
+
+
+def test_a_brush_drawn_with_the_mouse_selects_the_values_under_it_and_the_scatter_shows_them(workflow_run, page):
+    """A drag along the accuracy axis brushes the range of values under it (the axis's scale read
+    from its ticks); the selection is every network whose page value lies in it; a shift-drag adds
+    a second range, a click on a range removes it; dragging an axis's name reorders the axes. The
+    scatter's selection canvas veils its panel and draws each selected point in its own colour."""
+    t = page.evaluate("document.getElementById('table').value")
+    page.wait_for("document.querySelectorAll('#parcoords .axis-brush rect').length === CB.linked.axes.length")
+    axis = page.evaluate("CB.linked.axes").index("accuracy")
+    box = page.evaluate(f"(() => {{ const r = document.querySelectorAll('#parcoords .axis-brush rect')[{axis}]"
+                        ".getBoundingClientRect(); return [r.x + r.width / 2, r.y + 4, r.y + r.height - 4]; })()")
+    x, top, bottom = box
+    (v0, v1), (y_0, y_1) = page.evaluate(f"""(() => {{ const g = document.querySelectorAll('#parcoords g.axis')[{axis}],
+        r = g.querySelector('line').getBoundingClientRect(); return [g.dataset.range.split(',').map(Number),
+        [r.y + r.height, r.y]]; }})()""")  # the axis's range, drawn from its line's bottom to its top
+    value_at = lambda y: v0 + (y - y_0) * (v1 - v0) / (y_1 - y_0)
+    accuracy = np.asarray(page.evaluate(f"CB.column(CB.state.manifest.tables.find(u => u.id === '{t}'), 'accuracy')"
+                                        ".then(v => Array.from(v))"), float)
+    measured = np.asarray(page.evaluate(f"CB.rows(CB.state.manifest.tables.find(u => u.id === '{t}'))"
+                                        ".then(r => Array.from(r.isRep))"), bool)
+    y_of = lambda v: y_0 + (v - v0) * (y_1 - y_0) / (v1 - v0)
+    drawn = np.unique(page.evaluate(f"CB.linked.values[{axis}]"))  # the lines' accuracies: the axis's range
+    assert len(drawn) >= 2
+    ya, yb = y_of(drawn[-1]) + 0.25 * (top - y_of(drawn[-1])), y_of((drawn[0] + drawn[-1]) / 2)  # the upper half
+    _drag(page, x, ya, yb)
+    page.wait_for("CB.linked.count !== null")
+    (lo, hi), = page.evaluate("CB.linked.brushes.accuracy")
+    scale = abs(v1 - v0) / abs(y_1 - y_0)  # data units per pixel
+    assert abs(hi - value_at(ya)) < scale and abs(lo - value_at(yb)) < scale
+    inside = (accuracy >= lo) & (accuracy <= hi)
+    assert 0 < page.evaluate("CB.linked.count") == int(inside.sum()) < measured.sum()
+    assert set(page.evaluate("Array.from(CB.networks.selection.rows)")) == set(np.flatnonzero(inside).tolist())
+    # the scatter: its panel veiled, each bright point drawn again in its own colour above the veil
+    marks = page.evaluate("CB.linked.marks")
+    curve = page.evaluate("(() => { const gd = document.getElementById('scatter'), d = gd.data[0],"
+                          " xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis; return {rows: d.customdata.map(c => c[0]),"
+                          " xy: d.x.map((v, j) => [xa._offset + xa.l2p(v), ya._offset + ya.l2p(d.y[j])]),"
+                          " corner: [xa._offset + 2, ya._offset + 2]}; })()")
+    bright = marks[0]["points"]
+    assert sorted(curve["rows"][j] for j in bright) == sorted(r for r in curve["rows"] if inside[r] and measured[r])
+    corner, point = page.evaluate(_OVERLAY_PIXELS + f"({json.dumps([curve['corner'], curve['xy'][bright[0]]])})")
+    assert corner[:3] == [255, 255, 255] and 190 <= corner[3] <= 215  # the veil: white at 0.8
+    assert point[3] > 215 and point[:3] != [255, 255, 255]  # a selected point above it, opaque and coloured
+    # shift adds a range; a click on a range takes it off
+    page.evaluate("CB.linked.updated = null; 1")
+    _drag(page, x, yb + 6, bottom, shift=True)
+    page.wait_for("CB.linked.updated !== null")
+    ranges = page.evaluate("CB.linked.brushes.accuracy")
+    assert len(ranges) == 2 and ranges[0] == [lo, hi]
+    either = inside | ((accuracy >= ranges[1][0]) & (accuracy <= ranges[1][1]))
+    assert page.evaluate("CB.linked.count") == int(either.sum())
+    assert "accuracy in [" in page.evaluate("document.getElementById('pcount').textContent")
+    page.evaluate("CB.linked.updated = null; 1")
+    _drag(page, x, (ya + yb) / 2, (ya + yb) / 2)  # a click inside the first range
+    page.wait_for("CB.linked.updated !== null")
+    assert page.evaluate("CB.linked.brushes.accuracy") == [ranges[1]]
+    # an axis's name dragged onto the last axis moves it there
+    names = page.evaluate("CB.linked.axes")
+    title, last = page.evaluate("(() => { const a = document.querySelectorAll('#parcoords .axis-title'), r = a[0]"
+                                ".getBoundingClientRect(), s = a[a.length - 1].getBoundingClientRect();"
+                                " return [[r.x + 6, r.y + r.height / 2], [s.x + 2, s.y + s.height / 2]]; })()")
+    page.send("Input.dispatchMouseEvent", {"type": "mousePressed", "x": title[0], "y": title[1], "button": "left",
+                                           "buttons": 1, "clickCount": 1})
+    page.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": last[0], "y": last[1], "button": "left", "buttons": 1})
+    page.send("Input.dispatchMouseEvent", {"type": "mouseReleased", "x": last[0], "y": last[1], "button": "left",
+                                           "clickCount": 1})
+    page.wait_for(f"CB.linked.axes[CB.linked.axes.length - 1] === {json.dumps(names[0])}")
+    assert page.evaluate("CB.linked.axes") == names[1:] + names[:1]
+    assert "pa=" + names[1] in page.evaluate("location.hash")
+    page.evaluate("document.getElementById('pclear').click()")
+    page.wait_for("CB.linked.count === null")
+    page.evaluate(f"(() => {{ history.replaceState(null, '', '#'); const e = document.getElementById('paxes');"
+                  f" e.value = {json.dumps(', '.join(names))}; e.dispatchEvent(new Event('change')); return 1; }})()")
+    page.wait_for(f"JSON.stringify(CB.linked.axes) === {json.dumps(json.dumps(names, separators=(',', ':')))}")
 
 
 def test_the_parallel_coordinates_sample_of_a_large_table_is_seeded_and_drawn_from_its_rows(page):

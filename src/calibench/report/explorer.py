@@ -494,8 +494,8 @@ def _copy_asset(src, dst: Path) -> None:
 # The page's code, one file per concern (explorer_js/{name}.js), in the order they are joined:
 # each is a part of one closure (the functions of one may call those of another), so the page
 # loads one script and the parts share their state without a global of their own.
-PAGE_SCRIPTS = ("state", "loading", "helpers", "scatter", "network", "networks", "linked", "kendall", "methods",
-                "compare", "start")
+PAGE_SCRIPTS = ("state", "loading", "helpers", "scatter", "network", "networks", "parcoords", "linked", "kendall",
+                "methods", "compare", "start")
 
 
 def page_script() -> bytes:

@@ -2,8 +2,8 @@
   // One selection of the table on show, shared by the parallel coordinates, the scatter and the networks
   // table: the rows inside every brushed axis's ranges (a brush: drag along an axis) and, if a box or
   // lasso was drawn on the scatter, inside it. The scatter dims the rest, the networks table lists it.
-  const P = {axes: null, brushes: {}, lasso: null, lassoVersion: 0, rows: [], drawn: null, bound: false, updated: null,
-             count: null, maxLines: 2000};
+  const P = {axes: null, brushes: {}, lasso: null, lassoVersion: 0, rows: [], values: [], drawn: null, view: null,
+             updated: null, count: null, marks: null, maxLines: 2000};
   // A seeded sample of at most P.maxLines of the rows ``idx`` (every one when fewer), in their order: a plot
   // of 32,768 lines redraws in seconds on a CPU's WebGL; the brushes still select among every row.
   function sampleRows(idx, most) {
@@ -46,55 +46,46 @@
     for (let i = 0; i < t.n; i++) if (r.isRep[i] && values.every(v => Number.isFinite(v[i]))) finite.push(i);
     const idx = sampleRows(finite, P.maxLines);
     P.rows = idx;
-    const dims = P.axes.map((name, k) => {
-      const cats = categoriesOf(t, name), d = {label: name, values: idx.map(i => values[k][i]), multiselect: true};
-      if (cats) Object.assign(d, {tickvals: cats.map((_, v) => v), ticktext: cats, range: [0, Math.max(1, cats.length - 1)]});
-      const b = P.brushes[name];
-      if (b && b.length) d.constraintrange = b.length === 1 ? b[0] : b;
-      return d;
-    });
-    let line = {color: '#4c72b0'};
+    const axes = P.axes.map((name, k) => ({name, values: idx.map(i => values[k][i]), cats: categoriesOf(t, name)}));
+    let colours = '#4c72b0', colourbar = null;
     if (P.lasso) {  // the scatter's box or lasso: its networks in red
-      line = {color: idx.map(i => P.lasso.has(i) ? 1 : 0), colorscale: [[0, '#c8c8c8'], [1, '#c44e52']], cmin: 0, cmax: 1};
+      colours = idx.map(i => P.lasso.has(i) ? '#c44e52' : '#c8c8c8');
     } else {
       const c = numericColour ? await column(t, numericColour) : null;
       if (c && idx.every(i => Number.isFinite(c[i]))) {
-        line = {color: idx.map(i => c[i]), colorscale: cn.endsWith(DIFF) ? 'RdBu' : 'Viridis', showscale: true,
-                ...(cn.endsWith(DIFF) ? {cmid: 0} : {}), colorbar: {title: {text: cn, side: 'right'}, thickness: 12}};
+        const diverging = cn.endsWith(DIFF), scale = diverging ? 'RdBu' : 'Viridis';
+        let lo = Infinity, hi = -Infinity;
+        for (const i of idx) { lo = Math.min(lo, c[i]); hi = Math.max(hi, c[i]); }
+        if (diverging) { const m = Math.max(Math.abs(lo), Math.abs(hi)) || 1; [lo, hi] = [-m, m]; }
+        const span = hi > lo ? hi - lo : 1;  // 64 shades: the lines are stroked one path per shade
+        colours = idx.map(i => scaleColour(scale, Math.round((c[i] - lo) / span * 63) / 63));
+        colourbar = {title: cn, scale, lo, hi};
       }
     }
     const missing = t.n_measured - finite.length, notes = [];
     if (idx.length < finite.length) notes.push(`lines: a seeded sample of ${idx.length} of the ${finite.length} measured networks `
       + '(a brush selects among every network)');
     if (missing) notes.push(`${missing} measured networks without a finite value on every axis are not drawn`);
-    await Plotly.react(el, [{type: 'parcoords', dimensions: dims, line, labelangle: -12,
-                             labelfont: {size: 11}, tickfont: {size: 10}}],
-      {margin: {l: 70, r: 90, t: 56, b: 24}, annotations: notes.length ? [{text: notes.join('; '), showarrow: false,
-        xref: 'paper', yref: 'paper', x: 0, y: -0.08, xanchor: 'left', font: {size: 11, color: '#555'}}] : []},
-      {displaylogo: false, responsive: true});
+    if (!P.view) P.view = makeParcoords(el, () => brushed().catch(fail), names => { P.axes = names; relink().catch(fail); });
+    P.view.draw({axes, colours, colourbar, brushes: {...P.brushes}, note: notes.join('; ')});
+    P.values = axes.map(a => a.values);
     P.drawn = drawn;
     stamp('parcoords');
-    if (!P.bound) { el.on('plotly_restyle', () => brushed().catch(fail)); P.bound = true; }
   }
-  async function brushed() {  // a brush moved (or an axis was dragged): read them back from the plot
-    const started = performance.now(), dims = $('parcoords').data[0].dimensions;
-    P.axes = dims.map(d => d.label);
-    P.brushes = {};
-    for (const d of dims) {
-      let cr = d.constraintrange;
-      if (!cr || !cr.length) continue;
-      if (!Array.isArray(cr[0])) cr = [cr];
-      P.brushes[d.label] = cr.map(([lo, hi]) => [Number(lo), Number(hi)]);
-    }
-    $('paxes').value = P.axes.join(', ');
-    if (P.drawn !== null) {  // the plot shows these brushes and this order already: nothing to redraw for them
+  async function brushed() {  // a brush drawn on an axis: the plot has it already
+    const started = performance.now();
+    P.brushes = Object.fromEntries(Object.entries(P.view.view.spec.brushes).map(([n, rs]) => [n, rs.map(r => r.map(Number))]));
+    if (P.drawn !== null) {  // the plot shows these brushes: nothing to redraw for them
       const drawn = JSON.parse(P.drawn);
-      [drawn[1], drawn[2]] = [P.axes, brushText()];
+      drawn[2] = brushText();
       P.drawn = JSON.stringify(drawn);
     }
     await applySelection();
     P.updated = {ms: performance.now() - started, count: P.count};
   }
+  // brushes set as a drag sets them ({name: [[lo, hi], ...]}): the URL's b, and the tests' exact cuts
+  P.brush = async brushes => { P.brushes = brushes; await relink(); };
+
   // the selection from the brushes and the lasso, to the scatter, the networks table, the counts and the URL
   async function applySelection() {
     const t = byId($('table').value), r = await rows(t);
@@ -124,21 +115,71 @@
     if (!$('tab-networks').classList.contains('hidden')) jobs.push(networksTab());
     await Promise.all(jobs);
   }
-  async function markScatter(t, r, picked) {  // the selection bright, the rest faint (every panel: by arch index)
-    const gd = $('scatter'), curves = [], points = [];
-    if (!gd.data || (!picked && !P.marked)) return;  // nothing marked, nothing to mark
-    const indices = picked ? new Set([...picked].map(i => r.index[i])) : null;
-    for (const [curve, tr] of gd.data.entries()) {
-      if (tr.name === 'selected' || !tr.customdata) continue;
-      const u = byId(traceTable(tr));
-      if (!u || u.space !== t.space || u.hp !== t.hp) continue;
-      const ru = await rows(u);
-      curves.push(curve);
-      points.push(picked ? tr.customdata.flatMap((d, j) => (u.id === t.id ? picked.has(d[0]) : indices.has(ru.index[d[0]])) ? [j] : [])
-        : null);
+  // The selection on the scatter: a veil over each panel and its points drawn again above it, on a canvas
+  // over the plot (a restyle of 32,768 WebGL points costs plotly 200-400 ms on a CPU). P.marks: the
+  // points drawn bright, by trace; null when nothing is selected.
+  async function markScatter(t, r, picked) {
+    const gd = $('scatter'), marks = [];
+    if (picked && gd.data) {
+      const indices = new Set([...picked].map(i => r.index[i]));
+      for (const [curve, tr] of gd.data.entries()) {
+        if (tr.name === 'selected' || !tr.customdata) continue;
+        const u = byId(traceTable(tr));
+        if (!u || u.space !== t.space || u.hp !== t.hp) continue;
+        const ru = await rows(u);
+        marks.push({curve, points: tr.customdata.flatMap((d, j) =>
+          (u.id === t.id ? picked.has(d[0]) : indices.has(ru.index[d[0]])) ? [j] : [])});
+      }
     }
-    if (curves.length) await Plotly.restyle(gd, {selectedpoints: points, 'unselected.marker.opacity': 0.15}, curves);
-    P.marked = !!picked;
+    P.marks = picked ? marks : null;
+    drawMarks();
+  }
+  function drawMarks() {
+    const gd = $('scatter'), cv = $('scattermarks'), dpr = window.devicePixelRatio || 1;
+    const w = gd.clientWidth, h = gd.clientHeight;
+    cv.width = Math.round(w * dpr); cv.height = Math.round(h * dpr);
+    cv.style.width = w + 'px'; cv.style.height = h + 'px';
+    const ctx = cv.getContext('2d');
+    ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+    ctx.clearRect(0, 0, w, h);
+    const fl = gd._fullLayout;
+    if (!P.marks || !fl || !gd.data) return;
+    const axes = tr => [fl['xaxis' + (tr.xaxis || 'x').slice(1)], fl['yaxis' + (tr.yaxis || 'y').slice(1)]];
+    const veiled = new Set();
+    ctx.fillStyle = 'rgba(255,255,255,0.8)';  // the rest at a fifth of its strength
+    for (const {curve} of P.marks) {
+      const [xa, ya] = axes(gd.data[curve]);
+      if (!xa || !ya || veiled.has(xa._id + ya._id)) continue;
+      veiled.add(xa._id + ya._id);
+      ctx.fillRect(xa._offset, ya._offset, xa._length, ya._length);
+    }
+    for (const {curve, points} of P.marks) {
+      const tr = gd.data[curve], [xa, ya] = axes(tr), m = tr.marker || {};
+      if (!xa || !ya) continue;
+      const size = m.size || 6, half = size / 2, numeric = Array.isArray(m.color) || ArrayBuffer.isView(m.color);
+      let lo = m.cmin, hi = m.cmax;
+      if (numeric && !(lo < hi)) { lo = Math.min(...m.color.filter(Number.isFinite)); hi = Math.max(...m.color.filter(Number.isFinite)); }
+      const scale = typeof m.colorscale === 'string' && SCALES[m.colorscale] ? m.colorscale : 'Viridis';
+      ctx.save();
+      ctx.beginPath(); ctx.rect(xa._offset, ya._offset, xa._length, ya._length); ctx.clip();
+      ctx.globalAlpha = m.opacity === undefined ? 1 : m.opacity;
+      for (const j of points) {
+        const x = xa._offset + xa.l2p(xa.d2l(tr.x[j])), y = ya._offset + ya.l2p(ya.d2l(tr.y[j]));
+        ctx.fillStyle = numeric ? scaleColour(scale, hi > lo ? (m.color[j] - lo) / (hi - lo) : 0.5) : (m.color || '#4c72b0');
+        if (size <= 4) ctx.fillRect(x - half, y - half, size, size);
+        else { ctx.beginPath(); ctx.arc(x, y, half, 0, 2 * Math.PI); ctx.fill(); }
+      }
+      ctx.restore();
+    }
+    const ring = gd.data.find(d => d.name === 'selected');  // the network clicked, above the veil too
+    if (ring) {
+      const [xa, ya] = axes(ring);
+      if (xa && ya) {
+        ctx.strokeStyle = '#e00'; ctx.lineWidth = 3; ctx.beginPath();
+        ctx.arc(xa._offset + xa.l2p(xa.d2l(ring.x[0])), ya._offset + ya.l2p(ya.d2l(ring.y[0])), 8, 0, 2 * Math.PI);
+        ctx.stroke();
+      }
+    }
   }
   const relink = () => drawParcoords().then(applySelection);  // the plot, then the selection it makes
   function linkedControls() {
@@ -170,6 +211,7 @@
       $('status').textContent = P.lasso ? `${picked.size} networks of ${tableLabel(t)} in the box or lasso: the Networks tab lists them` : '';
       relink().catch(fail);
     });
+    $('scatter').on('plotly_afterplot', drawMarks);  // zoomed, panned, resized, redrawn: the marks follow
     $('scatter').on('plotly_deselect', () => {
       P.lasso = null;
       $('status').textContent = '';
@@ -179,6 +221,6 @@
   function moveLinked(where) {  // the parallel coordinates above the scatter or above the networks table
     const box = $('linked');
     if (where === 'networks') $('nlinked').appendChild(box);
-    else if (box.parentElement !== $('tab-scatter')) $('tab-scatter').insertBefore(box, $('scatter'));
-    if (P.drawn !== null && $('pshow').checked) Plotly.Plots.resize($('parcoords'));
+    else if (box.parentElement !== $('tab-scatter')) $('tab-scatter').insertBefore(box, $('scatterbox'));
+    if (P.view && $('pshow').checked) P.view.resize();
   }

@@ -91,8 +91,8 @@
     }
     layout.modebar = {orientation: 'v'};  // the toolbar beside the panels, never over a title
     $('status').textContent = notes.join(' · ');
+    P.marks = null;  // new traces: no point marked (until the selection is applied to them)
     await Plotly.react($('scatter'), traces, layout, {responsive: true, displaylogo: false});
-    P.marked = false;  // new traces: no point marked
     stamp('scatter');
     S.selected = null;
     setHash({t: $('table').value, x: xn, y: yn, c: cn, a: $('alldatasets').checked ? 1 : null});
