@@ -17,6 +17,7 @@ import pytest
 
 from calibench.report import explorer
 from calibench.report import screenshot as render
+from fixtures import WORKFLOW_TINY
 
 
 # ---------------------------------------------------------------- the encoding (no browser)
@@ -829,6 +830,11 @@ def test_the_column_lists_group_each_stages_metric_over_its_bin_counts_and_filte
                              " g => [g.label, Array.from(g.children, o => o.value)]))")
 
     t = page.evaluate("CB.state.manifest.tables.find(u => u.id === document.getElementById('table').value)")
+    # explorer_bins: auto keeps 5, 15, 100 and 500 where measured: the run's 5 and 15, not its 50
+    assert t["bins"] == [5, 15] and t["table_bins"] == WORKFLOW_TINY["bins"] == [5, 15, 50]
+    assert not any(c["name"].endswith("_50") for c in t["columns"])
+    assert page.evaluate("document.getElementById('binsnote').textContent").startswith(
+        "binned metrics at 5, 15 bins here; at 50 too in the table")
     listed = groups("ycol")
     assert listed["pre · ece by bins"] == [f"pre_ece_{b}" for b in t["bins"]]
     assert "pre_nll" in listed["pre · unbinned"] and "pre_accuracy" in listed["pre · unbinned"]
@@ -840,6 +846,48 @@ def test_the_column_lists_group_each_stages_metric_over_its_bin_counts_and_filte
     assert set(shown) - {page.evaluate("document.getElementById('ycol').value")} <= {"pre_ece_15"} and "pre_ece_15" in shown
     page.evaluate("(() => { const f = document.getElementById('colfilter'); f.value = '';"
                   " f.dispatchEvent(new Event('input')); })()")
+
+
+def test_the_bin_counts_in_the_page_follow_explorer_bins_and_a_wrong_one_is_named(workflow_run, tmp_path):
+    """explorer_bins: auto keeps 5, 15, 100, 500 where measured (all if none is); all, or a list,
+    as asked; a bin count the run does not measure stops the workflow naming the key, and
+    `calibench explore --bins` one no table has exits 2 in one line."""
+    import shutil
+    import subprocess
+    import sys
+
+    from calibench.config.settings import explorer_bins
+
+    run = {"bins": [5, 10, 15, 20, 25, 50, 100, 200, 500]}
+    assert explorer_bins(run) == explorer_bins({**run, "explorer_bins": "auto"}) == [5, 15, 100, 500]
+    assert explorer_bins({"bins": [7, 9]}) == "all" and explorer_bins({**run, "explorer_bins": "all"}) == "all"
+    assert explorer_bins({**run, "explorer_bins": [200, 10]}) == [10, 200]
+    with pytest.raises(ValueError, match=r"^explorer_bins: \[150\] not among the bin counts the run measures"):
+        explorer_bins({**run, "explorer_bins": [15, 150]})
+    results = tmp_path / "results"
+    shutil.copytree(workflow_run / "results" / "tables", results / "tables")
+
+    def explore(*args):
+        return subprocess.run([sys.executable, "-m", "calibench", "explore", "--results", str(results), *args],
+                              capture_output=True, text=True, timeout=300)
+
+    def page_bins():
+        text = (results / "explorer" / "data" / "manifest.js").read_text()
+        manifest = json.loads(text[text.index("{"):text.rindex("}") + 1])
+        return {t["id"]: (t["bins"], sorted({int(c["name"].rsplit("_", 1)[1]) for c in t["columns"]
+                                             if re.fullmatch(r"pre_ece_\d+", c["name"])})) for t in manifest["tables"]}
+
+    assert explore("--bins", "all").returncode == 0
+    assert set(map(str, page_bins().values())) == {str(([5, 15, 50], [5, 15, 50]))}
+    assert explore("--bins", "50").returncode == 0
+    assert set(map(str, page_bins().values())) == {str(([50], [50]))}
+    for wrong, said in ((["150"], "bins [150]: no table has binned metrics at that bin count (they have 5, 15, 50)"),
+                        (["x"], "--bins x: not a bin count"), (["all", "5"], "--bins takes bin counts, or all")):
+        proc = explore("--bins", *wrong)
+        said_lines = [line for line in proc.stderr.splitlines() if not line[:4].isdigit()]  # less the log's lines
+        assert proc.returncode == 2 and len(said_lines) == 1 and said_lines[0].startswith(f"calibench explore: {said}"), \
+            proc.stderr
+    assert set(map(str, page_bins().values())) == {str(([50], [50]))}  # the failed runs left the page as it was
 
 
 # ---------------------------------------------------------------- two runs (issue 37, item 4)

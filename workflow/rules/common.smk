@@ -93,7 +93,11 @@ if not (workflow.remote_exec or workflow.subprocess_exec):
 # A target is one table family: a NATS-Bench space and schedule (tss_200) or a population
 # beyond NATS-Bench (its name). Every rule below serves both; the sources differ only in
 # how a population's members and logits are found (calibench.sources).
-stage.check_hps(config)
+try:  # what the schema cannot see, named in one line
+    stage.check_hps(config)
+    stage.explorer_bins(config)
+except ValueError as exc:
+    raise WorkflowError(str(exc)) from None
 TARGETS = stage.targets(config)
 
 

@@ -379,11 +379,34 @@ def analysis_settings(config: Mapping) -> dict:
     return out
 
 
+EXPLORER_BINS = (5, 15, 100, 500)  # explorer_bins: auto; the full population's page fits 100 MB (docs/tools.md)
+
+
+def explorer_bins(config: Mapping) -> list[int] | str:
+    """The bin counts whose binned metrics the explorer holds (``explorer_bins``): ``auto``,
+    those of :data:`EXPLORER_BINS` the run measures (``bins``), or ``"all"`` if it measures none
+    of them; ``all``; or a list, where a bin count the run does not measure is a ``ValueError``
+    naming the key (it would show nothing)."""
+    measured = [int(b) for b in config["bins"]]
+    asked = config.get("explorer_bins", schema_default("explorer_bins"))
+    if asked == "auto":
+        kept = [b for b in EXPLORER_BINS if b in measured]
+        return kept if kept else "all"
+    if asked == "all":
+        return "all"
+    missing = [b for b in asked if b not in measured]
+    if missing:
+        raise ValueError(f"explorer_bins: {missing} not among the bin counts the run measures (bins: {measured}); "
+                         "drop them, or write all")
+    return sorted(int(b) for b in asked)
+
+
 def explorer_settings(config: Mapping) -> dict:
     """What ``calibench explore``'s files depend on besides the tables and the analysis files:
-    the demo banner and the fewest networks a Kendall cell decides on (``analysis.min_networks``)."""
+    the demo banner, the fewest networks a Kendall cell decides on (``analysis.min_networks``)
+    and the bin counts of its binned metrics (:func:`explorer_bins`)."""
     analysis = config.get("analysis") or {}
-    return {"demo": is_demo(config),
+    return {"demo": is_demo(config), "bins": explorer_bins(config),
             "min_networks": int(analysis.get("min_networks", schema_default("analysis", "min_networks")))}
 
 

@@ -133,6 +133,25 @@ def plotted_columns(names: Sequence[str], dtypes: Mapping[str, str]) -> list[str
     return [n for n in names if n not in IDENTITY and n not in NOT_PLOTTED and dtypes.get(n, "") in "fiub"]
 
 
+def bin_count(name: str) -> int | None:
+    """The bin count of a stage's binned metric (``pre_ece_15``: 15), None for any other column."""
+    m = re.fullmatch(r"[a-z]+_.+_(\d+)", name)
+    return int(m.group(1)) if m and column_group(name) != "network" else None
+
+
+def kept_bins(table_bins: Sequence[int], bins: Sequence[int] | str | None) -> list[int]:
+    """The bin counts of a table's binned metrics that the page holds: ``bins`` a list (those
+    of them the table has), ``"all"``, or ``None`` / ``"auto"``: those of
+    :data:`~calibench.config.settings.EXPLORER_BINS` it has, or all if it has none of them."""
+    from calibench.config.settings import EXPLORER_BINS
+
+    if bins == "all":
+        return sorted(table_bins)
+    wanted = EXPLORER_BINS if bins in (None, "auto") else [int(b) for b in bins]
+    kept = sorted(b for b in table_bins if b in wanted)
+    return kept if kept or bins not in (None, "auto") else sorted(table_bins)
+
+
 def column_group(name: str) -> str:
     """Where a column sits in the page's lists: its stage, or ``network`` (accuracy, params...)."""
     stage = name.split("_", 1)[0]
@@ -314,8 +333,10 @@ def reliability_blocks(results: Path, space: str, hp: str, dataset: str, measure
 # ---------------------------------------------------------------- one table
 
 def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None, threads: int = 4,
-                 others: Mapping[tuple, tuple] | None = None) -> dict | None:
+                 others: Mapping[tuple, tuple] | None = None, bins: Sequence[int] | str | None = None) -> dict | None:
     """Write one table's rows, columns and reliability blocks under ``data``; its manifest entry.
+    ``bins``: the bin counts of the binned metrics written (:func:`kept_bins`); the manifest
+    entry's ``bins`` are those, its ``table_bins`` every one the table holds.
     ``others``: (space, hp, dataset) -> (the comparison's
     :class:`~calibench.analysis.compare.TableResult`, run B's
     :class:`~calibench.analysis.compare.TableRef`), to add run B's side of this table where it
@@ -351,8 +372,11 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
             + np.flatnonzero(is_rep).astype("<i4").tobytes() + "\n".join(labels).encode())
     (out / "rows.js").write_bytes(binary_script("rowdata", [tid], rows))
     dtypes = {n: frame[n].dtype.kind for n in frame.columns}
+    table_bins = sorted({int(m.group(1)) for n in names if (m := re.fullmatch(r"pre_ece_(\d+)", n))})
+    page_bins = kept_bins(table_bins, bins)
+    plotted = [n for n in plotted_columns(list(frame.columns), dtypes) if bin_count(n) in (None, *page_bins)]
     columns = []
-    for k, name in enumerate(plotted_columns(list(frame.columns), dtypes)):
+    for k, name in enumerate(plotted):
         payload, meta = encode_column(measured[name].to_numpy(dtype=float))
         (out / f"c{k}.js").write_bytes(binary_script("col", [tid, k], payload))
         columns.append({"name": name, "file": f"c{k}", "group": column_group(name), **meta})
@@ -382,10 +406,9 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
         added, entry_compare = compare_columns(measured, plotted, *other, out, len(columns), tid)
         columns += added
     stages = [s for s in STAGES if f"{s}_accuracy" in names]
-    bins = sorted({int(m.group(1)) for n in names if (m := re.fullmatch(r"pre_ece_(\d+)", n))})
     return {**({"compare": entry_compare} if entry_compare is not None else {}), "id": tid, "space": space,
             "hp": hp, "dataset": dataset, "n": int(len(frame)), "n_measured": int(len(measured)), "columns": columns,
-            "stages": stages, "bins": bins, "rel_blocks": rel_files, "block": BLOCK,
+            "stages": stages, "bins": page_bins, "table_bins": table_bins, "rel_blocks": rel_files, "block": BLOCK,
             "table": str(path.relative_to(results)) if path.is_relative_to(results) else str(path)}
 
 
@@ -520,14 +543,17 @@ def plotly_js():
 
 def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = None, demo: bool = False,
                    threads: int = 4, min_networks: int | None = None, compare: str | Path | None = None,
-                   out: str | Path | None = None, columns: Sequence[str] | None = None) -> Path:
+                   out: str | Path | None = None, columns: Sequence[str] | None = None,
+                   bins: Sequence[int] | str | None = None) -> Path:
     """Write the explorer of the run under ``results`` (every table, or ``tables``); returns
     the page. Earlier data of the explorer is replaced, so nothing stale stays.
     ``min_networks``: Kendall cells on fewer networks are marked (default: the config schema's).
     ``compare``: run B (a results directory, a folder of tables, tao2024 CSVs: what
     ``calibench compare`` reads), shown against this run (:func:`compare_columns`), the
     comparison limited to ``columns`` (fnmatch patterns); the page goes to ``out``/explorer/
-    (default: ``compare``'s own folder, ``./compare-{A}-vs-{B}/``), not into the run."""
+    (default: ``compare``'s own folder, ``./compare-{A}-vs-{B}/``), not into the run.
+    ``bins``: the bin counts of the binned metrics in the page (:func:`kept_bins`; a bin count
+    no table holds is a ``ValueError``)."""
     if min_networks is None:
         from calibench.config.check import schema_default
 
@@ -560,9 +586,15 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     entries = []
     for path in paths:
         log.info("explorer: %s", path)
-        entry = export_table(path, results, staging, hcs, threads, others=others)
+        entry = export_table(path, results, staging, hcs, threads, others=others, bins=bins)
         if entry is not None:
             entries.append(entry)
+    if bins not in (None, "auto", "all"):
+        held = sorted({b for e in entries for b in e["table_bins"]})
+        if not set(map(int, bins)) <= set(held):
+            shutil.rmtree(staging)
+            raise ValueError(f"bins {sorted(set(map(int, bins)) - set(held))}: no table has binned metrics at that "
+                             f"bin count (they have {', '.join(map(str, held))})")
     has_kendall = export_kendall(results, staging)
     manifest = {"tables": entries, "kendall": has_kendall, "demo": bool(demo), "stages": list(STAGES),
                 "min_networks": int(min_networks),
