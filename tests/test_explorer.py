@@ -694,8 +694,9 @@ def test_a_brush_drawn_with_the_mouse_selects_the_values_under_it_and_the_scatte
 
 
 def test_the_parallel_coordinates_sample_of_a_large_table_is_seeded_and_drawn_from_its_rows(page):
-    """Over 2,000 lines (a CPU's WebGL redraws 32,768 in seconds) the plot draws a seeded sample:
-    the same rows every time, distinct, in order, all from the rows given; fewer are drawn whole."""
+    """Over 2,000 lines (a brush strokes every line again: 32,768 take 0.4-0.6 s on a CPU) the plot
+    draws a seeded sample: the same rows every time, distinct, in order, all from the rows given;
+    fewer are drawn whole."""
     rows = list(range(0, 30000, 3))
     first = page.evaluate(f"CB.sampleRows({rows}, 2000)")
     assert first == page.evaluate(f"CB.sampleRows({rows}, 2000)") and len(first) == len(set(first)) == 2000
