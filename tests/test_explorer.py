@@ -543,6 +543,12 @@ def test_reopening_a_views_url_restores_its_table_columns_filter_sort_tab_and_ne
                   " t.dispatchEvent(new Event('change')); CB.tab('scatter'); })()")
 
 
+# the RGBA of the scatter's selection canvas at CSS pixels [[x, y], ...] (called with the list)
+_OVERLAY_PIXELS = ("(at => { const c = document.getElementById('scattermarks'), r = window.devicePixelRatio || 1;"
+                   " const g = c.getContext('2d'); return at.map(([x, y]) =>"
+                   " Array.from(g.getImageData(Math.round(x * r), Math.round(y * r), 1, 1).data)); })")
+
+
 def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhere(workflow_run, page):
     """Issue 37, item 1: a brush on accuracy > x and one on pre_ece_15 < y (set as a drag sets them,
     at exact cuts) select exactly the networks pandas selects from the table: the count shown, the
@@ -592,18 +598,20 @@ def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhe
         assert again.evaluate("CB.state.errors") == []
         assert sorted(again.evaluate("Array.from(CB.networks.order)")) == sorted(rows)
 
+    # brushed on the networks tab (the scatter hidden): the scatter shows the selection once shown
+    corner = page.evaluate("(() => { const l = document.getElementById('scatter')._fullLayout;"
+                           " return [l.xaxis._offset + 2, l.yaxis._offset + 2]; })()")
+    page.evaluate(f"CB.linked.brush({{accuracy: [[{cut_acc}, 1e9]]}}).then(() => 1)")
+    page.evaluate("CB.tab('scatter')")
+    veil = page.evaluate(_OVERLAY_PIXELS + f"([{json.dumps(corner)}])")[0]
+    assert veil[:3] == [255, 255, 255] and 190 <= veil[3] <= 215, veil
+    page.evaluate("CB.tab('networks')")
     page.evaluate("document.getElementById('pclear').click()")
     page.wait_for(f"CB.linked.count === null && CB.networks.order.length === {len(table)}")
     assert page.evaluate("CB.linked.marks") is None
-    assert page.evaluate(_OVERLAY_PIXELS + "([[5, 5]])") == [[0, 0, 0, 0]]  # the veil lifted
     assert "b" not in parse_qs(page.evaluate("location.hash")[1:])
     page.evaluate("(() => { history.replaceState(null, '', '#'); CB.tab('scatter'); })()")
-
-
-# the RGBA of the scatter's selection canvas at CSS pixels [[x, y], ...] (called with the list)
-_OVERLAY_PIXELS = ("(at => { const c = document.getElementById('scattermarks'), r = window.devicePixelRatio || 1;"
-                   " const g = c.getContext('2d'); return at.map(([x, y]) =>"
-                   " Array.from(g.getImageData(Math.round(x * r), Math.round(y * r), 1, 1).data)); })")
+    assert page.evaluate(_OVERLAY_PIXELS + f"([{json.dumps(corner)}])") == [[0, 0, 0, 0]]  # the veil lifted
 
 
 def _drag(page, x, y0, y1, shift=False):
@@ -882,13 +890,15 @@ def test_the_bin_counts_in_the_page_follow_explorer_bins_and_a_wrong_one_is_name
     assert set(map(str, page_bins().values())) == {str(([5, 15, 50], [5, 15, 50]))}
     assert explore("--bins", "50").returncode == 0
     assert set(map(str, page_bins().values())) == {str(([50], [50]))}
-    for wrong, said in ((["150"], "bins [150]: no table has binned metrics at that bin count (they have 5, 15, 50)"),
-                        (["x"], "--bins x: not a bin count"), (["all", "5"], "--bins takes bin counts, or all")):
-        proc = explore("--bins", *wrong)
+    assert explore("--bins", "5,50").returncode == 0
+    assert set(map(str, page_bins().values())) == {str(([5, 50], [5, 50]))}
+    for wrong, said in (("150,5", "bins [150]: no table has binned metrics at that bin count (they have 5, 15, 50)"),
+                        ("5,x", "--bins x: not a bin count"), ("all,5", "--bins takes bin counts (5,15,100), or all")):
+        proc = explore("--bins", wrong)
         said_lines = [line for line in proc.stderr.splitlines() if not line[:4].isdigit()]  # less the log's lines
         assert proc.returncode == 2 and len(said_lines) == 1 and said_lines[0].startswith(f"calibench explore: {said}"), \
             proc.stderr
-    assert set(map(str, page_bins().values())) == {str(([50], [50]))}  # the failed runs left the page as it was
+    assert set(map(str, page_bins().values())) == {str(([5, 50], [5, 50]))}  # the failed runs left the page as it was
 
 
 # ---------------------------------------------------------------- two runs (issue 37, item 4)

@@ -242,9 +242,11 @@ def test_a_run_copied_with_tar_and_scp_plans_nothing_and_runs_nothing(small_sss_
     assert shard.stat().st_mtime_ns % 10**9 == 0 and shard.stat().st_mtime_ns != recorded[1]
     for path in [*(workdir / SHARD_DIR).iterdir(), *(workdir / LOGITS_DIR).iterdir()]:
         os.utime(path)  # as scp leaves them: the time of the copy
+    copied = repair.file_state(shard)
     assert repair.changed_chunks(workdir / "results") == []
     dry = _snakemake(workdir, "-n", SMALL_SSS_TABLE)
     assert "calibench:" not in dry.stderr and "Nothing to be done" in dry.stdout + dry.stderr
+    assert repair.file_state(shard) == copied  # planning changed nothing, not even a time
     proc = _calibench_run(workdir)
     assert "changed since" not in proc.stderr and "Nothing to be done" in proc.stderr
     assert repair.file_state(shard) == recorded[:2]  # given back: the next check reads no byte of it

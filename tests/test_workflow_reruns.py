@@ -234,6 +234,12 @@ def test_a_bad_config_value_stops_the_run_before_any_job(tmp_path):
     assert proc.returncode != 0
     assert "chunk_size" in proc.stdout + proc.stderr
     assert not (workdir / "results").exists()
+    # what the schema cannot see: a bin count for the explorer that the run does not measure
+    workdir = copy_workflow(tmp_path / "bins", {**TINY, "explorer_bins": [TINY["bins"][0], 7777]})
+    proc = _snakemake(workdir, "-n", check=False)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "explorer_bins: [7777] not among the bin counts the run measures" in said, said
+    assert "Traceback" not in said and not (workdir / "results").exists()
 
 
 def test_keep_logits_false_leaves_no_store_and_the_same_results(tmp_path, finished_run):

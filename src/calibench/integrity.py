@@ -332,7 +332,7 @@ def same_source(failure: Mapping) -> bool:
     try:
         return sha256_file(failure["source"]) == failure["source_sha256"]
     except OSError:
-        return False
+        return file_state(failure["source"]) is None  # gone meanwhile: nothing to retry
 
 
 # ---------------------------------------------------------------- any file

@@ -134,9 +134,12 @@ def plotted_columns(names: Sequence[str], dtypes: Mapping[str, str]) -> list[str
 
 
 def bin_count(name: str) -> int | None:
-    """The bin count of a stage's binned metric (``pre_ece_15``: 15), None for any other column."""
-    m = re.fullmatch(r"[a-z]+_.+_(\d+)", name)
-    return int(m.group(1)) if m and column_group(name) != "network" else None
+    """The bin count of a binned metric's column (``pre_ece_15``: 15; the metric registry's
+    reading), None for any other column."""
+    from calibench.metrics.registry import column
+
+    found = column(name)
+    return found.bins if found is not None else None
 
 
 def kept_bins(table_bins: Sequence[int], bins: Sequence[int] | str | None) -> list[int]:
@@ -372,7 +375,7 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
             + np.flatnonzero(is_rep).astype("<i4").tobytes() + "\n".join(labels).encode())
     (out / "rows.js").write_bytes(binary_script("rowdata", [tid], rows))
     dtypes = {n: frame[n].dtype.kind for n in frame.columns}
-    table_bins = sorted({int(m.group(1)) for n in names if (m := re.fullmatch(r"pre_ece_(\d+)", n))})
+    table_bins = sorted({b for n in names if (b := bin_count(n)) is not None})
     page_bins = kept_bins(table_bins, bins)
     plotted = [n for n in plotted_columns(list(frame.columns), dtypes) if bin_count(n) in (None, *page_bins)]
     columns = []
@@ -582,6 +585,14 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir()
+    if bins not in (None, "auto", "all"):  # a bin count no table has: said before any table is written
+        import pyarrow.parquet as pq
+
+        held = sorted({b for path in paths for n in pq.read_schema(path).names if (b := bin_count(n)) is not None})
+        if not set(map(int, bins)) <= set(held):
+            shutil.rmtree(staging)
+            raise ValueError(f"bins {sorted(set(map(int, bins)) - set(held))}: no table has binned metrics at that "
+                             f"bin count (they have {', '.join(map(str, held))})")
     hcs = _hcs_columns(results)
     entries = []
     for path in paths:
@@ -589,12 +600,6 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
         entry = export_table(path, results, staging, hcs, threads, others=others, bins=bins)
         if entry is not None:
             entries.append(entry)
-    if bins not in (None, "auto", "all"):
-        held = sorted({b for e in entries for b in e["table_bins"]})
-        if not set(map(int, bins)) <= set(held):
-            shutil.rmtree(staging)
-            raise ValueError(f"bins {sorted(set(map(int, bins)) - set(held))}: no table has binned metrics at that "
-                             f"bin count (they have {', '.join(map(str, held))})")
     has_kendall = export_kendall(results, staging)
     manifest = {"tables": entries, "kendall": has_kendall, "demo": bool(demo), "stages": list(STAGES),
                 "min_networks": int(min_networks),

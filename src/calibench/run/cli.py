@@ -217,16 +217,18 @@ def _explore(args: argparse.Namespace) -> int:
             results, tables = tables[0], []
         if (args.out or args.columns) and not args.compare:
             raise ValueError("--out and --columns go with --compare RUN_B")
-        bins = args.bins if args.bins is not None else given.get("bins")
-        if isinstance(bins, list) and any(b in ("all", "auto") for b in bins):
-            if len(bins) > 1:
-                raise ValueError("--bins takes bin counts, or all, or auto, alone")
-            bins = bins[0]
-        elif isinstance(bins, list):
-            wrong = [b for b in bins if not str(b).isdigit() or int(b) < 1]
-            if wrong:
-                raise ValueError(f"--bins {wrong[0]}: not a bin count (a positive integer), all, or auto")
-            bins = [int(b) for b in bins]
+        bins = given.get("bins")
+        if args.bins is not None:
+            asked = [b.strip() for b in args.bins.split(",")]
+            if any(b in ("all", "auto") for b in asked):
+                if len(asked) > 1:
+                    raise ValueError("--bins takes bin counts (5,15,100), or all, or auto, alone")
+                bins = asked[0]
+            else:
+                wrong = [b for b in asked if not b.isdigit() or int(b) < 1]
+                if wrong:
+                    raise ValueError(f"--bins {wrong[0]}: not a bin count (a positive integer), all, or auto")
+                bins = [int(b) for b in asked]
         page = write_explorer(results, tables or None, demo=demo, threads=args.threads,
                               min_networks=given.get("min_networks"), compare=args.compare, out=args.out,
                               columns=args.columns, bins=bins)
@@ -404,9 +406,10 @@ def build_parser() -> argparse.ArgumentParser:
     xp.add_argument("--columns", nargs="+", metavar="PATTERN", default=None,
                     help="with --compare: only the columns matching these fnmatch patterns")
     xp.add_argument("--out", default=None, help="with --compare: output folder (default: ./compare-{A}-vs-{B}/)")
-    xp.add_argument("--bins", nargs="+", default=None, metavar="N",
-                    help="the bin counts of the binned metrics in the page: bin counts, all, or auto (default: 5, 15, "
-                         "100 and 500 where the tables have them; the config's explorer_bins in the workflow)")
+    xp.add_argument("--bins", default=None, metavar="N,N,...",
+                    help="the bin counts of the binned metrics in the page: bin counts (5,15,100), all, or auto "
+                         "(default: 5, 15, 100 and 500 where the tables have them; the config's explorer_bins in the "
+                         "workflow)")
     xp.set_defaults(func=_explore)
 
     ex = sub.add_parser("export", help="result tables in another layout (tao2024: Tao et al.'s published CSVs)")

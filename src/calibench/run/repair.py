@@ -1,8 +1,8 @@
 """What changed since a chunk ran, so the next run repairs it (issue 15).
 
 A chunk's manifest (the output Snakemake sees) records the files its job wrote, with their
-size and modification time, and for each failure the state of the file that failed (absent,
-or its size and mtime). Before ``calibench run`` (or ``calibench repair``) starts Snakemake,
+size, modification time and the SHA-256 of their seal, and for each failure the state of the
+file that failed (absent, or its size, mtime and SHA-256). Before ``calibench run`` (or ``calibench repair``) starts Snakemake,
 it compares every manifest with the files on disk (:func:`changed_chunks`); a chunk that lost or had changed a file it
 wrote (a deleted or overwritten shard or logits file), or one of whose failed inputs has
 changed since (an archive file restored or replaced), runs again and, as always, computes only
@@ -66,7 +66,10 @@ def changes(manifest: str | os.PathLike, results: str | os.PathLike, logits: boo
             if not integrity.same_as_written(path, recorded):
                 reasons.append(f"{path}: changed since it was written")
             elif settle:  # not a Snakemake input or output: its mtime plans nothing
-                os.utime(path, ns=(os.stat(path).st_atime_ns, recorded[1]))
+                try:
+                    os.utime(path, ns=(os.stat(path).st_atime_ns, recorded[1]))
+                except OSError:  # not the owner, or gone: checked by content again next time
+                    pass
     for failure in summary.get("failures", []):
         if "source_state" not in failure or failure.get("stage") not in (None, "inference", "measurement"):
             continue

@@ -46,7 +46,11 @@
     for (let i = 0; i < t.n; i++) if (r.isRep[i] && values.every(v => Number.isFinite(v[i]))) finite.push(i);
     const idx = sampleRows(finite, P.maxLines);
     P.rows = idx;
-    const axes = P.axes.map((name, k) => ({name, values: idx.map(i => values[k][i]), cats: categoriesOf(t, name)}));
+    const axes = P.axes.map((name, k) => {  // an axis spans every measured network, not only the lines drawn
+      let lo = Infinity, hi = -Infinity;
+      for (const i of finite) { const v = values[k][i]; if (v < lo) lo = v; if (v > hi) hi = v; }
+      return {name, values: idx.map(i => values[k][i]), cats: categoriesOf(t, name), range: finite.length ? [lo, hi] : null};
+    });
     let colours = '#4c72b0', colourbar = null;
     if (P.lasso) {  // the scatter's box or lasso: its networks in red
       colours = idx.map(i => P.lasso.has(i) ? '#c44e52' : '#c8c8c8');
@@ -135,8 +139,16 @@
     drawMarks();
   }
   function drawMarks() {
-    const gd = $('scatter'), cv = $('scattermarks'), dpr = window.devicePixelRatio || 1;
-    const w = gd.clientWidth, h = gd.clientHeight;
+    const gd = $('scatter'), dpr = window.devicePixelRatio || 1, w = gd.clientWidth, h = gd.clientHeight;
+    const paper = gd.querySelector('.svg-container'), top = gd._fullLayout && gd._fullLayout._toppaper;
+    if (!paper || !w) return;  // no plot yet, or its tab hidden: drawn when shown (moveLinked)
+    if (!P.canvas) {
+      P.canvas = document.createElement('canvas');
+      P.canvas.id = 'scattermarks';
+      P.canvas.style.cssText = 'position:absolute;left:0;top:0;pointer-events:none';
+    }
+    const cv = P.canvas, above = top && top.node();  // over the WebGL points, under hover labels and outlines
+    if (cv.parentNode !== paper || (above && cv.nextSibling !== above)) paper.insertBefore(cv, above || null);
     cv.width = Math.round(w * dpr); cv.height = Math.round(h * dpr);
     cv.style.width = w + 'px'; cv.style.height = h + 'px';
     const ctx = cv.getContext('2d');
@@ -224,6 +236,7 @@
   function moveLinked(where) {  // the parallel coordinates above the scatter or above the networks table
     const box = $('linked');
     if (where === 'networks') $('nlinked').appendChild(box);
-    else if (box.parentElement !== $('tab-scatter')) $('tab-scatter').insertBefore(box, $('scatterbox'));
+    else if (box.parentElement !== $('tab-scatter')) $('tab-scatter').insertBefore(box, $('scatter'));
     if (P.view && $('pshow').checked) P.view.resize();
+    if (where === 'scatter') drawMarks();  // a selection made on the networks tab, on the scatter now shown
   }

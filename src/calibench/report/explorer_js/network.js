@@ -5,8 +5,8 @@
     Plotly.purge($('reliability'));
     $('reliability').dataset.stages = '';
     const wanted = ['accuracy', 'params', 'flops', S.scatter.x, S.scatter.y, S.scatter.color];
-    const bins = t.bins.includes(15) ? 15 : t.bins[0];
-    for (const s of t.stages) wanted.push(`${s}_accuracy`, `${s}_ece_${bins}`, `${s}_nll`, `${s}_brier`);
+    const bins = t.bins.includes(15) ? 15 : t.bins[0];  // none when the page holds no binned metric of the table
+    for (const s of t.stages) wanted.push(`${s}_accuracy`, ...(bins ? [`${s}_ece_${bins}`] : []), `${s}_nll`, `${s}_brier`);
     const names = [...new Set(wanted)].filter(n => t.columns.some(c => c.name === n));
     const values = await Promise.all(names.map(n => column(t, n)));
     const head = [['table', tableLabel(t)], ['index', r.index[row]], ['arch', r.names[row]]];

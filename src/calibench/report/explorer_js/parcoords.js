@@ -43,8 +43,8 @@
     parent.appendChild(e);
     return e;
   }
-  // A parallel-coordinates view in ``el``. ``draw(spec)``: spec.axes [{name, values, cats}] (values: one per
-  // line), spec.colours (a CSS colour per line, or one for all), spec.brushes {name: [[lo, hi], ...]},
+  // A parallel-coordinates view in ``el``. ``draw(spec)``: spec.axes [{name, values, cats, range}] (values: one
+  // per line; range: [lo, hi] of the axis, else the values'), spec.colours (a CSS colour per line, or one for all), spec.brushes {name: [[lo, hi], ...]},
   // spec.colourbar {title, scale, lo, hi} or null, spec.note; ``onBrush(name, ranges)`` on every brush,
   // ``onReorder(names)`` when an axis's name is dragged to another place.
   function makeParcoords(el, onBrush, onReorder) {
@@ -62,8 +62,8 @@
       const x = axes.map((_, k) => axes.length === 1 ? (M.l + w - M.r) / 2 : M.l + k * (w - M.l - M.r) / (axes.length - 1));
       const ranges = axes.map(a => {
         if (a.cats) return [0, Math.max(1, a.cats.length - 1)];
-        let lo = Infinity, hi = -Infinity;
-        for (const v of a.values) if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
+        let [lo, hi] = a.range || [Infinity, -Infinity];
+        if (!a.range) for (const v of a.values) if (Number.isFinite(v)) { if (v < lo) lo = v; if (v > hi) hi = v; }
         if (!(lo <= hi)) return [0, 1];
         return lo === hi ? [lo - 0.5, hi + 0.5] : [lo, hi];
       });

@@ -30,8 +30,9 @@
     pick($('xcol'), keep && keep.x || d[0]); pick($('ycol'), keep && keep.y || d[1]); pick($('ccol'), keep && keep.c || d[2]);
     $('colcount').textContent = shown.length === items.length ? '' : `${shown.length} of ${items.length} columns`;
     const held = t.table_bins || t.bins, left = held.filter(b => !t.bins.includes(b));
-    $('binsnote').textContent = left.length ? `binned metrics at ${t.bins.join(', ')} bins here; at ${left.join(', ')} `
-      + 'too in the table (calibench query; calibench explore --bins all puts them here)' : '';
+    $('binsnote').textContent = !left.length ? '' : (t.bins.length ? `binned metrics at ${t.bins.join(', ')} bins here; `
+      + `at ${left.join(', ')} too in the table` : `no binned metrics here; at ${left.join(', ')} bins in the table`)
+      + ' (calibench query; calibench explore --bins all puts them here)';
   }
   async function start(manifest) {
     S.manifest = manifest;
