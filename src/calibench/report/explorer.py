@@ -32,7 +32,6 @@ error of at most 0.2 %, enough for any plot; exact values are in the tables (SQL
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import math
@@ -54,11 +53,14 @@ from calibench.analysis.registry import output_path
 from calibench.analysis.tables import stage_order
 from calibench.layout import (explorer_dir, explorer_page, explorer_sums, result_tables, shard_path, target_name)
 from calibench.results.archstr import EDGE_NAMES, TSS_OPS, parse_sss, tss_edge_ops
+from calibench.report.explorer_compare import compare_columns, compare_manifest
+# the encoding's names, as the tests, benchmarks and the page's own readers reach them
+from calibench.report.explorer_encoding import (MANTISSA_BITS, binary_script, decode_column,  # noqa: F401
+                                                encode_column, round_significand, script)
 from calibench.vocabulary import STAGES
 
 log = logging.getLogger(__name__)
 
-MANTISSA_BITS = 8  # of float16's 10: values to 3 significant digits, 100 MB for the full population
 BLOCK = 256  # networks per reliability file
 # Columns of a table that say what a row is (shown with a point, never plotted).
 IDENTITY = ("space", "hp", "dataset", "arch_index", "measured_by", "arch_str", "seed", "nats_index")
@@ -68,62 +70,6 @@ DEFAULT_AXES = ("accuracy", "pre_ece_15", "params")
 MAX_CATEGORIES = 64  # a string column with more distinct values is not offered as a category
 MISSING_CODE = 0xFFFF  # a categorical row without a category (an unparsable arch string, a missing value)
 PLOTLY_JS = ("plotly", "package_data/plotly.min.js")
-
-
-# ---------------------------------------------------------------- encoding (pure)
-
-def round_significand(values: np.ndarray, bits: int) -> np.ndarray:
-    """``values`` rounded (to nearest, ties to even) to ``bits`` significant bits after the
-    leading one; NaN and the infinities as they are."""
-    mantissa, exponent = np.frexp(np.asarray(values, dtype=float))  # mantissa in [0.5, 1)
-    return np.ldexp(np.round(np.ldexp(mantissa, bits + 1)), exponent - bits - 1)
-
-
-def encode_column(values: np.ndarray, mantissa_bits: int = MANTISSA_BITS) -> tuple[bytes, dict]:
-    """A column as bytes and how to read them: float16 scaled by a power of two (``exp``, so
-    that the largest magnitude sits below 2**15) with ``mantissa_bits`` of its 10 mantissa bits
-    kept (a relative error of at most 2**-(mantissa_bits + 1), 0.2 % at 8), high bytes then low
-    bytes (they compress better apart); float32 where float16's exponent cannot span the column."""
-    v = np.asarray(values, dtype=float)
-    finite = np.isfinite(v)
-    mags = np.abs(v[finite & (v != 0)])
-    if mags.size and mags.max() / mags.min() > 2.0 ** 28:
-        return v.astype("<f4").tobytes(), {"enc": "f32"}
-    exp = int(math.ceil(math.log2(mags.max() / 2.0 ** 15))) if mags.size else 0
-    with np.errstate(invalid="ignore"):
-        rounded = np.where(finite, round_significand(v, mantissa_bits), v)
-    half = (rounded / 2.0 ** exp).astype("<f2").view("<u2")  # exact, but for subnormals (below 2**-14)
-    planes = half.astype("<u2").view(np.uint8).reshape(-1, 2).T
-    return planes.tobytes(), {"enc": "f16", "exp": exp}
-
-
-def decode_column(data: bytes, meta: Mapping, n: int) -> np.ndarray:
-    """The values :func:`encode_column` stored, as the page reads them."""
-    if meta["enc"] == "f32":
-        return np.frombuffer(data, "<f4", count=n).astype(float)
-    planes = np.frombuffer(data, np.uint8).reshape(2, n)
-    half = np.ascontiguousarray(planes.T).view("<u2").reshape(n)
-    return half.view("<f2").astype(float) * 2.0 ** meta["exp"]
-
-
-def js_binary_string(data: bytes) -> bytes:
-    """``data`` as the body of a JS string literal in a file read as ``x-user-defined`` (bytes
-    0x80-0xFF are characters U+F780-U+F7FF, the page keeps their low byte): only the quote, the
-    backslash and the line ends are escaped, about 2 % more than the bytes, where base64 adds 33 %."""
-    return (data.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
-            .replace(b"\r", b"\\r"))
-
-
-def binary_script(call: str, args: Sequence, payload: bytes) -> bytes:
-    """A data file: ``CB.call(args..., "<gzip of payload>")``, the page's loader checks the length."""
-    packed = gzip.compress(payload, compresslevel=6, mtime=0)
-    head = "".join(json.dumps(a, separators=(",", ":"), allow_nan=False) + "," for a in args)
-    return f"CB.{call}({head}{len(packed)},\"".encode() + js_binary_string(packed) + b'");\n'
-
-
-def script(call: str, *args) -> str:
-    """A data file of plain JSON arguments (the manifest): one call of the page's loader."""
-    return f"CB.{call}({','.join(json.dumps(a, separators=(',', ':'), allow_nan=False) for a in args)});\n"
 
 
 # ---------------------------------------------------------------- what the tables hold
@@ -415,81 +361,6 @@ def export_table(path: Path, results: Path, data: Path, hcs: pd.DataFrame | None
             "table": str(path.relative_to(results)) if path.is_relative_to(results) else str(path)}
 
 
-# ---------------------------------------------------------------- two runs (issue 37, item 4)
-
-B_SUFFIX, DIFF_SUFFIX = " [B]", " [B-A]"  # run B's column and the difference, beside run A's
-LISTED_KEYS = 50  # networks of one run only named per table (the count is exact)
-
-
-def network_differences(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per network, B - A: 0 where the two are equal (equal infinities, as
-    :func:`calibench.analysis.compare.numeric_difference` counts them), NaN where either is
-    NaN or they are opposite infinities."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    with np.errstate(invalid="ignore"):
-        d = b - a
-    return np.where(a == b, 0.0, d)
-
-
-def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_b, out: Path, first: int,
-                    tid: str) -> tuple[list[dict], dict]:
-    """Run B's side of one table: for each plotted column whose status in ``result`` (the
-    comparison of :func:`calibench.analysis.compare.compare_runs`) is ``differs``, run B's
-    values on run A's measured rows (NaN where B has no such network; rows matched as
-    ``compare`` matches them) and B - A (:func:`network_differences`), each encoded as a
-    column of its own (the difference on its own scale, so a small one keeps its 3 digits).
-    Returns (their manifest entries, the table's summary: networks in both and in one run
-    only, the columns that differ, are equal, or are in one run only)."""
-    from calibench.analysis.compare import align, match_key, measured_rows, read_table, table_columns
-
-    rows = result.columns.set_index("column")
-    data = result.columns[result.columns["kind"] == "data"]
-    status = rows["status"]
-    differing = [c for c in plotted if status.get(c) == "differs"]
-    need = set(differing) | {"arch_index", "nats_index", "seed", "measured_by"}
-    frame_b, _ = read_table(ref_b, [c for c in table_columns(ref_b) if c in need])
-    frame_b, _ = measured_rows(frame_b)
-    key = match_key(measured, frame_b)
-    ia, ib, only_a, only_b = align(measured, frame_b, key)
-    entries = []
-    for name in differing:
-        b_values = np.full(len(measured), np.nan)
-        b_values[ia] = frame_b[name].to_numpy(dtype=float, na_value=np.nan)[ib]
-        a_values = measured[name].to_numpy(dtype=float, na_value=np.nan)
-        diff = network_differences(a_values, b_values)
-        for prefix, suffix, values in (("b", B_SUFFIX, b_values), ("d", DIFF_SUFFIX, diff)):
-            payload, meta = encode_column(values)
-            file = f"{prefix}{first + len(entries)}"
-            (out / f"{file}.js").write_bytes(binary_script("file", [tid, file], payload))
-            entries.append({"name": name + suffix, "file": file, "group": "run B" if prefix == "b" else "B - A",
-                            "of": name, **meta})
-    counts = data["status"].value_counts()
-    figures = ("n_differ", "max_abs_diff", "median_abs_diff", "n_nan_mismatch", "kendall_tau")
-    stats = {name: {f: (None if pd.isna(v := rows.at[name, f]) else (int(v) if f.startswith("n_") else float(v)))
-                    for f in figures} for name in differing}
-    summary = {"key": key, "n_both": int(len(ia)), "n_only_a": len(only_a), "n_only_b": len(only_b),
-               "only_a": [list(map(int, k)) for k in only_a[:LISTED_KEYS]],
-               "only_b": [list(map(int, k)) for k in only_b[:LISTED_KEYS]],
-               "differs": differing, "stats": stats, "n_differs": int(counts.get("differs", 0)),
-               "n_equal": int(counts.get("equal", 0)),
-               "only_columns_a": data.loc[data["status"] == "only_a", "column"].tolist(),
-               "only_columns_b": data.loc[data["status"] == "only_b", "column"].tolist()}
-    return entries, summary
-
-
-def compare_manifest(cmp) -> dict:
-    """What the page's header says of two runs: their paths, the verdict, the settings that
-    differ and the tables of one run only (as ``calibench compare`` says them)."""
-    from calibench.report import compare_page
-
-    return {"a": str(cmp.a.path), "b": str(cmp.b.path), "a_kind": cmp.a.kind, "b_kind": cmp.b.kind,
-            "verdict": compare_page.verdict(cmp), "atol": cmp.atol,
-            "settings": [[key, a, b, compare_page.tables_label(tables, cmp)]
-                         for key, a, b, tables in compare_page.settings_rows(cmp)],
-            "tables_one_run": [[t.name, "A" if t.side == "only_a" else "B", int(t.networks.get("rows", 0))]
-                               for t in cmp.tables if t.side != "both"]}
-
-
 # ---------------------------------------------------------------- Kendall matrices
 
 def export_kendall(results: Path, data: Path) -> bool:
@@ -586,8 +457,6 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
         shutil.rmtree(staging)
     staging.mkdir()
     if bins not in (None, "auto", "all"):  # a bin count no table has: said before any table is written
-        import pyarrow.parquet as pq
-
         held = sorted({b for path in paths for n in pq.read_schema(path).names if (b := bin_count(n)) is not None})
         if not set(map(int, bins)) <= set(held):
             shutil.rmtree(staging)
