@@ -290,8 +290,10 @@ def written_state(path: str | os.PathLike) -> list | None:
     times were not kept (tar, scp, rsync without -t) is told by its content from a file that
     changed (:func:`same_as_written`). None if there is no file."""
     state = file_state(path)
-    digest = sealed_digest(path) if state is not None else None
-    return None if state is None else state + ([digest] if digest else [])
+    if state is None:
+        return None
+    digest = sealed_digest(path)
+    return state + [digest] if digest else state
 
 
 def same_as_written(path: str | os.PathLike, recorded: list) -> bool:

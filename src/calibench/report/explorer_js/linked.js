@@ -140,7 +140,7 @@
   }
   function drawMarks() {
     const gd = $('scatter'), dpr = window.devicePixelRatio || 1, w = gd.clientWidth, h = gd.clientHeight;
-    const paper = gd.querySelector('.svg-container'), top = gd._fullLayout && gd._fullLayout._toppaper;
+    const paper = gd.querySelector('.svg-container'), fl = gd._fullLayout, top = fl && fl._toppaper;
     if (!paper || !w) return;  // no plot yet, or its tab hidden: drawn when shown (moveLinked)
     if (!P.canvas) {
       P.canvas = document.createElement('canvas');
@@ -154,7 +154,6 @@
     const ctx = cv.getContext('2d');
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, w, h);
-    const fl = gd._fullLayout;
     if (!P.marks || !fl || !gd.data) return;
     const axes = tr => [fl['xaxis' + (tr.xaxis || 'x').slice(1)], fl['yaxis' + (tr.yaxis || 'y').slice(1)]];
     const veiled = new Set();
