@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from calibench import layout
 from calibench.report import explorer
 from calibench.report import screenshot as render
 from fixtures import WORKFLOW_TINY
@@ -80,7 +81,7 @@ def test_the_page_script_joins_every_part_once_in_one_closure():
 
 @pytest.fixture(scope="module")
 def page(workflow_run):
-    html = workflow_run / "results" / "explorer" / "index.html"
+    html = layout.explorer_page(workflow_run / "results")
     assert html.is_file(), "the workflow's explorer rule wrote no page"
     try:
         with render.Page(html, 1400, 1000, timeout=90) as p:
@@ -529,7 +530,7 @@ def test_reopening_a_views_url_restores_its_table_columns_filter_sort_tab_and_ne
                          " sort: CB.networks.sort, selected: CB.state.selected.index, where: document.getElementById('nwhere').value,"
                          " colour: CB.state.scatter.color, table: CB.state.scatter.tables[0].table})")
     assert "tab=networks" in view["hash"] and f"n={sss}" in view["hash"], view["hash"]
-    with _reopened(workflow_run / "results" / "explorer" / "index.html", view["hash"]) as again:
+    with _reopened(layout.explorer_page(workflow_run / "results"), view["hash"]) as again:
         again.wait_for(f"CB.state.selected && CB.state.selected.index === {view['selected']}", timeout=30)
         reopened = again.evaluate(
             "({columns: CB.networks.columns, order: Array.from(CB.networks.order), sort: CB.networks.sort,"
@@ -593,7 +594,7 @@ def test_brushes_on_the_parallel_coordinates_select_what_pandas_selects_everywhe
     hash_ = page.evaluate("location.hash")
     view = parse_qs(hash_[1:])
     assert view["b"][0].startswith("accuracy:") and view["pa"][0].startswith("accuracy,"), hash_
-    with _reopened(workflow_run / "results" / "explorer" / "index.html", hash_) as again:
+    with _reopened(layout.explorer_page(workflow_run / "results"), hash_) as again:
         again.wait_for(f"CB.linked.count === {len(want)} && CB.networks.order.length === {len(want)}", timeout=30)
         assert again.evaluate("CB.state.errors") == []
         assert sorted(again.evaluate("Array.from(CB.networks.order)")) == sorted(rows)

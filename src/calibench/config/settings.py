@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from calibench import layout
@@ -382,6 +382,12 @@ def analysis_settings(config: Mapping) -> dict:
 EXPLORER_BINS = (5, 15, 100, 500)  # explorer_bins: auto; the full population's page fits 100 MB (docs/tools.md)
 
 
+def auto_explorer_bins(measured: Sequence[int]) -> list[int] | str:
+    """``explorer_bins: auto`` for a run or table measuring ``measured``: those of
+    :data:`EXPLORER_BINS` it measures, or ``"all"`` if none of them."""
+    return sorted(int(b) for b in measured if int(b) in EXPLORER_BINS) or "all"
+
+
 def explorer_bins(config: Mapping) -> list[int] | str:
     """The bin counts whose binned metrics the explorer holds (``explorer_bins``): ``auto``,
     those of :data:`EXPLORER_BINS` the run measures (``bins``), or ``"all"`` if it measures none
@@ -390,8 +396,7 @@ def explorer_bins(config: Mapping) -> list[int] | str:
     measured = [int(b) for b in config["bins"]]
     asked = config.get("explorer_bins", schema_default("explorer_bins"))
     if asked == "auto":
-        kept = [b for b in EXPLORER_BINS if b in measured]
-        return kept if kept else "all"
+        return auto_explorer_bins(measured)
     if asked == "all":
         return "all"
     missing = [b for b in asked if b not in measured]

@@ -32,6 +32,7 @@ from calibench.report.findings import findings
 from calibench.report.page import SECTIONS, write_report
 from calibench.results.failures import html as failures_html
 from calibench.results.failures import underdetermined_counts
+from calibench.results.interop import EXACT_CSV
 from calibench.results.provenance import measured_and_copies
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ def _read(results: Path, parts: Sequence[str], part: str, key: str) -> pd.DataFr
         return None
     path = registry.output_path(results, part, key)
     if path.suffix == ".csv":  # exact floats back; hp as text (a schedule, "" for a population)
-        return pd.read_csv(path, dtype={"hp": str}, keep_default_na=True, float_precision="round_trip")
+        return pd.read_csv(path, dtype={"hp": str}, keep_default_na=True, **EXACT_CSV)
     return pd.read_parquet(path)
 
 

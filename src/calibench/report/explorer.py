@@ -92,13 +92,14 @@ def kept_bins(table_bins: Sequence[int], bins: Sequence[int] | str | None) -> li
     """The bin counts of a table's binned metrics that the page holds: ``bins`` a list (those
     of them the table has), ``"all"``, or ``None`` / ``"auto"``: those of
     :data:`~calibench.config.settings.EXPLORER_BINS` it has, or all if it has none of them."""
-    from calibench.config.settings import EXPLORER_BINS
+    from calibench.config.settings import auto_explorer_bins
 
+    if bins in (None, "auto"):
+        bins = auto_explorer_bins(table_bins)
     if bins == "all":
         return sorted(table_bins)
-    wanted = EXPLORER_BINS if bins in (None, "auto") else [int(b) for b in bins]
-    kept = sorted(b for b in table_bins if b in wanted)
-    return kept if kept or bins not in (None, "auto") else sorted(table_bins)
+    wanted = {int(b) for b in bins}
+    return sorted(b for b in table_bins if b in wanted)
 
 
 def column_group(name: str) -> str:

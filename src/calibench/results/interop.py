@@ -315,7 +315,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
     path = Path(path)
     data = path.read_bytes()
     try:
-        raw = pd.read_csv(io.BytesIO(data), dtype={c: str for c in _case_variants("arch")}, **_CSV_OPTIONS)
+        raw = pd.read_csv(io.BytesIO(data), dtype={c: str for c in _case_variants("arch")}, **EXACT_CSV)
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a readable CSV file: {exc}") from None
     raw.columns = [str(c).strip() for c in raw.columns]
@@ -487,7 +487,9 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
     return frame, meta
 
 
-_CSV_OPTIONS = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
+# read_csv options that give every float back exactly as written (pandas 3's parser does by
+# default and deprecates the option; pandas 2's default parser can be off by one ulp)
+EXACT_CSV = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
 
 
 def _shown(value) -> str:

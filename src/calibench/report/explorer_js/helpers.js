@@ -10,6 +10,13 @@
   const PALETTE = ['#4c72b0', '#dd8452', '#55a868', '#c44e52', '#8172b3', '#937860', '#da8bc3', '#8c8c8c', '#ccb974',
                    '#64b5cd', '#1f3b73', '#a0522d', '#2e8b57', '#b22222', '#4b0082', '#808000'];
   const byId = id => S.manifest.tables.find(t => t.id === id);
+  // a colour scale's range over values from lo to hi (null if none): a diverging one (run B - run A) is
+  // symmetric around 0, so the scale's middle is 'no difference'
+  const colourRange = (lo, hi, diverging) => {
+    if (!(lo <= hi)) return null;
+    const m = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
+    return diverging ? [-m, m] : [lo, hi];
+  };
   const B_RUN = ' [B]', DIFF = ' [B-A]';  // run B's column and B - A, beside run A's (explorer.py's suffixes)
   function fail(err) {
     const text = String(err && err.message || err);

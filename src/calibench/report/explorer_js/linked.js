@@ -60,10 +60,13 @@
         const diverging = cn.endsWith(DIFF), scale = diverging ? 'RdBu' : 'Viridis';
         let lo = Infinity, hi = -Infinity;
         for (const i of idx) { lo = Math.min(lo, c[i]); hi = Math.max(hi, c[i]); }
-        if (diverging) { const m = Math.max(Math.abs(lo), Math.abs(hi)) || 1; [lo, hi] = [-m, m]; }
-        const span = hi > lo ? hi - lo : 1;  // 64 shades: the lines are stroked one path per shade
-        colours = idx.map(i => scaleColour(scale, Math.round((c[i] - lo) / span * 63) / 63));
-        colourbar = {title: cn, scale, lo, hi};
+        const range = colourRange(lo, hi, diverging);
+        if (range) {
+          [lo, hi] = range;
+          const span = hi > lo ? hi - lo : 1;  // 64 shades: the lines are stroked one path per shade
+          colours = idx.map(i => scaleColour(scale, Math.round((c[i] - lo) / span * 63) / 63));
+          colourbar = {title: cn, scale, lo, hi};
+        }
       }
     }
     const missing = t.n_measured - finite.length, notes = [];

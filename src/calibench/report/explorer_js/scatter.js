@@ -28,8 +28,7 @@
         const [c, r] = await Promise.all([column(t, cn), rows(t)]);
         if (c) for (let i = 0; i < t.n; i++) if (r.isRep[i] && Number.isFinite(c[i])) { lo = Math.min(lo, c[i]); hi = Math.max(hi, c[i]); }
       }
-      const m = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
-      if (lo <= hi) crange = diverging ? [-m, m] : [lo, hi];
+      crange = colourRange(lo, hi, diverging);
     }
     for (const [k, t] of tables.entries()) {
       const r = await rows(t);
