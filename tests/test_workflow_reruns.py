@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from calibench import integrity, layout
 from calibench.recalibration import STAGES
@@ -240,6 +241,26 @@ def test_a_bad_config_value_stops_the_run_before_any_job(tmp_path):
     said = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "explorer_bins: [7777] not among the bin counts the run measures" in said, said
     assert "Traceback" not in said and not (workdir / "results").exists()
+    status = subprocess.run([sys.executable, "-m", "calibench.run.cli", "status", "--configfile", "tiny.yaml"],
+                            cwd=workdir, capture_output=True, text=True)
+    assert status.returncode == 2 and status.stderr.strip().splitlines() == [
+        "calibench status: explorer_bins: [7777] not among the bin counts the run measures "
+        f"(bins: {TINY['bins']}); drop them, or write all"], status.stderr
+    # a population path that is not a directory: its key, without the package's frames
+    workdir = copy_workflow(tmp_path / "zoo", {**TINY, "populations": {"zoo": {"source": "logits",
+                                                                             "path": str(tmp_path / "nowhere")}}})
+    proc = _snakemake(workdir, "-n", check=False)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"populations.zoo.path: {tmp_path / 'nowhere'} is not a directory" in said, said
+    assert "settings.py" not in said and not (workdir / "results").exists()
+    # mini benchmark sizes left out of every config file: make-minibench's own defaults
+    workdir = copy_workflow(tmp_path / "sizes", {k: v for k, v in TINY.items() if k != "minibench"})
+    default = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    default["minibench"] = {"build": True, "dir": "resources/minibench"}
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(default))
+    proc = _snakemake(workdir, "-n", "-p", "resources/minibench/README.txt", check=False)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "make-minibench resources/minibench  --workers" in said, said
 
 
 def test_keep_logits_false_leaves_no_store_and_the_same_results(tmp_path, finished_run):

@@ -39,7 +39,10 @@ def benchmark_file(name):
 os.environ[provenance.CONFIG_ENV] = json.dumps(provenance.config_record(CONFIG_FILES, config))
 # Input paths reach the jobs here, outside their params (which name each input by its name):
 # a moved archive or dataset directory reruns nothing (calibench.config.settings.as_params).
-os.environ[stage.PATHS_ENV] = json.dumps(stage.input_paths(config))
+try:  # a population path that is not a directory, named in one line
+    os.environ[stage.PATHS_ENV] = json.dumps(stage.input_paths(config))
+except ValueError as exc:
+    raise WorkflowError(str(exc)) from None
 # The jobs run `"$CALIBENCH_PYTHON" -m calibench`: this interpreter (the driving Snakemake's; a
 # cluster job's Snakemake, which parses this file too, runs the same), through the environment
 # and not params, so a finished run called through another entry point or venv plans nothing.

@@ -2,8 +2,8 @@ MINI = config["minibench"]
 
 if MINI["build"]:
     # make-minibench --n-test: one number, or cifar10=500,cifar100=300,... (a mapping in the config)
-    N_TEST = (",".join(f"{d}={n}" for d, n in MINI["n_test"].items()) if isinstance(MINI["n_test"], dict)
-              else MINI["n_test"])
+    N_TEST = (",".join(f"{d}={n}" for d, n in MINI["n_test"].items()) if isinstance(MINI.get("n_test"), dict)
+              else MINI.get("n_test"))
 
     rule minibench:
         """The embedded mini benchmark (synthetic; NOT NATS-Bench results)."""
@@ -18,9 +18,10 @@ if MINI["build"]:
             log_file("minibench"),
         params:
             out=lambda wildcards, output: str(Path(output[2]).parent),
-            spec=f"--n-tss {MINI['n_tss']} --n-sss {MINI['n_sss']} --n-test {N_TEST} "
-            f"--n-train {MINI['n_train']} --seed {MINI['seed']}" + (" --real-size" if MINI.get("real_size") else "")
-            + (" --tss-hp12-weights" if MINI.get("tss_hp12_weights") else ""),
+            # a size left out of the config: make-minibench's own default
+            spec=" ".join(f"--{key.replace('_', '-')} {N_TEST if key == 'n_test' else MINI[key]}"
+                          for key in ("n_tss", "n_sss", "n_test", "n_train", "seed") if key in MINI)
+            + (" --real-size" if MINI["real_size"] else "") + (" --tss-hp12-weights" if MINI["tss_hp12_weights"] else ""),
         shell:
             "OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench make-minibench {params.out} {params.spec} "
             "--workers {threads} --quiet > {log} 2>&1"

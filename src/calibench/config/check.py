@@ -67,9 +67,13 @@ def _key(path: Sequence) -> str:
     return ".".join(str(p) for p in path) or "(top level)"
 
 
-def _defined_in(key: Sequence, files: Sequence[str | Path]) -> str | None:
-    """The last of ``files`` that sets ``key`` (a path of keys and list indices)."""
-    found = None
+_UNSET = object()
+
+
+def _defined_in(key: Sequence, files: Sequence[str | Path], value=_UNSET) -> str | None:
+    """The last of ``files`` that sets ``key`` (a path of keys and list indices); None if that
+    file's value is not ``value`` (given): then the value came from ``--config``."""
+    found, found_value = None, _UNSET
     for f in files:
         try:
             node = load_yaml(f)
@@ -83,8 +87,40 @@ def _defined_in(key: Sequence, files: Sequence[str | Path]) -> str | None:
             else:
                 break
         else:
-            found = str(f)
+            found, found_value = str(f), node
+    if value is not _UNSET and found is not None and found_value != value:
+        return None
     return found
+
+
+def _forms(schema: Mapping) -> str:
+    """A schema alternative in words: ``'auto'``, ``an integer >= 1``, ``a list``..."""
+    if "const" in schema:
+        return repr(schema["const"])
+    if "enum" in schema:
+        return " or ".join(repr(v) for v in schema["enum"])
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    words = {"integer": "an integer", "number": "a number", "string": "a string", "array": "a list",
+             "object": "a mapping", "boolean": "true or false", "null": "null"}
+    text = " or ".join(words.get(k, k) for k in kinds) or ("a mapping" if "required" in schema else "a value")
+    bounds = [f">= {schema['minimum']}" if "minimum" in schema else "",
+              f"> {schema['exclusiveMinimum']}" if "exclusiveMinimum" in schema else "",
+              f"<= {schema['maximum']}" if "maximum" in schema else ""]
+    text += "".join(f" {b}" for b in bounds if b)
+    if "required" in schema:
+        text += " with " + ", ".join(schema["required"])
+    return text
+
+
+def _reason(error) -> str:
+    """The schema's complaint, said with what it accepts where jsonschema's words do not."""
+    alternatives = error.schema.get(error.validator) if error.validator in ("oneOf", "anyOf") else None
+    if isinstance(alternatives, list):
+        return "expected " + ", or ".join(_forms(alt) for alt in alternatives if isinstance(alt, Mapping))
+    if error.validator == "contains" and isinstance(error.validator_value, Mapping):
+        return f"must contain {_forms(error.validator_value)}"
+    return error.message if len(error.message) <= 200 else error.message[:197] + "..."
 
 
 def check(config: Mapping, files: Sequence[str | Path] = (), schema: str | Path = SCHEMA) -> None:
@@ -108,10 +144,10 @@ def check(config: Mapping, files: Sequence[str | Path] = (), schema: str | Path 
         if error.validator == "additionalProperties":
             lines.append(f"  {_key(key)}: {error.message}" + (f" (in {src})" if (src := _defined_in(key, files)) else ""))
             continue
-        source = _defined_in(key, files)
+        source = _defined_in(key, files, error.instance)
         value = repr(error.instance)
         value = value if len(value) <= 80 else value[:77] + "..."
-        lines.append(f"  {_key(key)} = {value}: {error.message if len(error.message) <= 200 else error.message[:197] + '...'}"
+        lines.append(f"  {_key(key)} = {value}: {_reason(error)}"
                      + (f" (set in {source})" if source else " (a default or --config value)"))
     more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
     names = ", ".join(str(f) for f in files) or "the config"

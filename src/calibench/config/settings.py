@@ -279,7 +279,7 @@ def measurement_settings(config: Mapping) -> dict:
     bin counts, TACE threshold, the split and temperature fit, the stages and their methods'
     options, the reliability-diagram bins its metadata holds and the fits' rules (both
     fixed; in the key so that shards written before them are measured again)."""
-    return {"bins": list(config["bins"]), "tace_threshold": config["tace_threshold"],
+    return {"bins": sorted(config["bins"]), "tace_threshold": config["tace_threshold"],
             "temperature": dict(config["temperature"]), "stages": list(config["stages"]),
             "recalibration": recalibration_settings(config), "reliability_bins": 15, "fit_rules": FIT_RULES}
 
@@ -370,9 +370,10 @@ def is_demo(config: Mapping) -> bool:
 def analysis_settings(config: Mapping) -> dict:
     """What the analysis and the report depend on besides the tables; each part's rule takes its
     share of it (calibench.analysis.registry)."""
-    out = {"analysis": dict(config["analysis"]), "bins": list(config["bins"]),
+    out = {"analysis": dict(config["analysis"]), "bins": sorted(config["bins"]),
            "demo": is_demo(config),
-           "robustness": dict(config.get("robustness") or {})}
+           # the schema's defaults for what a robustness section leaves out (filled by the workflow too)
+           "robustness": {**schema_default("robustness"), **config["robustness"]} if config.get("robustness") else {}}
     groups = {name: list(spec.get("group_by") or []) for name, spec in populations(config).items()}
     if any(groups.values()):  # metadata columns to compare a population's models by
         out["groups"] = {name: columns for name, columns in groups.items() if columns}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import subprocess
 import sys
 import time
@@ -197,9 +198,13 @@ def _status(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", "1", "--summary",
            *targets, *args.snakemake_args]
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tail = [line for line in proc.stderr.strip().splitlines() if line.strip()][-3:]
-        raise ValueError("snakemake --summary failed: " + " | ".join(tail))
+    if proc.returncode != 0:  # Snakemake's message without its frames: what the Snakefile said
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        start = max((i for i, line in enumerate(lines) if re.match(r"\w+(Error|Exception)\b", line)), default=0)
+        if re.match(r"\w+ in file ", lines[start] if lines else ""):  # "WorkflowError in file X, line N:"
+            start += 1
+        said = [line for line in lines[start:] if not line.startswith('File "')]
+        raise ValueError(" | ".join(said[:3]) or f"snakemake --summary failed (exit {proc.returncode})")
     rows = {}
     for line in proc.stdout.splitlines():
         cells = line.split("\t")

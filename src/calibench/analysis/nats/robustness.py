@@ -554,8 +554,7 @@ def run(settings, tables, results: Path, plots: Path) -> dict:
     from calibench.analysis.registry import output_path
 
     options, bins = settings["robustness"], settings["bins"]
-    path, key = options["path"], options.get("key", "arch_index")
-    datasets = options.get("datasets") or ["cifar10"]
+    path, key, datasets = options["path"], options["key"], options["datasets"]
     try:
         table = load_robustness(path, key)
     except (OSError, ValueError) as exc:
@@ -571,7 +570,7 @@ def run(settings, tables, results: Path, plots: Path) -> dict:
     metrics = list(dict.fromkeys([*metric_columns(joined, bins), f"post_ece_{nearest_bins(bins)}"]))
     metrics = [m for m in metrics if m in joined.columns]
     kendall = robustness_kendall(joined, metrics, populations=(*settings["analysis"]["top_k"], "all"),
-                                 resamples=int(options.get("resamples", 0)), seed=int(options.get("seed", 0)))
+                                 resamples=int(options["resamples"]), seed=int(options["seed"]))
     kendall.to_parquet(output_path(results, "robustness", "kendall"), index=False)
     title = " [mini benchmark: not NATS-Bench results]" if settings.get("demo") else ""
     figure = robustness_plot(kendall, plots / "robustness_kendall.png", title=title)

@@ -1,0 +1,83 @@
+"""Config errors say what the schema accepts and where the value came from; keys the schema
+lets a config leave out are filled by the schema (docs/config.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from calibench.config import check, settings
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / check.SCHEMA
+
+
+@pytest.fixture
+def default(tmp_path):
+    """The default config as a file and as the dict Snakemake would hold."""
+    path = tmp_path / "config.yaml"
+    path.write_text((ROOT / "config" / "config.yaml").read_text())
+    return path, yaml.safe_load(path.read_text())
+
+
+def _error(config, files=()) -> str:
+    with pytest.raises(check.ConfigError) as caught:
+        check.check(config, files, schema=SCHEMA)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("measure_group", "many", "measure_group = 'many': expected an integer >= 1, or 'auto'"),
+    ("loader_workers", -1, "loader_workers = -1: expected an integer >= 1, or 'auto'"),
+    ("seeds", "all", "seeds = 'all': expected 'first', or a list"),
+    ("stages", ["post", "vs"], "stages = ['post', 'vs']: must contain 'pre'"),
+    ("populations", {"zoo": {"source": "logits"}},
+     "populations.zoo = {'source': 'logits'}: expected a mapping with path, or a mapping with models"),
+])
+def test_a_value_of_the_wrong_form_is_told_what_the_schema_accepts(default, key, value, said):
+    path, config = default
+    config[key] = value
+    path.write_text(yaml.safe_dump(config))
+    text = _error(config, [path])
+    assert f"  {said} (set in {path})" in text, text
+    assert "is not valid under any of the given schemas" not in text
+
+
+def test_a_value_given_with_config_is_not_blamed_on_the_file(default):
+    path, config = default
+    config["tace_threshold"] = 2  # as `--config tace_threshold=2` over the file's 0.001
+    assert "tace_threshold = 2: 2 is greater than or equal to the maximum of 1 (a default or --config value)" in \
+        _error(config, [path])
+    path.write_text(yaml.safe_dump(config))  # now the file says 2
+    assert f"(set in {path})" in _error(config, [path])
+
+
+def test_a_space_that_runs_needs_its_archive_and_one_that_does_not_may_leave_it_out(default):
+    _, config = default
+    del config["archives"]["sss"]
+    assert "  archives.sss: required key missing" in _error(config)
+    config["spaces"] = ["tss"]
+    check.check(config, schema=SCHEMA)
+
+
+def test_keys_with_a_schema_default_may_be_left_out_and_the_settings_hold_the_default(default):
+    _, config = default
+    del config["analysis"]["hcs_betas"]
+    for key in ("n_tss", "n_sss", "n_test", "n_train", "seed"):  # make-minibench's own defaults then
+        del config["minibench"][key]
+    check.check(config, schema=SCHEMA)
+    assert check.schema_default("analysis", "hcs_betas") == [1, 2, 3]
+    config["robustness"] = {"path": "rob.csv"}
+    check.check(config, schema=SCHEMA)
+    assert settings.analysis_settings(config)["robustness"] == {
+        "path": "rob.csv", "key": "arch_index", "datasets": ["cifar10"], "resamples": 0, "seed": 0}
+
+
+def test_the_order_of_the_bin_counts_changes_no_setting(default):
+    _, config = default
+    shuffled = {**config, "bins": list(reversed(config["bins"]))}
+    assert settings.measurement_settings(shuffled) == settings.measurement_settings(config)
+    assert settings.analysis_settings(shuffled) == settings.analysis_settings(config)
+    assert settings.explorer_settings(shuffled) == settings.explorer_settings(config)
