@@ -176,10 +176,17 @@ def _cli(capsys, *argv):
     (["reliability", "--space", "tsss", "--dataset", "cifar10", "--arch", "0"], ["--space tsss", "sss, tss"]),
     (["reliability", "--space", "sss", "--dataset", "cifar10", "--arch", "123"], ["--arch 123", "0, 1, 2, 3"]),
     (["reliability", "--space", "sss", "--dataset", "svhn", "--arch", "0"], ["--dataset svhn", "cifar10"]),
+    (["query", ""], ["no SQL statement given"]),
+    (["query", "SELECT 1; SELECT 2"], ["2 statements given: one at a time"]),
+    (["query", "COPY (SELECT * FROM networks) TO 'x.parquet'"], ["a COPY statement: calibench query only reads"]),
+    (["query", "SELECT 1", "-o", "/nonexistent/dir/out.csv"], ["--output /nonexistent/dir/out.csv: no directory"]),
+    (["reliability", "--space", "sss", "--dataset", "cifar10", "--arch", "0", "--out", "/nonexistent/x.png"],
+     ["--out /nonexistent/x.png: no directory /nonexistent"]),
+    (["logits", "--results", "/nonexistent"], ["--results /nonexistent: no such directory"]),
 ])
 def test_a_mistake_is_one_or_two_lines_and_exit_2(workflow_run, capsys, argv, words):
     results = str(workflow_run / "results")
-    code, out, err = _cli(capsys, *argv, "--results", results)
+    code, out, err = _cli(capsys, *argv, *([] if "--results" in argv else ["--results", results]))
     assert code == 2, (out, err)
     assert "Traceback" not in err and 1 <= len(err.strip().splitlines()) <= 2, err
     assert err.startswith(f"calibench {argv[0]}: ")
@@ -187,9 +194,40 @@ def test_a_mistake_is_one_or_two_lines_and_exit_2(workflow_run, capsys, argv, wo
         assert word in err, (word, err)
 
 
+def test_a_file_that_is_not_a_result_table_is_named_and_nothing_is_written(workflow_run, capsys, tmp_path):
+    """Cut short, a shard, or a file where a directory goes: one or two lines naming it, exit 2,
+    no output written (nas checks every table before it writes a result)."""
+    results = workflow_run / "results"
+    table = sorted((results / "tables").glob("*.parquet"))[0]
+    cut = tmp_path / table.name
+    cut.write_bytes(table.read_bytes()[:500])
+    shard = sorted((results / "shards").rglob("*.parquet"))[0]
+    copy = tmp_path / "run"
+    (copy / "tables").mkdir(parents=True)
+    for t in sorted((results / "tables").glob("*.parquet")):
+        (copy / "tables" / t.name).write_bytes(t.read_bytes())
+    (copy / "tables" / table.name).write_bytes(cut.read_bytes())
+    cases = [
+        (["provenance", str(cut)], str(cut)),
+        (["export", "--format", "tao2024", "--out", str(tmp_path / "ex1"), str(cut)], str(cut)),
+        (["export", "--format", "tao2024", "--out", str(tmp_path / "ex2"), str(shard)], "not a result table"),
+        (["export", "--format", "tao2024", "--out", str(cut), "--results", str(results)], f"--out {cut}: not a directory"),
+        (["compare", str(results), str(cut), "--out", str(tmp_path / "cmp")], str(cut)),
+        (["nas", "--out", str(tmp_path / "nas"), "--results", str(copy)], str(copy / "tables" / table.name)),
+        (["explore", "--settings", "[1, 2]", "--results", str(results)], "--settings: a JSON object, not list"),
+    ]
+    for argv, words in cases:
+        code, out, err = _cli(capsys, *argv)
+        assert code == 2 and "Traceback" not in err and 1 <= len(err.strip().splitlines()) <= 2, (argv, err)
+        assert err.startswith(f"calibench {argv[0]}: ") and words in err, (argv, err)
+    assert not any((tmp_path / name).exists() for name in ("ex1", "ex2", "cmp", "nas")), list(tmp_path.iterdir())
+
+
 def test_debug_shows_the_traceback(workflow_run, capsys):
     with pytest.raises(ValueError, match="network"):
         cli_main(["--debug", "query", "SELECT * FROM network", "--results", str(workflow_run / "results")])
+    with pytest.raises(ValueError, match="no such file or directory"):  # commands that once caught their own errors
+        cli_main(["--debug", "import", "--format", "tao2024", str(workflow_run / "nowhere"), "--results", "x"])
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -197,6 +235,11 @@ def test_debug_shows_the_traceback(workflow_run, capsys):
     (["run", "--cores", "two"], ["argument --cores", "got 'two'"]),
     (["top", "--by", "hcs_1"], ["calibench top: error:", "--space, --dataset"]),
     (["nosuch"], ["calibench: error:", "invalid choice: 'nosuch'"]),
+    (["top", "--space", "sss", "--dataset", "cifar10", "-n", "0"], ["argument -n: expected a positive number"]),
+    (["make-minibench", "out", "--n-test", "-5"], ["argument --n-test: expected a positive number", "got '-5'"]),
+    (["make-minibench", "out", "--n-tss", "0"], ["argument --n-tss: expected a positive number of TSS"]),
+    (["explore", "--threads", "0"], ["argument --threads: expected a positive number of threads"]),
+    (["screenshot", "--width", "-100"], ["argument --width: expected a positive number of pixels"]),
 ])
 def test_a_mistake_argparse_catches_is_two_lines_and_exit_2(capsys, argv, words):
     with pytest.raises(SystemExit) as exit_:

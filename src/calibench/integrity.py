@@ -22,6 +22,7 @@ cause. Standard library and pyarrow only: the Snakefile's repair check imports t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -45,6 +46,21 @@ class DamagedFile(ValueError):
     def __init__(self, path: str | os.PathLike, cause: str):
         super().__init__(f"{path}: damaged ({cause})")
         self.path, self.cause = str(path), cause
+
+
+@contextlib.contextmanager
+def naming(path: str | os.PathLike):
+    """Errors reading ``path`` (a file that is not parquet, cut short, unreadable) as ValueError
+    naming it, for commands whose readers (pyarrow's) do not."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError, its IO errors OSErrors
+        if str(path) in str(exc):
+            raise
+        raise ValueError(f"{path}: {str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}") \
+            from exc
 
 
 def sha256_file(path: str | os.PathLike) -> str:

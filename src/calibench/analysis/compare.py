@@ -410,7 +410,8 @@ def table_columns(ref: TableRef) -> list[str]:
     if ref.format == "table":
         import pyarrow.parquet as pq
 
-        return pq.read_schema(ref.path).names
+        with integrity.naming(ref.path):
+            return pq.read_schema(ref.path).names
     if ref.read is None:  # a CSV has no schema to read alone: the file, kept for read_table
         frame, meta = interop.read_tao2024(ref.path, *ref.key)
         ref.read = frame, table_settings(meta)
@@ -427,7 +428,8 @@ def read_table(ref: TableRef, columns: Sequence[str] | None = None) -> tuple[pd.
         return (frame if columns is None else frame[[c for c in frame.columns if c in set(columns)]]), settings
     import pyarrow.parquet as pq
 
-    table = pq.read_table(ref.path, columns=None if columns is None else list(columns))
+    with integrity.naming(ref.path):
+        table = pq.read_table(ref.path, columns=None if columns is None else list(columns))
     frame = table.to_pandas(split_blocks=True, self_destruct=True)
     del table
     odir = None
@@ -536,5 +538,6 @@ def _row_count(ref: TableRef) -> int:
     if ref.format == "table":
         import pyarrow.parquet as pq
 
-        return pq.ParquetFile(ref.path).metadata.num_rows
+        with integrity.naming(ref.path):
+            return pq.ParquetFile(ref.path).metadata.num_rows
     return len(interop.read_tao2024(ref.path, *ref.key)[0])

@@ -42,7 +42,7 @@ def load_yaml(path: str | Path) -> dict:
         context = getattr(exc, "context", None)
         raise ConfigError(f"{where}: YAML syntax error: {problem}" + (f" ({context})" if context else "")) from exc
     if data is None:
-        return {}
+        raise ConfigError(f"{path}: empty; a config file is a mapping of keys to values")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a config file must be a mapping of keys to values, not a {type(data).__name__}")
     return data

@@ -103,7 +103,9 @@ def export_tao2024(tables: str | Path | Iterable[str | Path], out_dir: str | Pat
         planned[out_dir / name] = p
     written = []
     for target, p in planned.items():
-        frame = export_frame(pd.read_parquet(p), source=str(p), expand_isomorphs=expand_isomorphs)
+        with integrity.naming(p):
+            table = pd.read_parquet(p)
+        frame = export_frame(table, source=str(p), expand_isomorphs=expand_isomorphs)
         if frame is None:
             continue
         atomic_write(target, lambda f, fr=frame: f.write(fr.to_csv(index=False, lineterminator="\n").encode()))
@@ -126,7 +128,7 @@ def _table_paths(tables) -> list[Path]:
 
 def _table_key(path: Path) -> tuple[str, str, str]:
     """(space, hp, dataset) of a result table, from its first row or else its file name."""
-    with pq.ParquetFile(path) as f:
+    with integrity.naming(path), pq.ParquetFile(path) as f:
         names = f.schema_arrow.names
         if f.metadata.num_rows and {"space", "hp", "dataset"} <= set(names):
             first = f.read_row_group(0, columns=["space", "hp", "dataset"]).slice(0, 1).to_pylist()[0]
@@ -153,6 +155,9 @@ def export_frame(table: pd.DataFrame, source: str = "table", expand_isomorphs: b
     warning). Logs the published columns left out (metric not in the table) and our columns
     that have no place in the layout.
     """
+    if "stage" in table.columns or not any(str(c).startswith("pre_") for c in table.columns):
+        raise ValueError(f"{source}: not a result table (no pre_* metric columns; a shard or a failures file? "
+                         "the result tables are results/tables/*.parquet)")
     if table.empty:
         log.warning("%s: no rows, nothing to export", source)
         return None
@@ -265,7 +270,7 @@ def import_tao2024(src: str | Path | Iterable[str | Path], results_dir: str | Pa
     for target, (f, _) in planned.items():
         if target.exists() and not overwrite and table_metadata(target).get("source") != FORMAT:
             raise ValueError(f"{f}: {target} exists and holds measured results, not a {FORMAT} import "
-                             f"(pass overwrite=True to replace it)")
+                             f"(--overwrite replaces it)")
     converted = [(target, *read_tao2024(f, *key)) for target, (f, key) in planned.items()]
     written = []
     for target, frame, meta in converted:
@@ -308,6 +313,16 @@ def parse_file_name(path: str | Path) -> tuple[str, str, str]:
     return space, m.group("hp") or DEFAULT_HP[space], dataset
 
 
+def _whole_rows(path: Path, data: bytes, n_fields: int) -> None:
+    """ValueError naming the first CSV line with fewer fields than the header (a file cut short:
+    pandas would read the missing values as empty)."""
+    import csv
+
+    for number, row in enumerate(csv.reader(io.StringIO(data.decode("utf-8", errors="replace"))), start=1):
+        if row and len(row) < n_fields:
+            raise ValueError(f"{path}: line {number} has {len(row)} fields, the header {n_fields}: a file cut short?")
+
+
 def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[pd.DataFrame, dict]:
     """One file in the published layout as a result table (our columns, one row per network)
     and its metadata. ``ValueError`` naming the file and the column or CSV line on a
@@ -318,6 +333,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
         raw = pd.read_csv(io.BytesIO(data), dtype={c: str for c in _case_variants("arch")}, **EXACT_CSV)
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a readable CSV file: {exc}") from None
+    _whole_rows(path, data, raw.shape[1])
     raw.columns = [str(c).strip() for c in raw.columns]
     dropped = [c for c in raw.columns if c.startswith("Unnamed:")]  # a written index
     raw = raw.drop(columns=dropped)
@@ -529,7 +545,7 @@ def _measured_by(space: str, frame: pd.DataFrame, value_columns: Sequence[str]) 
     index = frame["arch_index"].to_numpy()
     if space != "tss":
         return index.astype(np.int32)
-    values = np.ascontiguousarray(frame[list(value_columns)].to_numpy(dtype=float))
+    values = np.ascontiguousarray(frame[list(value_columns)].to_numpy(dtype=float, copy=True))  # ours to write
     values[np.isnan(values)] = np.nan  # one NaN bit pattern
     first: dict[tuple, int] = {}
     out = np.empty(len(index), np.int32)

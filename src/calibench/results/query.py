@@ -135,6 +135,15 @@ def _sql(con, sql: str, results: Path):
     runs again without the damaged shards, naming them (the next run measures them again)."""
     import duckdb
 
+    statements = con.extract_statements(sql)
+    if len(statements) != 1:
+        raise QueryError("no SQL statement given" if not statements else
+                         f"{len(statements)} statements given: one at a time")
+    if statements[0].type not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN,
+                                  duckdb.StatementType.PRAGMA):
+        kind = str(statements[0].type).rsplit(".", 1)[-1]
+        raise QueryError(f"a {kind} statement: calibench query only reads (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN); "
+                         "-o FILE writes a result")
     try:
         rel = con.sql(sql)
         return rel, rel.df()
@@ -180,12 +189,14 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
             print(df.to_string(index=False))
         return df
     output = Path(output)
-    if output.suffix == ".parquet":
-        rel.write_parquet(str(output))
-    elif output.suffix == ".csv":
-        rel.write_csv(str(output))
-    else:
+    if output.suffix not in (".csv", ".parquet"):
         raise ValueError(f"--output {output}: use a .csv or .parquet file name")
+    if output.is_dir() or not output.parent.is_dir():
+        raise ValueError(f"--output {output}: " + ("a directory" if output.is_dir() else f"no directory {output.parent}"))
+    try:
+        (rel.write_parquet if output.suffix == ".parquet" else rel.write_csv)(str(output))
+    except duckdb.Error as exc:
+        raise ValueError(f"--output {output}: {_user_message(exc)}") from None
     print(f"wrote {output}")
     return output
 

@@ -146,12 +146,8 @@ def read_reliability(path: str | Path) -> dict[int, dict]:
     with NaN where a bin is empty or the stage failed; {} for a shard written without them."""
     try:
         metadata = integrity.read_parquet(path, schema_only=True).metadata or {}
-    except integrity.DamagedFile as exc:  # set aside where possible: the next run measures it again
-        try:
-            cause = f"{exc.cause}; set aside as {integrity.set_aside(path).name}, the next run measures it again"
-        except OSError:
-            cause = exc.cause
-        raise integrity.DamagedFile(path, cause) from None
+    except integrity.DamagedFile as exc:  # a reader moves no file: the next run's repair check does
+        raise integrity.DamagedFile(path, f"{exc.cause}; calibench run measures it again") from None
     blob = json.loads(metadata.get(RELIABILITY_KEY, b"{}"))
     return {int(seed): {stage: {k: np.array([np.nan if v is None else v for v in values], dtype=float)
                                 for k, values in rel.items()}

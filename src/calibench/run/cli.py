@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from calibench import __version__, layout
+from calibench import __version__, integrity, layout
 from calibench.run.job_steps import (_analysis_part, _build_table, _infer_chunk, _labels, _measure_chunk, _odir_search,
                                      _population, _report)
 from calibench.run.workflow import DEFAULT_CONFIG, _repair_command, _run, _status
@@ -34,6 +34,11 @@ def _positive(value: str, expected: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"expected {expected}, got {value!r}")
     return number
+
+
+def _count(what: str):
+    """An argparse type: a positive integer, the error naming ``what``."""
+    return lambda value: _positive(value, f"a positive number of {what}")
 
 
 def _group_setting(value: str) -> int | str:
@@ -58,6 +63,9 @@ def _logits(args: argparse.Namespace) -> int:
     """What the logits store holds: one line per (space, hp, dataset), or every file."""
     from calibench.store.logits import list_store
 
+    if not Path(args.results).is_dir():
+        raise ValueError(f"--results {args.results}: " + ("not a directory" if Path(args.results).exists()
+                                                          else "no such directory"))
     df = list_store(args.results)
     if df.empty:
         print(f"no logits stored under {layout.logits_dir(args.results)}")
@@ -84,9 +92,9 @@ def _provenance(args: argparse.Namespace) -> int:
 
     for table in args.tables:
         if not Path(table).is_file():
-            print(f"{table}: no such table", file=sys.stderr)
-            return 2
-        print(summary(table))
+            raise FileNotFoundError(f"{table}: no such table")
+        with integrity.naming(table):
+            print(summary(table))
     return 0
 
 
@@ -118,13 +126,13 @@ def _n_test(text: str) -> int | dict[str, int]:
     """``make-minibench --n-test``: ``300`` (every dataset) or ``cifar10=500,cifar100=300,...``
     (the spec checks that every dataset is named once)."""
     if "=" not in text:
-        return int(text)
+        return _positive(text, "a positive number of test images, or DATASET=N,...")
     sizes = {}
     for part in text.split(","):
         name, sep, value = part.partition("=")
         if not sep or not name.strip() or name.strip() in sizes:
             raise argparse.ArgumentTypeError(f"{text!r}: expected N or DATASET=N,DATASET=N,... (each dataset once)")
-        sizes[name.strip()] = int(value)
+        sizes[name.strip()] = _positive(value, f"a positive number of {name.strip()} test images")
     return sizes
 
 
@@ -148,15 +156,15 @@ def _make_minibench(args: argparse.Namespace) -> int:
 def _reliability(args: argparse.Namespace) -> int:
     from calibench.analysis import reliability
 
-    try:
-        found = reliability.load(args.results, args.space, args.dataset, args.arch, hp=args.hp, seed=args.seed)
-        stages = args.stages.split(",") if args.stages else None
-        out = args.out or layout.reliability_path(args.results, layout.target_name(args.space, found["hp"]),
-                                                  args.dataset, args.arch)
-        path = reliability.plot_network(found, out, stages)
-    except (OSError, KeyError, ValueError) as exc:
-        print(f"calibench reliability: {exc}", file=sys.stderr)
-        return 2
+    out = Path(args.out) if args.out else None
+    if out is not None and not out.is_dir() and not out.parent.is_dir():
+        raise ValueError(f"--out {out}: no directory {out.parent}")
+    found = reliability.load(args.results, args.space, args.dataset, args.arch, hp=args.hp, seed=args.seed)
+    stages = args.stages.split(",") if args.stages else None
+    default = layout.reliability_path(args.results, layout.target_name(args.space, found["hp"]), args.dataset,
+                                      args.arch)
+    path = reliability.plot_network(found, out / default.name if out is not None and out.is_dir() else out or default,
+                                    stages)
     if stages:
         found = {**found, "stages": {s: found["stages"][s] for s in stages}}
     print(reliability.as_text(found))
@@ -190,6 +198,15 @@ def _nas(args: argparse.Namespace) -> int:
         print(f"calibench nas: no result tables under {layout.tables_dir(args.results)}", file=sys.stderr)
         return 2
     out_dir = Path(args.out or layout.analysis_dir(args.results) / "nas")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out {out_dir}: not a directory")
+    import pyarrow.parquet as pq
+
+    for table in tables:  # every table readable before any result is written
+        if not table.is_file():
+            raise FileNotFoundError(f"{table}: no such table")
+        with integrity.naming(table):
+            pq.read_schema(table)
     for table in tables:
         try:
             result = nas.run_nas(table, out_dir / f"nas_{table.stem}.csv", objectives=args.objectives.split(","),
@@ -208,33 +225,34 @@ def _explore(args: argparse.Namespace) -> int:
 
     try:
         given = json.loads(args.settings or "{}")
-        demo = args.demo or bool(given.get("demo"))
-        results, tables = args.results, args.tables
-        missing = [t for t in tables if not Path(t).exists()]
-        if missing:
-            raise ValueError(f"{missing[0]}: no such file or directory")
-        if len(tables) == 1 and Path(tables[0]).is_dir():  # `calibench explore RUN_A`: a results directory
-            results, tables = tables[0], []
-        if (args.out or args.columns) and not args.compare:
-            raise ValueError("--out and --columns go with --compare RUN_B")
-        bins = given.get("bins")
-        if args.bins is not None:
-            asked = [b.strip() for b in args.bins.split(",")]
-            if any(b in ("all", "auto") for b in asked):
-                if len(asked) > 1:
-                    raise ValueError("--bins takes bin counts (5,15,100), or all, or auto, alone")
-                bins = asked[0]
-            else:
-                wrong = [b for b in asked if not b.isdigit() or int(b) < 1]
-                if wrong:
-                    raise ValueError(f"--bins {wrong[0]}: not a bin count (a positive integer), all, or auto")
-                bins = [int(b) for b in asked]
-        page = write_explorer(results, tables or None, demo=demo, threads=args.threads,
-                              min_networks=given.get("min_networks"), compare=args.compare, out=args.out,
-                              columns=args.columns, bins=bins)
-    except (OSError, KeyError, ValueError) as exc:
-        print(f"calibench explore: {exc}", file=sys.stderr)
-        return 2
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--settings: not JSON ({exc})") from None
+    if not isinstance(given, dict):
+        raise ValueError(f"--settings: a JSON object, not {type(given).__name__}")
+    demo = args.demo or bool(given.get("demo"))
+    results, tables = args.results, args.tables
+    missing = [t for t in tables if not Path(t).exists()]
+    if missing:
+        raise ValueError(f"{missing[0]}: no such file or directory")
+    if len(tables) == 1 and Path(tables[0]).is_dir():  # `calibench explore RUN_A`: a results directory
+        results, tables = tables[0], []
+    if (args.out or args.columns) and not args.compare:
+        raise ValueError("--out and --columns go with --compare RUN_B")
+    bins = given.get("bins")
+    if args.bins is not None:
+        asked = [b.strip() for b in args.bins.split(",")]
+        if any(b in ("all", "auto") for b in asked):
+            if len(asked) > 1:
+                raise ValueError("--bins takes bin counts (5,15,100), or all, or auto, alone")
+            bins = asked[0]
+        else:
+            wrong = [b for b in asked if not b.isdigit() or int(b) < 1]
+            if wrong:
+                raise ValueError(f"--bins {wrong[0]}: not a bin count (a positive integer), all, or auto")
+            bins = [int(b) for b in asked]
+    page = write_explorer(results, tables or None, demo=demo, threads=args.threads,
+                          min_networks=given.get("min_networks"), compare=args.compare, out=args.out,
+                          columns=args.columns, bins=bins)
     print(f"explorer: {page} (open it in a browser; it works offline, from its folder)")
     return 0
 
@@ -242,11 +260,9 @@ def _explore(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from calibench.results.interop import export_tao2024
 
-    try:
-        written = export_tao2024(args.tables or args.results, args.out, expand_isomorphs=args.expand_isomorphs)
-    except (OSError, KeyError, ValueError) as exc:
-        print(f"calibench export: {exc}", file=sys.stderr)
-        return 2
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out}: not a directory")
+    written = export_tao2024(args.tables or args.results, args.out, expand_isomorphs=args.expand_isomorphs)
     for path in written:
         print(path)
     return 0
@@ -255,11 +271,7 @@ def _export(args: argparse.Namespace) -> int:
 def _import(args: argparse.Namespace) -> int:
     from calibench.results.interop import import_tao2024
 
-    try:
-        written = import_tao2024(args.src, args.results, overwrite=args.overwrite)
-    except (OSError, KeyError, ValueError) as exc:
-        print(f"calibench import: {exc}", file=sys.stderr)
-        return 2
+    written = import_tao2024(args.src, args.results, overwrite=args.overwrite)
     for path in written:
         print(path)
     return 0
@@ -292,12 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     mb = sub.add_parser("make-minibench", help="write the embedded mini benchmark (NATS formats, synthetic data)")
     mb.add_argument("out", help="output directory, e.g. resources/minibench")
     # Unset sizes take MiniBenchSpec's defaults (6, 6, 300, 100, seed 0).
-    mb.add_argument("--n-tss", type=int, help="TSS architectures")
-    mb.add_argument("--n-sss", type=int, help="SSS architectures")
+    mb.add_argument("--n-tss", type=_count("TSS architectures"), help="TSS architectures")
+    mb.add_argument("--n-sss", type=_count("SSS architectures"), help="SSS architectures")
     mb.add_argument("--n-test", type=_n_test, metavar="N|DATASET=N,...",
                     help="test images per dataset: one number for all, or e.g. "
                          "cifar10=500,cifar100=300,ImageNet16-120=300 (every dataset named)")
-    mb.add_argument("--n-train", type=int, help="training images for the heads")
+    mb.add_argument("--n-train", type=_count("training images"), help="training images for the heads")
     mb.add_argument("--seed", type=int)
     mb.add_argument("--real-size", action="store_true",
                     help="archive files shaped like the real -full ones (every hp, dataset and seed; ~27.5 MB TSS, "
@@ -305,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("--tss-hp12-weights", action="store_true",
                     help="also keep TSS hp 12 weights (a less-fitted stand-in for the 12-epoch schedule, not "
                          "NATS-Bench results): for comparing training schedules")
-    mb.add_argument("--workers", type=int, default=1,
+    mb.add_argument("--workers", type=_count("worker processes"), default=1,
                     help="architecture files built at once, one process of one thread each (the same files)")
     mb.add_argument("--quiet", action="store_true", help="no progress bar")
     mb.set_defaults(func=_make_minibench)
@@ -359,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--dataset", required=True)
     t.add_argument("--by", default="hcs_1", help="a column, e.g. hcs_1, accuracy, pre_ece_15; best first: lowest "
                    "for an error, highest for accuracy, HCS, AUROC (the first line says which)")
-    t.add_argument("-n", type=int, default=20)
+    t.add_argument("-n", type=_count("networks"), default=20)
     order = t.add_mutually_exclusive_group()
     order.add_argument("--ascending", action="store_const", const=True, default=None, help="smallest first, whatever the column")
     order.add_argument("--descending", dest="ascending", action="store_const", const=False,
@@ -395,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     xp = sub.add_parser("explore", help=f"write an interactive explorer of a finished run ({layout.explorer_page('results')})")
     xp.add_argument("--results", default="results")
-    xp.add_argument("--threads", type=int, default=4, help="threads reading the shards' reliability bins")
+    xp.add_argument("--threads", type=_count("threads"), default=4, help="threads reading the shards' reliability bins")
     xp.add_argument("--demo", action="store_true", help="say on the page that the run is the mini benchmark")
     xp.add_argument("--settings", default=None, help="the workflow job's settings as JSON (its demo flag)")
     xp.add_argument("tables", nargs="*", help="tables to show (default: every table under --results), or one "
@@ -448,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("screenshot", help="render the report in a headless Chromium to a PNG and check it")
     sc.add_argument("--report", default=str(layout.report_path("results")))
     sc.add_argument("--out", default=None, help="PNG path (default: results/report.png, beside the report)")
-    sc.add_argument("--width", type=int, default=1400, help="window width in px (the page is shot full height)")
+    sc.add_argument("--width", type=_count("pixels"), default=1400, help="window width in px (the page is shot full height)")
     sc.set_defaults(func=_screenshot)
     jobs = (("population", _population, "job: write a space's population and chunks"),
             ("labels", _labels, "job: one evaluation set's labels into the logits store"),

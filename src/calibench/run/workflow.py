@@ -34,6 +34,18 @@ def _merged_config(configfile: str) -> dict:
     return merge(config, load_yaml(configfile))
 
 
+def _check_profile(profile: str | None) -> None:
+    """``--profile`` given as a path: a directory with a profile's ``config*.yaml`` (a bare name
+    may be one of Snakemake's global profiles: Snakemake looks for it)."""
+    if not profile or ("/" not in profile and not Path(profile).exists()):
+        return
+    if not Path(profile).is_dir():
+        raise ValueError(f"--profile {profile}: no such directory (the project's: "
+                         f"{', '.join(sorted(str(p) for p in Path('profiles').glob('*') if p.is_dir()))})")
+    if not any(Path(profile).glob("config*.yaml")):
+        raise ValueError(f"--profile {profile}: no config.yaml in it (not a Snakemake profile)")
+
+
 def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
     """The merged configuration (checked) and the targets of --space/--dataset (every table
     and the report without them); ValueError for a user's mistake."""
@@ -55,6 +67,13 @@ def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
     unknown = sorted(set(args.space or []) - set(known))
     if unknown:
         raise ValueError(f"--space {', '.join(unknown)}: not in this config (spaces and populations: {', '.join(known)})")
+    datasets = sorted({d for name, (space, _) in named.items() if not args.space or space in args.space
+                       for d in population_datasets(config, space)})
+    unknown = sorted(set(args.dataset or []) - set(datasets))
+    if unknown:
+        raise ValueError(f"--dataset {', '.join(unknown)}: not in this config"
+                         + (f" for --space {', '.join(args.space)}" if args.space else "")
+                         + f" (datasets: {', '.join(datasets)})")
     targets = [str(layout.table_path(results, name, d)) for name, (space, _) in named.items()
                if not args.space or space in args.space
                for d in population_datasets(config, space) if not args.dataset or d in args.dataset]
@@ -314,6 +333,7 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         config, targets = _config_and_targets(args)
+        _check_profile(args.profile)
     except ValueError as exc:
         print(f"calibench: {exc}", file=sys.stderr)
         return 2
