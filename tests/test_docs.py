@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TEXT = (".py", ".md", ".smk", ".yaml", ".yml", ".rst", ".txt", ".toml", ".cfg", ".html", ".js", ".sh")
 REFERENCE = ("metrics", "recalibration", "results", "nats-bench", "architecture")  # the definitions the code cites
 PAGES = ("metrics", "recalibration", "results", "nats-bench", "architecture", "running", "tools", "cluster",
-         "populations", "python", "inference", "index", "analysis")
+         "populations", "python", "inference", "index", "analysis", "config")
 # Files outside the repository that the code once cited: users never have them.
 OUTSIDE = re.compile(r"shared/docs|\b(?:metrics|recalibration)-spec\.md|nats-bench-facts|snakemake-notes")
 CITE_DOC = re.compile(r"docs/([A-Za-z0-9_-]+)\.md(?:`{0,2})(?:,\s*|\s*\(|:\s*)?(?:under\s+|sections?\s+)?\\?[\"“]([^\"”\\\n]{2,80})")
@@ -233,3 +233,46 @@ def test_the_shell_examples_of_the_readme_and_docs_are_commands_that_exist():
                 (calibench if program == "calibench" else snakemake).parse_args(argv[1:])
             except SystemExit as exc:  # argparse's way of saying no
                 raise AssertionError(f"{where}: does not parse") from exc
+
+
+def _schema_keys(node, prefix="", defs=None) -> set[str]:
+    """Every key path of the config schema: ``recalibration.odir.search.grid``; a mapping of
+    names (populations) as ``populations.<name>.source``."""
+    defs = node.get("$defs", {}) if defs is None else defs
+    keys = set()
+    props = dict(node.get("properties") or {})
+    for alternative in node.get("oneOf") or []:  # a population's two forms
+        props.update({k: v for k, v in (alternative.get("properties") or {}).items() if v})
+    for name, sub in props.items():
+        path = f"{prefix}{name}"
+        keys.add(path)
+        if isinstance(sub, dict):
+            sub = defs.get(sub["$ref"].rsplit("/", 1)[-1], {}) if "$ref" in sub else sub
+            keys |= _schema_keys(sub, path + ".", defs)
+            if isinstance(sub.get("additionalProperties"), dict) and sub["additionalProperties"].get("properties"):
+                keys |= _schema_keys(sub["additionalProperties"], path + ".<name>.", defs)
+    return keys
+
+
+def test_every_config_key_is_in_the_configuration_reference_and_every_key_there_exists():
+    """docs/config.md names each key of the schema as its dotted path, and no key the schema lacks."""
+    import yaml
+
+    schema = yaml.safe_load((ROOT / "workflow/schemas/config.schema.yaml").read_text())
+    keys = _schema_keys(schema)
+    page = (ROOT / "docs" / "config.md").read_text()
+    named = set()
+    for cell in re.findall(r"^\| ([^|]+) \|", page, flags=re.M):  # the tables' first column
+        for code in re.findall(r"`([^`]+)`", cell):
+            named.add(code)
+    # `population.<space>.mode`: a row for each space's key alike
+    named |= {k for k in keys for n in named if "<" in n and n != k
+              and re.fullmatch(re.sub(r"<[a-z]+>", "[A-Za-z0-9-]+", re.escape(n).replace("\\<", "<").replace("\\>", ">")), k)}
+    leaves = [k for k in keys if not any(other.startswith(k + ".") for other in keys)]  # sections need no row
+    parts = [k.split(".") for k in leaves]  # a key is covered where it or a key above it is named (n_test's forms)
+    missing = sorted(".".join(p) for p in parts if not any(".".join(p[:i]) in named for i in range(1, len(p) + 1)))
+    assert not missing, f"schema keys not in docs/config.md: {missing}"
+    unknown = sorted(k for k in named if not k.startswith(".") and k not in keys
+                     and not any(re.fullmatch(re.sub(r"<[a-z]+>", "[A-Za-z0-9-]+", k.replace(".", "[.]")), key)
+                                 for key in keys))
+    assert not unknown, f"docs/config.md names keys the schema does not have: {unknown}"

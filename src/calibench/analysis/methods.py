@@ -307,7 +307,7 @@ def make_plots(df: pd.DataFrame, wins: pd.DataFrame, settings: Mapping, plots: P
     made = _box_plots(nets, groups, datasets, stages, nearest_bins(settings["bins"]), demo, plots)
     if not wins.empty:
         made += _win_rates(wins, groups, datasets, stages, settings["bins"], demo, plots,
-                           bool(settings.get("include_underdetermined", False)))
+                           bool(settings["include_underdetermined"]))
     return made
 
 
@@ -452,7 +452,7 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
     """``settings``: the registry's settings (calibench.analysis.registry) of ``methods``
     (``include_underdetermined``: rank fits on too little data too; default False)."""
     bins = settings["bins"]
-    include = bool(settings.get("include_underdetermined", False))
+    include = bool(settings["include_underdetermined"])
     wanted = set(KEYS) | {f"{s}_{m}" for s in STAGES for m in summary_metrics(bins)} | {"accuracy"}
     wanted |= {f"{s}_{FLAG}" for s in STAGES}
     df = load_tables(tables, wanted)

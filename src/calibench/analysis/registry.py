@@ -67,7 +67,7 @@ def _bins_demo(s: Mapping) -> dict:
 
 
 def _level(s: Mapping) -> float:
-    return (s["analysis"].get("bootstrap") or {}).get("level", 0.95)
+    return (s["analysis"].get("bootstrap") or {}).get("level", schema_default("analysis", "bootstrap", "level"))
 
 
 BUILTIN = (
@@ -85,7 +85,8 @@ BUILTIN = (
     Part("methods", "calibench.analysis.methods", "Post-hoc methods",
          "The post-hoc methods: distribution of each metric per stage, wins and margins",
          lambda s: {**_bins_demo(s),
-                    "include_underdetermined": bool(s["analysis"].get("include_underdetermined", False))},
+                    "include_underdetermined": bool(s["analysis"].get(
+                        "include_underdetermined", schema_default("analysis", "include_underdetermined")))},
          {"summary": "methods_summary.parquet", "summary_csv": "methods_summary.csv", "wins": "method_wins.parquet"}),
     Part("reliability", "calibench.analysis.reliability", "Reliability diagrams",
          "Reliability diagrams of the best and worst network by HCS of every table (from the shards)",

@@ -171,7 +171,7 @@ def inference_settings(config: Mapping, space: str) -> dict:
     their modules' content), transform, evaluation data and the user's ``version``."""
     if space in NATS_SPACES:
         # precision enters only where it is not float32, so runs from before the setting keep their params
-        precision = config.get("precision", "float32")
+        precision = config.get("precision", schema_default("precision"))
         return {"archive": config["archives"][space], "seeds": config["seeds"], "datasets": list(config["datasets"]),
                 "datasets_root": config["datasets_root"], "ood": ood_settings(config["ood"]),
                 "inference_version": INFERENCE_VERSION, **({"precision": precision} if precision != "float32" else {})}

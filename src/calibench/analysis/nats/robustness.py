@@ -553,7 +553,9 @@ def run(settings, tables, results: Path, plots: Path) -> dict:
     from calibench.analysis.tables import load_tables, metric_candidates, metric_columns, nearest_bins
     from calibench.analysis.registry import output_path
 
-    options, bins = settings["robustness"], settings["bins"]
+    from calibench.config.check import schema_default
+
+    options, bins = {**schema_default("robustness"), **settings["robustness"]}, settings["bins"]
     path, key, datasets = options["path"], options["key"], options["datasets"]
     try:
         table = load_robustness(path, key)
