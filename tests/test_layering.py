@@ -215,7 +215,7 @@ TORCH_FREE_JOBS = {
     "analysis-part, report": ["calibench.analysis.parts", "calibench.report.assemble"]
     + [f"calibench.analysis.{m}" for m in ("kendall", "overview", "hcs", "methods", "reliability", "groups",
                                           "nats.nas", "nats.architecture", "nats.schedules", "nats.robustness")],
-    "run, status": ["calibench.run.cli", "calibench.run.workflow"],
+    "run, status": ["calibench.run.cli", "calibench.run.workflow", "calibench.run.status"],
 }
 
 

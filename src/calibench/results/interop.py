@@ -156,8 +156,7 @@ def export_frame(table: pd.DataFrame, source: str = "table", expand_isomorphs: b
     that have no place in the layout.
     """
     if "stage" in table.columns or not any(str(c).startswith("pre_") for c in table.columns):
-        raise ValueError(f"{source}: not a result table (no pre_* metric columns; a shard or a failures file? "
-                         "the result tables are results/tables/*.parquet)")
+        raise ValueError(f"{source}: not a result table (no pre_* metric columns: a shard or a failures file?)")
     if table.empty:
         log.warning("%s: no rows, nothing to export", source)
         return None

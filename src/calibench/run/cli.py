@@ -18,7 +18,9 @@ from pathlib import Path
 from calibench import __version__, integrity, layout
 from calibench.run.job_steps import (_analysis_part, _build_table, _infer_chunk, _labels, _measure_chunk, _odir_search,
                                      _population, _report)
-from calibench.run.workflow import DEFAULT_CONFIG, _repair_command, _run, _status
+from calibench.run.status import _status
+from calibench.run.targets import DEFAULT_CONFIG
+from calibench.run.workflow import _repair_command, _run
 
 
 def _setup_logging() -> None:

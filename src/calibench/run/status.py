@@ -1,0 +1,194 @@
+"""`calibench status`: what is complete, missing, damaged or stale for the config, and what a
+run would redo (the measurement plan a dry run of `calibench run` prints too); runs nothing."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from calibench import layout, vocabulary
+from calibench.run.targets import _config_and_targets
+
+
+def _recorded_settings(table: str) -> dict | None:
+    """The measurement settings ``table`` recorded (its chunks'); None for a missing or damaged
+    table (its status says so) or one from before tables recorded them."""
+    from calibench.results.tables import table_metadata
+
+    try:
+        return table_metadata(table).get("settings")
+    except Exception:  # noqa: BLE001 - a missing or damaged table: its status says so
+        return None
+
+
+def _settings_changed(config: dict, recorded: dict | None) -> str:
+    """"settings changed: key: old → new; ..." between what a table recorded (``recorded``, its
+    chunks' measurement settings: :func:`_recorded_settings`) and the config now; "" when none
+    differs or nothing was recorded.
+    Lambda, mu left to the search and the search's flag are not config keys."""
+    from calibench.analysis.compare import flatten_settings
+    from calibench.config.settings import measurement_settings
+
+    if not recorded:
+        return ""
+    old, new = flatten_settings(recorded), flatten_settings(measurement_settings(config))
+    changes = []
+    for key in list(new) + [k for k in old if k not in new]:
+        before, after = old.get(key, "(absent)"), new.get(key, "(absent)")
+        searched = key.endswith((".lambda", ".mu")) and after == ""
+        if before != after and not searched and not key.endswith(vocabulary.SEARCH_FLAG):
+            changes.append(f"{key}: {before} → {after}")
+    return "settings changed: " + "; ".join(changes) if changes else ""
+
+
+def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
+    """What a measurement rerun of ``table`` does stage by stage (docs/running.md, "The fit
+    store"), from the settings the table recorded and the config now (``recorded``:
+    :func:`_recorded_settings` of ``table``): the stages fitted again, those re-applied from the
+    fit store and measured whole, those measured at the new bin counts only, and those whose rows
+    are kept; "" when nothing was recorded. Lambda, mu left to the search count as recorded."""
+    from calibench.config.settings import measurement_settings, stage_fit_settings, stage_measurement_settings
+
+    if not recorded:
+        return ""
+    new = measurement_settings(config)
+    for stage in vocabulary.ODIR_STAGES:
+        given, before = new["recalibration"].get(stage), recorded.get("recalibration", {}).get(stage)
+        if given and before:
+            given.update({k: before.get(k) for k in ("lambda", "mu") if given.get(k) is None})
+            given.setdefault(vocabulary.SEARCH_FLAG, before.get(vocabulary.SEARCH_FLAG))
+    target, _, dataset = Path(table).stem.rpartition("_")
+    space, hp = layout.split_target(target)
+    stored = any(layout.fits_path(config["results"], space, hp, dataset, 0).parent.glob("*.parquet"))
+    added = [b for b in new["bins"] if b not in recorded.get("bins", [])]
+    was = recorded.get("stages", []) if _records_stage_keys(config["results"], space, hp, dataset) else []
+    kept = [s for s in new["stages"] if s in was and (stored or s == "pre" or not added)
+            and stage_measurement_settings(recorded, s) == stage_measurement_settings(new, s)]
+    fitted = [s for s in new["stages"] if s != "pre" and s not in kept]
+    same = [s for s in fitted if stored and s in was and stage_fit_settings(recorded, s) == stage_fit_settings(new, s)]
+    parts = []
+    if fitted or any(s != "pre" for s in new["stages"]):
+        parts.append(f"fits made again: {', '.join(s for s in fitted if s not in same) or 'none'}")
+    if same:
+        parts.append(f"re-applied from the fit store and measured whole: {', '.join(same)}")
+    if kept and added:
+        parts.append(f"measured at the new bin counts only ({', '.join(map(str, added))}): {', '.join(kept)}")
+    elif kept:
+        parts.append(f"rows kept: {', '.join(kept)}")
+    return "; ".join(parts)
+
+
+def _records_stage_keys(results, space: str, hp: str, dataset: str) -> bool:
+    """Whether the shards of a table record their stages' keys (a shard written before they did
+    keeps no rows: it is measured whole); read from one shard's footer."""
+    import pyarrow.parquet as pq
+
+    from calibench.results.shards import MEASURED_KEY
+
+    first = next(iter(layout.matching(layout.shard_path(results, space, hp, dataset, "*"))), None)
+    try:
+        return first is not None and MEASURED_KEY in (pq.read_schema(first).metadata or {})
+    except Exception:  # noqa: BLE001 - a damaged shard is measured again: repair says so
+        return False
+
+
+def _measurement_plan(config: dict, tables: list[str]) -> list[str]:
+    """For a dry run of ``calibench run``: each table whose recorded measurement settings differ
+    from the config's, with the fitted stages its rerun fits again and those it re-applies from
+    the fit store (what ``calibench status`` says of it)."""
+    out = []
+    for table in tables:
+        recorded = _recorded_settings(table)
+        said = _settings_changed(config, recorded)
+        if said:
+            plan = _fit_plan(config, table, recorded)
+            out.append(f"{table}: {said}" + (f"; {plan}" if plan else ""))
+    return out
+
+
+def _failed_networks(results: Path, table: str) -> str:
+    """"N network(s) failed: see results/failures/…" for a complete table; "" when none did."""
+    import pyarrow.parquet as pq
+
+    target, _, dataset = Path(table).stem.rpartition("_")
+    failures = layout.failures_path(results, target, dataset)
+    try:
+        frame = pq.read_table(failures, columns=["arch_index"]).to_pandas()
+    except Exception:  # noqa: BLE001 - no failures file (a table from before them) or a damaged one: repair says so
+        return ""
+    n = frame["arch_index"].nunique()
+    return f"{n} network(s) failed: see {failures}" if n else ""
+
+
+def _after_tables(target: str) -> bool:
+    """An analysis part's manifest, the report or the explorer: built from every table."""
+    return target.endswith(".html") or Path(target).parent.name == "parts"
+
+
+def _status(args: argparse.Namespace) -> int:
+    """What is complete, missing, damaged or stale for the current config; runs nothing and
+    changes no file (Snakemake's --summary, and the repair check in planning mode)."""
+    from calibench.run import repair
+
+    config, targets = _config_and_targets(args)
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", "1", "--summary",
+           *targets, *args.snakemake_args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:  # Snakemake's message without its frames: what the Snakefile said
+        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        start = max((i for i, line in enumerate(lines) if re.match(r"\w+(Error|Exception)\b", line)), default=0)
+        if re.match(r"\w+ in file ", lines[start] if lines else ""):  # "WorkflowError in file X, line N:"
+            start += 1
+        said = [line for line in lines[start:] if not line.startswith('File "')]
+        raise ValueError(" | ".join(said[:3]) or f"snakemake --summary failed (exit {proc.returncode})")
+    rows = {}
+    for line in proc.stdout.splitlines():
+        cells = line.split("\t")
+        if len(cells) >= 6 and cells[0] in targets:
+            rows[cells[0]] = (cells[-2], cells[-1])  # status, plan
+    results = Path(config["results"])
+    changed = repair.changed_chunks(results, logits=bool(config["keep_logits"]))
+    damaged = {str(table): why for table, why in repair.affected_tables(results, changed).items()}
+    broken = repair.damaged_outputs(results, logits=bool(config["keep_logits"]))
+    for path, cause, with_it in broken:  # a damaged table, or one built from a damaged file
+        for target in {str(t) for t in [path, *with_it, *repair.affected_tables(results, [(m, []) for m in with_it])]}:
+            damaged.setdefault(target, []).insert(0, f"{path}: {cause}")
+    counts = {"complete": 0, "to run": 0}
+    tables_to_run = settings_changed = False
+    for target in targets:
+        status, plan = rows.get(target, ("not planned", "?"))
+        why_damaged = damaged.get(target)
+        if _after_tables(target) and tables_to_run:  # analysis parts, report and explorer are built from every table
+            plan, status = "update pending", "after its tables"
+        # a setting only the measure jobs take (e.g. temperature.method) leaves the table's own rule as it
+        # was, so --summary calls it complete; its recorded settings say otherwise
+        recorded = _recorded_settings(target) if target.endswith(".parquet") and not why_damaged else None
+        said = _settings_changed(config, recorded)
+        word = "complete" if plan == "no update" and not why_damaged and not said else "to run"
+        counts[word] += 1
+        tables_to_run |= word == "to run" and target.endswith(".parquet")
+        why = ("damaged: " + "; ".join(why_damaged[:2]) if why_damaged
+               else status if status != "ok" else "a job before it reruns: a setting or an input changed")
+        if word != "complete" and target.endswith(".parquet") and not why_damaged:
+            why, settings_changed = said or why, settings_changed or bool(said)
+            plan_of_fits = _fit_plan(config, target, recorded) if said else ""
+            why += f"; {plan_of_fits}" if plan_of_fits else ""
+        if word == "complete":  # a complete table still says which networks failed
+            why = _failed_networks(results, target) if target.endswith(".parquet") else ""
+        if Path(target).parent.name == "parts":  # an analysis part: its rule's name
+            why = f"analysis_{Path(target).stem}" + (f": {why}" if why else "")
+        print(f"{word:9s} {target}" + (f"  ({why})" if why else ""))
+    if settings_changed:  # what a measurement setting reruns (docs/running.md, "Results follow the config")
+        print("a measurement setting changed: the measure job of each chunk of those tables reruns from the "
+              "stored logits (no archive is read; the lambda, mu search too where its settings changed), then "
+              "the tables, the analysis parts, the report and the explorer")
+    for manifest, reasons in changed:
+        print(f"repair: {repair.describe(manifest, reasons, planning=True)}")
+    for path, cause, _ in broken:
+        print(f"repair: {path}: damaged ({cause}): a run sets it aside and rebuilds it")
+    print(f"{counts['complete']} complete, {counts['to run']} to run: "
+          + ("`calibench run` completes them" if counts["to run"] or changed or broken else "nothing to do"))
+    return 0
