@@ -502,3 +502,16 @@ def test_the_mini_benchmark_s_tables_carry_nats_bench_indices_and_a_join_by_inde
     joined = robustness.join_robustness(tss, robustness.load_robustness(tmp_path / "robustness.csv", "arch_index"))
     assert len(joined) == len(tss) > 0 and set(joined["arch_index"]) == {0, 1, 2}
     assert joined["cell_code"].tolist() == [code(a) for a in joined["arch_str"]]
+
+
+@pytest.mark.parametrize("after, words", [
+    (["--bogus-flag"], "not options of snakemake: --bogus-flag"),
+    (["--cores", "x"], "snakemake option after --: Error parsing number of cores"),
+])
+def test_a_bad_snakemake_option_after_the_dashes_is_one_line_before_anything_runs(capsys, monkeypatch, tmp_path,
+                                                                                  after, words):
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the checkout's config; nothing may be written
+    before = sorted(Path(".").glob("results*"))
+    code, out, err = _cli(capsys, "run", "--configfile", "config/config.yaml", "--", *after)
+    assert code == 2 and err.strip().splitlines() == [f"calibench: {err.strip()[len('calibench: '):]}"], err
+    assert words in err and sorted(Path(".").glob("results*")) == before

@@ -42,6 +42,29 @@ def _repair(config: dict, by: str = "this run") -> list[str]:
     return said
 
 
+def _check_snakemake_args(given: list[str]) -> None:
+    """The options after ``--`` read by Snakemake's own parser first: one that is not Snakemake's,
+    or a bad value, in one line (Snakemake would print its usage amid the Snakefile's notes)."""
+    if not given:
+        return
+    from snakemake.cli import get_argument_parser
+
+    parser = get_argument_parser()
+
+    def error(message: str):
+        raise ValueError(f"snakemake option after --: {message}")
+
+    parser.error = error
+    try:
+        _, unknown = parser.parse_known_args(given)
+    except ValueError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Snakemake's own value checks (CliException and the like)
+        raise ValueError(f"snakemake option after --: {str(exc).strip().splitlines()[-1]}") from None
+    if unknown:
+        raise ValueError(f"not options of snakemake: {' '.join(unknown)} (calibench run passes what follows -- to snakemake)")
+
+
 def _repair_command(args: argparse.Namespace) -> int:
     """``calibench repair``: set aside what fails its content check and the chunks whose files
     changed, under the run lock, so that the next run (``calibench run`` or a plain
@@ -78,6 +101,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         config, targets = _config_and_targets(args)
         _check_profile(args.profile)
+        _check_snakemake_args(args.snakemake_args)
     except ValueError as exc:
         print(f"calibench: {exc}", file=sys.stderr)
         return 2
