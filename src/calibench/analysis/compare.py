@@ -138,7 +138,9 @@ def align(a: pd.DataFrame, b: pd.DataFrame, key: Sequence[str]) -> tuple[np.ndar
               for f, side in ((a, "A"), (b, "B")))
     for k, side in ((ka, "A"), (kb, "B")):
         if not k.is_unique:
-            raise ValueError(f"run {side}: rows repeat a ({', '.join(key)}) key: {k[k.duplicated()][0]}")
+            first = k[k.duplicated()][0]
+            said = ", ".join(f"{name} {value}" for name, value in zip(key, first if isinstance(first, tuple) else (first,)))
+            raise ValueError(f"run {side}: several rows have {said}: not one table of networks (a shard?)")
     where = kb.get_indexer(ka)
     ia = np.flatnonzero(where >= 0)
     ib = where[ia]
