@@ -27,6 +27,9 @@
 #    SSS inference with stacked passes (networks_per_pass 64) against one network per pass
 #    (auto for SSS on CUDA since session 47: 3,166 against 814 ms per network on the H100) only
 #    with GPU_CHECK_PASSES=1, to $OUT/bench_gpu_sss_passes.json [92 s];
+#    SSS inference at one network per pass with 1,000 images per forward pass against 4,096 and
+#    16,384 (fewer, larger launches: does the GPU's idle time at one network per pass come from
+#    the forward's own launches?) only with GPU_CHECK_BATCH=1, to $OUT/bench_gpu_sss_batch.json [new];
 # 7. only with GPU_CHECK_WORKFLOW=1: every table's infer and measure jobs at real
 #    evaluation-set sizes, 16 networks per space, lambda and mu fixed, to
 #    $OUT/bench_gpu_workflow.json [build 52 s, then its time limit; 157 s];
@@ -179,6 +182,21 @@ if [ "${GPU_CHECK_PASSES:-0}" = 1 ]; then
     fi
     # shellcheck disable=SC2086
     timed "sss passes" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_sss_passes.json"
+fi
+
+# ---------------------------------------------------------------- SSS: images per forward pass
+if [ "${GPU_CHECK_BATCH:-0}" = 1 ]; then
+    step "bench/bench_gpu_workflow.py: SSS CIFAR-10 inference at one network per pass, batch_size 1000 against 4096 and 16384"
+    if [ "$CUDA" = 1 ]; then
+        args="--device cuda --networks 16 --spaces sss --datasets cifar10 --odir 1,1 --stages pre --batch-size 1000"
+        args="$args --also-infer batch_size=4096 --also-infer batch_size=16384 --time-limit 130"
+        limit=170
+    else
+        args="--cpu-smoke --spaces sss --datasets cifar10 --odir 1,1 --stages pre --batch-size 100 --also-infer batch_size=400"
+        limit=120
+    fi
+    # shellcheck disable=SC2086
+    timed "sss batch" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_sss_batch.json"
 fi
 
 # ---------------------------------------------------------------- every table's jobs, timed
