@@ -289,3 +289,18 @@ def test_a_part_added_to_the_config_is_a_rule_in_the_plan_status_and_report(part
     assert proc.returncode == 2 and proc.stderr.strip() == (
         "calibench: analysis.parts: unknown part(s) 'nope'; parts: kendall, overview, hcs, methods, reliability, "
         "groups, nas, architecture, schedules, robustness, toy"), proc.stderr
+
+
+def test_an_explorer_turned_off_is_said_to_be_no_longer_updated(parts_run, tmp_path):
+    """explorer: false reruns the report alone and writes no explorer; `calibench status` names
+    the one written before as no longer updated (it is not deleted)."""
+    workdir = _clone(parts_run, tmp_path / "off")
+    page = workdir / "results" / "explorer" / "index.html"
+    assert page.is_file()
+    _set_config(workdir, explorer=False)
+    assert _planned_jobs(workdir) == {"assemble_report": 1, "all": 1}
+    status = subprocess.run([sys.executable, "-m", "calibench.run.cli", "status", "--configfile", "tiny.yaml"],
+                            cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert status.returncode == 0 and "not kept  results/explorer/index.html  (explorer: false, so no run updates it" \
+        in status.stdout, status.stdout + status.stderr
+    assert page.is_file()

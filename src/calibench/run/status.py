@@ -185,6 +185,10 @@ def _status(args: argparse.Namespace) -> int:
         print("a measurement setting changed: the measure job of each chunk of those tables reruns from the "
               "stored logits (no archive is read; the lambda, mu search too where its settings changed), then "
               "the tables, the analysis parts, the report and the explorer")
+    page = layout.explorer_page(results)
+    if str(page) not in targets and page.is_file() and not args.space and not args.dataset:
+        print(f"not kept  {page}  (explorer: false, so no run updates it; it shows the tables it was written from: "
+              f"delete {layout.explorer_dir(results)} if unwanted)")
     for manifest, reasons in changed:
         print(f"repair: {repair.describe(manifest, reasons, planning=True)}")
     for path, cause, _ in broken:
