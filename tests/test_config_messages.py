@@ -30,7 +30,9 @@ def _error(config, files=()) -> str:
 
 @pytest.mark.parametrize("key, value, said", [
     ("measure_group", "many", "measure_group = 'many': expected an integer >= 1, or 'auto'"),
-    ("loader_workers", -1, "loader_workers = -1: expected an integer >= 1, or 'auto'"),
+    ("loader_workers", -1, "loader_workers = -1: -1 is less than the minimum of 1"),  # the integer form's rule
+    ("seeds", ["777"], "seeds = ['777']: at [0]: '777' is not of type 'integer'"),
+    ("explorer_bins", [5, 0], "explorer_bins = [5, 0]: at [1]: 0 is less than the minimum of 1"),
     ("seeds", "all", "seeds = 'all': expected 'first', or a list"),
     ("stages", ["post", "vs"], "stages = ['post', 'vs']: must contain 'pre'"),
     ("populations", {"zoo": {"source": "logits"}},
@@ -81,3 +83,12 @@ def test_the_order_of_the_bin_counts_changes_no_setting(default):
     assert settings.measurement_settings(shuffled) == settings.measurement_settings(config)
     assert settings.analysis_settings(shuffled) == settings.analysis_settings(config)
     assert settings.explorer_settings(shuffled) == settings.explorer_settings(config)
+
+
+def test_a_mapping_merged_from_two_files_is_blamed_on_the_last_not_on_config(tmp_path, default):
+    path, config = default
+    over = tmp_path / "over.yaml"
+    over.write_text(yaml.safe_dump({"populations": {"zoo": {"source": "torch"}}}))
+    config["populations"] = {"zoo": {"source": "torch", "path": "x"}}  # merged: path from the first file
+    text = _error(config, [path, over])
+    assert f"(set in {over})" in text and "--config" not in text, text

@@ -429,3 +429,23 @@ def test_a_kde_ece_above_one_is_kept_flagged_and_round_trips_exactly(tmp_path):
     csv = cmp.csv_frame()
     assert set(csv["status"]) == {"equal"} and (csv["max_abs_diff"].fillna(0) == 0).all(), csv
     assert len(files) == 1
+
+
+@pytest.mark.parametrize("text, cut", [
+    (b"a,b,c\n1,2,3\n4,5,6\n", None),
+    (b"a,b,c\r1,2,3\r4,5,6\r", None),                # old Mac line ends
+    (b"a,b,c\r\n1,2,3\r\n\r\n4,5,6\r\n", None),    # CRLF, a blank line
+    (b"a,b,c\n1,2,3\n  \n", None),                   # a whitespace-only last line
+    (b"a,b,c,\n1,2,3\n", None),                       # a header's trailing comma
+    (b'a,b,c\n1,"x, y\nz",3\n4,5,\n', None),          # quoted comma and newline, a trailing empty field
+    (b"\xef\xbb\xbfa,b,c\n1,2,3\n4,5", 3),           # cut short: line 3
+])
+def test_a_csv_cut_short_is_named_by_line_and_valid_ones_pass(tmp_path, text, cut):
+    from calibench.results import interop
+
+    path = tmp_path / "cifar10_tss.csv"
+    if cut is None:
+        interop._whole_rows(path, text)
+    else:
+        with pytest.raises(ValueError, match=f"line {cut} has 2 fields, the header 3: a file cut short"):
+            interop._whole_rows(path, text)

@@ -516,3 +516,18 @@ def test_a_bad_snakemake_option_after_the_dashes_is_one_line_before_anything_run
     code, out, err = _cli(capsys, "run", "--configfile", "config/config.yaml", "--", *after)
     assert code == 2 and err.strip().splitlines() == [f"calibench: {err.strip()[len('calibench: '):]}"], err
     assert words in err and sorted(Path(".").glob("results*")) == before
+
+
+@pytest.mark.parametrize("sql", ["PIVOT networks ON space USING avg(accuracy)", "CALL pragma_table_info('networks')",
+                                 "DESCRIBE networks", "SUMMARIZE SELECT accuracy FROM networks",
+                                 "-- a comment\nWITH t AS (SELECT 1 AS one) SELECT * FROM t"])
+def test_every_kind_of_read_runs_in_query(workflow_run, capsys, sql):
+    code, out, err = _cli(capsys, "query", sql, "--results", str(workflow_run / "results"))
+    assert code == 0 and out.strip() and not err.strip(), err
+
+
+def test_a_write_dressed_as_a_pivot_is_refused(workflow_run, capsys, tmp_path):
+    target = tmp_path / "x.csv"
+    code, out, err = _cli(capsys, "query", f"COPY (PIVOT networks ON space USING avg(accuracy)) TO '{target}'",
+                          "--results", str(workflow_run / "results"))
+    assert code == 2 and "a COPY statement: calibench query only reads" in err and not target.exists(), err

@@ -88,8 +88,8 @@ def _defined_in(key: Sequence, files: Sequence[str | Path], value=_UNSET) -> str
                 break
         else:
             found, found_value = str(f), node
-    if value is not _UNSET and found is not None and found_value != value:
-        return None
+    if value is not _UNSET and found is not None and found_value != value and not isinstance(value, Mapping):
+        return None  # a mapping may merge from several files: the last one that sets it is named
     return found
 
 
@@ -113,10 +113,35 @@ def _forms(schema: Mapping) -> str:
     return text
 
 
+def _same_form(schema: Mapping, value) -> bool:
+    """Whether ``value`` has the form (const, enum or JSON type) of a schema alternative."""
+    if "const" in schema:
+        return value == schema["const"]
+    if "enum" in schema:
+        return value in schema["enum"]
+    kinds = schema.get("type")
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    python = {"integer": int, "number": (int, float), "string": str, "array": list, "object": Mapping,
+              "boolean": bool, "null": type(None)}
+    if not kinds:
+        return isinstance(value, Mapping) and "required" in schema and all(k in value for k in schema["required"])
+    return any(isinstance(value, python[k]) and not (k in ("integer", "number") and isinstance(value, bool))
+               for k in kinds if k in python)
+
+
 def _reason(error) -> str:
     """The schema's complaint, said with what it accepts where jsonschema's words do not."""
     alternatives = error.schema.get(error.validator) if error.validator in ("oneOf", "anyOf") else None
     if isinstance(alternatives, list):
+        # the value has the form of one alternative and breaks a rule inside it: that rule
+        import jsonschema
+
+        fits = [i for i, alt in enumerate(alternatives) if isinstance(alt, Mapping) and _same_form(alt, error.instance)]
+        inner = [e for e in error.context if fits and e.schema_path and e.schema_path[0] == fits[0]]
+        if len(fits) == 1 and inner:
+            best = jsonschema.exceptions.best_match(inner)
+            where = "".join(f"[{p!r}]" for p in best.relative_path)
+            return (f"at {where}: " if where else "") + _reason(best)
         return "expected " + ", or ".join(_forms(alt) for alt in alternatives if isinstance(alt, Mapping))
     if error.validator == "contains" and isinstance(error.validator_value, Mapping):
         return f"must contain {_forms(error.validator_value)}"

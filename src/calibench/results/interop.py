@@ -312,14 +312,23 @@ def parse_file_name(path: str | Path) -> tuple[str, str, str]:
     return space, m.group("hp") or DEFAULT_HP[space], dataset
 
 
-def _whole_rows(path: Path, data: bytes, n_fields: int) -> None:
+def _whole_rows(path: Path, data: bytes) -> None:
     """ValueError naming the first CSV line with fewer fields than the header (a file cut short:
-    pandas would read the missing values as empty)."""
+    pandas would read the missing values as empty). Blank lines are skipped, as pandas does; a
+    header's trailing empty names (a trailing comma) need no field."""
     import csv
 
-    for number, row in enumerate(csv.reader(io.StringIO(data.decode("utf-8", errors="replace"))), start=1):
-        if row and len(row) < n_fields:
-            raise ValueError(f"{path}: line {number} has {len(row)} fields, the header {n_fields}: a file cut short?")
+    reader = csv.reader(io.StringIO(data.decode("utf-8", errors="replace"), newline=""))
+    try:
+        header = next(reader, [])
+        while header and not header[-1].strip():
+            header = header[:-1]
+        for row in reader:
+            if any(field.strip() for field in row) and len(row) < len(header):
+                raise ValueError(f"{path}: line {reader.line_num} has {len(row)} fields, the header {len(header)}: "
+                                 "a file cut short?")
+    except csv.Error as exc:
+        raise ValueError(f"{path}: not a readable CSV file: line {reader.line_num}: {exc}") from None
 
 
 def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[pd.DataFrame, dict]:
@@ -332,7 +341,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
         raw = pd.read_csv(io.BytesIO(data), dtype={c: str for c in _case_variants("arch")}, **EXACT_CSV)
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a readable CSV file: {exc}") from None
-    _whole_rows(path, data, raw.shape[1])
+    _whole_rows(path, data)
     raw.columns = [str(c).strip() for c in raw.columns]
     dropped = [c for c in raw.columns if c.startswith("Unnamed:")]  # a written index
     raw = raw.drop(columns=dropped)

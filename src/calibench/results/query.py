@@ -130,6 +130,16 @@ def damaged_files(folder: str | Path) -> list[Path]:
     return bad
 
 
+def _first_word(sql: str) -> str:
+    """The statement's first keyword (upper case), past comments: DuckDB calls a PIVOT a MULTI
+    statement, as it does a COPY or CREATE of one."""
+    import re
+
+    text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S).lstrip()
+    match = re.match(r"\(|[A-Za-z]+", text)
+    return match.group(0).upper() if match else ""
+
+
 def _sql(con, sql: str, results: Path):
     """``con.sql(sql)`` materialised; if a damaged shard breaks the ``metrics`` view, the query
     runs again without the damaged shards, naming them (the next run measures them again)."""
@@ -139,9 +149,12 @@ def _sql(con, sql: str, results: Path):
     if len(statements) != 1:
         raise QueryError("no SQL statement given" if not statements else
                          f"{len(statements)} statements given: one at a time")
-    if statements[0].type not in (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN,
-                                  duckdb.StatementType.PRAGMA):
+    reads = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN, duckdb.StatementType.PRAGMA,
+             duckdb.StatementType.CALL)
+    if statements[0].type not in reads and not (statements[0].type == duckdb.StatementType.MULTI
+                                                and _first_word(sql) in ("PIVOT", "UNPIVOT", "SELECT", "FROM", "WITH", "(")):
         kind = str(statements[0].type).rsplit(".", 1)[-1]
+        kind = _first_word(sql) if kind == "MULTI" else kind
         raise QueryError(f"a {kind} statement: calibench query only reads (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN); "
                          "-o FILE writes a result")
     try:
@@ -177,6 +190,12 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
     """Run SQL; print the result, or write it as CSV/parquet when ``output`` is given."""
     import duckdb
 
+    if output is not None:
+        output = Path(output)
+        if output.suffix not in (".csv", ".parquet"):
+            raise ValueError(f"--output {output}: use a .csv or .parquet file name")
+        if output.is_dir() or not output.parent.is_dir():
+            raise ValueError(f"--output {output}: " + ("a directory" if output.is_dir() else f"no directory {output.parent}"))
     con = connect(results)
     try:
         rel, df = _sql(con, sql, Path(results))
@@ -188,11 +207,6 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
         with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):
             print(df.to_string(index=False))
         return df
-    output = Path(output)
-    if output.suffix not in (".csv", ".parquet"):
-        raise ValueError(f"--output {output}: use a .csv or .parquet file name")
-    if output.is_dir() or not output.parent.is_dir():
-        raise ValueError(f"--output {output}: " + ("a directory" if output.is_dir() else f"no directory {output.parent}"))
     try:
         (rel.write_parquet if output.suffix == ".parquet" else rel.write_csv)(str(output))
     except duckdb.Error as exc:

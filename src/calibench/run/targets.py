@@ -30,15 +30,15 @@ def _merged_config(configfile: str) -> dict:
 
 
 def _check_profile(profile: str | None) -> None:
-    """``--profile`` given as a path: a directory with a profile's ``config*.yaml`` (a bare name
-    may be one of Snakemake's global profiles: Snakemake looks for it)."""
-    if not profile or ("/" not in profile and not Path(profile).exists()):
+    """``--profile`` found as Snakemake finds it (a directory with ``config.yaml`` or
+    ``profile.yaml``, such a file, or a name in Snakemake's profile folders); ValueError if not."""
+    if not profile:
         return
-    if not Path(profile).is_dir():
-        raise ValueError(f"--profile {profile}: no such directory (the project's: "
-                         f"{', '.join(sorted(str(p) for p in Path('profiles').glob('*') if p.is_dir()))})")
-    if not any(Path(profile).glob("config*.yaml")):
-        raise ValueError(f"--profile {profile}: no config.yaml in it (not a Snakemake profile)")
+    from snakemake.cli import get_profile_dir
+
+    if get_profile_dir(profile) is None:
+        raise ValueError(f"--profile {profile}: no Snakemake profile there (a folder with config.yaml; the "
+                         f"project's: {', '.join(sorted(str(p) for p in Path('profiles').glob('*') if p.is_dir()))})")
 
 
 def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
