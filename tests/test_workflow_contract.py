@@ -531,3 +531,13 @@ def test_a_write_dressed_as_a_pivot_is_refused(workflow_run, capsys, tmp_path):
     code, out, err = _cli(capsys, "query", f"COPY (PIVOT networks ON space USING avg(accuracy)) TO '{target}'",
                           "--results", str(workflow_run / "results"))
     assert code == 2 and "a COPY statement: calibench query only reads" in err and not target.exists(), err
+
+
+def test_the_metrics_view_of_imported_tables_says_why_it_is_empty(workflow_run, capsys, tmp_path):
+    results = str(workflow_run / "results")
+    assert _cli(capsys, "export", "--format", "tao2024", "--out", str(tmp_path / "csv"), "--results", results)[0] == 0
+    assert _cli(capsys, "import", "--format", "tao2024", str(tmp_path / "csv"), "--results", str(tmp_path / "imp"))[0] == 0
+    code, out, err = _cli(capsys, "query", "SELECT count(*) FROM metrics", "--results", str(tmp_path / "imp"))
+    assert code == 2 and f"view metrics: no shard under {tmp_path / 'imp' / 'shards'}" in err, err
+    code, out, err = _cli(capsys, "query", "SELECT count(*) AS n FROM networks", "--results", str(tmp_path / "imp"))
+    assert code == 0 and int(out.split()[-1]) > 0, (out, err)

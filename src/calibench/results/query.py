@@ -200,6 +200,10 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
     try:
         rel, df = _sql(con, sql, Path(results))
     except duckdb.Error as exc:
+        for view, (_, folder_of, noun) in _FILE_VIEWS.items():  # a view over files this results directory lacks
+            if f"name {view} does not exist" in str(exc) and not any(folder_of(results).rglob("*.parquet")):
+                raise QueryError(f"view {view}: no {noun} under {folder_of(results)} (tables imported with "
+                                 "calibench import have none; the networks view has their values)") from None
         raise QueryError(f"{_user_message(exc)}\n{VIEWS_HELP}") from exc
     if output is None:
         import pandas as pd
