@@ -216,6 +216,9 @@ def test_a_file_that_is_not_a_result_table_is_named_and_nothing_is_written(workf
         (["nas", "--out", str(tmp_path / "nas"), "--results", str(copy)], str(copy / "tables" / table.name)),
         (["explore", "--settings", "[1, 2]", "--results", str(results)], "--settings: a JSON object, not list"),
         (["compare", str(shard), str(results), "--out", str(tmp_path / "cmp")], "run A: several rows have arch_index"),
+        (["provenance", str(shard)], "a shard, not a result table"),
+        (["reliability", "--space", "sss", "--dataset", "cifar10", "--arch", "0", "--stages", "", "--results",
+          str(results)], "--stages: name at least one stage"),
     ]
     for argv, words in cases:
         code, out, err = _cli(capsys, *argv)
@@ -241,6 +244,8 @@ def test_debug_shows_the_traceback(workflow_run, capsys):
     (["make-minibench", "out", "--n-tss", "0"], ["argument --n-tss: expected a positive number of TSS"]),
     (["explore", "--threads", "0"], ["argument --threads: expected a positive number of threads"]),
     (["screenshot", "--width", "-100"], ["argument --width: expected a positive number of pixels"]),
+    (["repair", "--bogus"], ["calibench repair: error: unrecognized arguments: --bogus"]),
+    (["logits", "--bogus"], ["calibench logits: error: unrecognized arguments: --bogus"]),
 ])
 def test_a_mistake_argparse_catches_is_two_lines_and_exit_2(capsys, argv, words):
     with pytest.raises(SystemExit) as exit_:

@@ -131,7 +131,11 @@ def provenance_summary(table: str | Path) -> str:
     """A table's provenance as text: its rows, and each distinct provenance with its row count."""
     import pyarrow.parquet as pq
 
-    raw = pq.read_schema(table).metadata or {}
+    schema = pq.read_schema(table)
+    if "stage" in schema.names and "metric" in schema.names:
+        raise ValueError(f"{table}: a shard, not a result table (shards record their provenance per row: "
+                         "calibench query's metrics view shows it)")
+    raw = schema.metadata or {}
     meta = json.loads(raw[TABLE_METADATA_KEY]) if TABLE_METADATA_KEY in raw else {}
     groups = meta.get("provenance")
     lines = [f"{table}"]

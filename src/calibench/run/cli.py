@@ -162,6 +162,8 @@ def _reliability(args: argparse.Namespace) -> int:
     if out is not None and not out.is_dir() and not out.parent.is_dir():
         raise ValueError(f"--out {out}: no directory {out.parent}")
     found = reliability.load(args.results, args.space, args.dataset, args.arch, hp=args.hp, seed=args.seed)
+    if args.stages is not None and not args.stages.strip(","):
+        raise ValueError("--stages: name at least one stage (pre,post,...), or leave the option out for every stage")
     stages = args.stages.split(",") if args.stages else None
     default = layout.reliability_path(args.results, layout.target_name(args.space, found["hp"]), args.dataset,
                                       args.arch)
@@ -531,7 +533,10 @@ def main(argv: list[str] | None = None) -> int:
 
     short_omp_spin()  # before any job imports torch
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the command's own parser, which names the command
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "target", None):
         from calibench.config.settings import split_target
 
