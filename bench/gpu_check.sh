@@ -168,35 +168,27 @@ fi
 # shellcheck disable=SC2086
 timed "chunk" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_search.json"
 
-# ---------------------------------------------------------------- SSS: stacked passes or one network
+# ---------------------------------------------------------------- SSS CIFAR-10 inference, two ways
+# sss_inference NAME JSON GPU-FLAGS CPU-FLAGS: through the job, 16 networks (the CPU smoke's 3),
+# the main run's settings against --also-infer's
+sss_inference() {
+    local name=$1 json=$2 flags limit
+    if [ "$CUDA" = 1 ]; then flags="--device cuda --networks 16 $3 --time-limit 130"; limit=170
+    else flags="--cpu-smoke $4"; limit=120; fi
+    # shellcheck disable=SC2086
+    timed "$name" $limit $PY bench/bench_gpu_workflow.py --spaces sss --datasets cifar10 --odir 1,1 --stages pre \
+        $flags --out "$OUT/$json"
+}
 if [ "${GPU_CHECK_PASSES:-0}" = 1 ]; then
     step "bench/bench_gpu_workflow.py: SSS CIFAR-10 inference, stacked passes (64) against one network per pass (auto)"
-    if [ "$CUDA" = 1 ]; then
-        args="--device cuda --networks 16 --spaces sss --datasets cifar10 --odir 1,1 --stages pre"
-        args="$args --runtime networks_per_pass=64 --also-infer networks_per_pass=auto --time-limit 130"
-        limit=170
-    else
-        args="--cpu-smoke --spaces sss --datasets cifar10 --odir 1,1 --stages pre --runtime networks_per_pass=64"
-        args="$args --also-infer networks_per_pass=auto"
-        limit=120
-    fi
-    # shellcheck disable=SC2086
-    timed "sss passes" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_sss_passes.json"
+    both="--runtime networks_per_pass=64 --also-infer networks_per_pass=auto"
+    sss_inference "sss passes" bench_gpu_sss_passes.json "$both" "$both"
 fi
-
-# ---------------------------------------------------------------- SSS: images per forward pass
 if [ "${GPU_CHECK_BATCH:-0}" = 1 ]; then
     step "bench/bench_gpu_workflow.py: SSS CIFAR-10 inference at one network per pass, batch_size 1000 against 4096 and 16384"
-    if [ "$CUDA" = 1 ]; then
-        args="--device cuda --networks 16 --spaces sss --datasets cifar10 --odir 1,1 --stages pre --batch-size 1000"
-        args="$args --also-infer batch_size=4096 --also-infer batch_size=16384 --time-limit 130"
-        limit=170
-    else
-        args="--cpu-smoke --spaces sss --datasets cifar10 --odir 1,1 --stages pre --batch-size 100 --also-infer batch_size=400"
-        limit=120
-    fi
-    # shellcheck disable=SC2086
-    timed "sss batch" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_sss_batch.json"
+    sss_inference "sss batch" bench_gpu_sss_batch.json \
+        "--batch-size 1000 --also-infer batch_size=4096 --also-infer batch_size=16384" \
+        "--batch-size 100 --also-infer batch_size=400"
 fi
 
 # ---------------------------------------------------------------- every table's jobs, timed
