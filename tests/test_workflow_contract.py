@@ -217,6 +217,8 @@ def test_a_file_that_is_not_a_result_table_is_named_and_nothing_is_written(workf
         (["explore", "--settings", "[1, 2]", "--results", str(results)], "--settings: a JSON object, not list"),
         (["compare", str(shard), str(results), "--out", str(tmp_path / "cmp")], "run A: several rows have arch_index"),
         (["provenance", str(shard)], "a shard, not a result table"),
+        (["screenshot", "--report", str(results / "report.html"), "--out", str(tmp_path / "x.txt")],
+         f"--out {tmp_path / 'x.txt'}: the screenshot is a PNG"),
         (["reliability", "--space", "sss", "--dataset", "cifar10", "--arch", "0", "--stages", "", "--results",
           str(results)], "--stages: name at least one stage"),
     ]

@@ -179,6 +179,8 @@ def _reliability(args: argparse.Namespace) -> int:
 def _screenshot(args: argparse.Namespace) -> int:
     from calibench.report.screenshot import BrowserNotFound, RenderError, check_rendered
 
+    if args.out and Path(args.out).suffix.lower() != ".png":
+        raise ValueError(f"--out {args.out}: the screenshot is a PNG: name it *.png")
     try:
         result = check_rendered(args.report, args.out, width=args.width)
     except RenderError as exc:
