@@ -19,3 +19,15 @@ ROW_COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "stag
 TABLE_EXTRA_COLUMNS = ("measured_by",)
 # The spaces of NATS-Bench; other names are populations from config ``populations``.
 NATS_SPACES = ("tss", "sss")
+
+
+def not_a_result_table(names) -> str | None:
+    """Why a parquet file with columns ``names`` is not a result table (``"a shard"``: long
+    rows of stage, metric, value; ``"no pre_* metric columns"``: a failures file or another
+    table), None if it is one."""
+    names = set(names)
+    if {"stage", "metric"} <= names:
+        return "a shard"
+    if not any(str(n).startswith(f"{STAGES[0]}_") for n in names):
+        return "no pre_* metric columns"
+    return None

@@ -93,14 +93,19 @@ def _defined_in(key: Sequence, files: Sequence[str | Path], value=_UNSET) -> str
     return found
 
 
+def _kinds(schema: Mapping) -> list[str]:
+    """The JSON types a schema names (``type``, one or a list)."""
+    kinds = schema.get("type")
+    return [kinds] if isinstance(kinds, str) else list(kinds or [])
+
+
 def _forms(schema: Mapping) -> str:
     """A schema alternative in words: ``'auto'``, ``an integer >= 1``, ``a list``..."""
     if "const" in schema:
         return repr(schema["const"])
     if "enum" in schema:
         return " or ".join(repr(v) for v in schema["enum"])
-    kinds = schema.get("type")
-    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    kinds = _kinds(schema)
     words = {"integer": "an integer", "number": "a number", "string": "a string", "array": "a list",
              "object": "a mapping", "boolean": "true or false", "null": "null"}
     text = " or ".join(words.get(k, k) for k in kinds) or ("a mapping" if "required" in schema else "a value")
@@ -119,8 +124,7 @@ def _same_form(schema: Mapping, value) -> bool:
         return value == schema["const"]
     if "enum" in schema:
         return value in schema["enum"]
-    kinds = schema.get("type")
-    kinds = [kinds] if isinstance(kinds, str) else list(kinds or [])
+    kinds = _kinds(schema)
     python = {"integer": int, "number": (int, float), "string": str, "array": list, "object": Mapping,
               "boolean": bool, "null": type(None)}
     if not kinds:

@@ -61,6 +61,7 @@ from calibench.results.interop_columns import (  # noqa: F401 (the column table,
 from calibench.results.interop_columns import (ALIASES, BINNED, OUR_BINNED, PER_ROW, REQUIRED, SCALARS,
                                                UNBINNED, our_name)
 from calibench.results.tables import FIRST, METADATA_KEY, NATS_INDEX, PROVENANCE, table_metadata
+from calibench.vocabulary import not_a_result_table
 
 log = logging.getLogger(__name__)
 
@@ -155,8 +156,9 @@ def export_frame(table: pd.DataFrame, source: str = "table", expand_isomorphs: b
     warning). Logs the published columns left out (metric not in the table) and our columns
     that have no place in the layout.
     """
-    if "stage" in table.columns or not any(str(c).startswith("pre_") for c in table.columns):
-        raise ValueError(f"{source}: not a result table (no pre_* metric columns: a shard or a failures file?)")
+    why = not_a_result_table(table.columns)
+    if why:
+        raise ValueError(f"{source}: {why}, not a result table" + (" (a failures file?)" if why != "a shard" else ""))
     if table.empty:
         log.warning("%s: no rows, nothing to export", source)
         return None

@@ -131,8 +131,10 @@ def provenance_summary(table: str | Path) -> str:
     """A table's provenance as text: its rows, and each distinct provenance with its row count."""
     import pyarrow.parquet as pq
 
+    from calibench.vocabulary import not_a_result_table
+
     schema = pq.read_schema(table)
-    if "stage" in schema.names and "metric" in schema.names:
+    if not_a_result_table(schema.names) == "a shard":
         raise ValueError(f"{table}: a shard, not a result table (shards record their provenance per row: "
                          "calibench query's metrics view shows it)")
     raw = schema.metadata or {}

@@ -130,6 +130,11 @@ def damaged_files(folder: str | Path) -> list[Path]:
     return bad
 
 
+# Statements that only read: DuckDB's kinds, and the first words of a MULTI statement (a PIVOT's,
+# where a COPY or CREATE of one is MULTI too)
+_READS = frozenset({"SELECT", "EXPLAIN", "PRAGMA", "CALL", "PIVOT", "UNPIVOT", "FROM", "WITH", "("})
+
+
 def _first_word(sql: str) -> str:
     """The statement's first keyword (upper case), past comments: DuckDB calls a PIVOT a MULTI
     statement, as it does a COPY or CREATE of one."""
@@ -149,12 +154,9 @@ def _sql(con, sql: str, results: Path):
     if len(statements) != 1:
         raise QueryError("no SQL statement given" if not statements else
                          f"{len(statements)} statements given: one at a time")
-    reads = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN, duckdb.StatementType.PRAGMA,
-             duckdb.StatementType.CALL)
-    if statements[0].type not in reads and not (statements[0].type == duckdb.StatementType.MULTI
-                                                and _first_word(sql) in ("PIVOT", "UNPIVOT", "SELECT", "FROM", "WITH", "(")):
-        kind = str(statements[0].type).rsplit(".", 1)[-1]
-        kind = _first_word(sql) if kind == "MULTI" else kind
+    kind = statements[0].type.name
+    kind = _first_word(sql) if kind == "MULTI" else kind
+    if kind not in _READS:
         raise QueryError(f"a {kind} statement: calibench query only reads (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN); "
                          "-o FILE writes a result")
     try:
