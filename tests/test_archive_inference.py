@@ -274,3 +274,48 @@ def test_cuda_logits_agree_with_float64_within_1e_4():
                 got = inference_network(net).to(device)(x.to(device).contiguous(memory_format=torch.channels_last))
             error = float((got.cpu().double() - want).abs().max() / want.abs().max())
             assert error < 1e-5, f"{space} {arch}: {error:.1e}"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_cuda_the_host_waits_neither_to_move_a_network_nor_for_work_enqueued_after_it():
+    """One network ahead only overlaps host and GPU if neither the weights' copy to the device
+    nor bringing network i's logits back waits for kernels enqueued later (issue 32, item 2): a
+    plain ``.to(device)`` synchronises the stream and a plain ``.cpu()`` queues behind network
+    i+1. A one-second GPU sleep enqueued before each step must still be running when it returns."""
+    import random
+    import time
+
+    from calibench.inference.engine import EvalData, finish_logits, launch_logits, module_to_device
+    from calibench.sources.nats.minibench import sample_sss_archs
+    from calibench.sources.nats.networks import build_network, inference_network
+
+    device = inference.resolve_device("cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(10**8)
+    end.record()
+    torch.cuda.synchronize()
+    one_second = int(10**8 * 1000 / start.elapsed_time(end))
+    net = inference_network(build_network("sss", sample_sss_archs(random.Random(5), 1)[0], 10).eval(),
+                            inference.activation_format(device))
+    images = torch.randn(3000, 3, 32, 32, generator=torch.Generator().manual_seed(5)).to(device)
+    data = EvalData("cifar10", images, torch.zeros(3000, dtype=torch.int64, device=device), "random",
+                    {"gaussian_noise": images[:500].flip(0)})
+
+    torch.cuda._sleep(one_second)
+    t0 = time.perf_counter()
+    net = module_to_device(net, device)
+    moved = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    assert moved < 0.5, f"moving the network waited {moved:.2f} s for the kernels before it"
+
+    launched = launch_logits(net, data, batch_size=1000)
+    torch.cuda._sleep(one_second)  # the next network's work
+    t0 = time.perf_counter()
+    logits, ood = finish_logits(launched, data, 10)
+    waited = time.perf_counter() - t0
+    torch.cuda.synchronize()
+    assert waited < 0.5, f"collecting the logits waited {waited:.2f} s for work enqueued after them"
+    with torch.inference_mode():
+        assert torch.equal(logits, torch.cat([net(b) for b in images.split(1000)]).cpu())
+        assert torch.equal(ood["gaussian_noise"], torch.cat([net(b) for b in images[:500].flip(0).split(1000)]).cpu())

@@ -186,20 +186,53 @@ def _run(net: torch.nn.Module, images: torch.Tensor, batch_size: int) -> torch.T
     return torch.cat([net(batch).float() for batch in images.split(batch_size)])
 
 
-def launch_logits(net: torch.nn.Module, eval_data: EvalData, batch_size: int = 1000
-                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+@dataclass(frozen=True)
+class Launched:
+    """A model's passes, enqueued (:func:`launch_logits`): its logits and OoD logits, and on CUDA
+    the event recorded after their copies to (pinned) host memory were enqueued."""
+
+    logits: torch.Tensor
+    ood: dict[str, torch.Tensor]
+    copied: torch.cuda.Event | None = None
+
+
+def module_to_device(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``module`` on ``device``. On CUDA each weight goes through pinned memory with a
+    non-blocking copy: a plain ``.to`` waits for every kernel already enqueued (PyTorch
+    synchronises the stream after a copy from pageable memory), which would make the host wait
+    for the last network before it could enqueue the next."""
+    if device.type != "cuda":
+        return module.to(device)
+    return module._apply(lambda t: t if t.is_cuda else t.pin_memory().to(device, non_blocking=True))
+
+
+def _to_host_async(t: torch.Tensor) -> torch.Tensor:
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    return host.copy_(t, non_blocking=True)
+
+
+def launch_logits(net: torch.nn.Module, eval_data: EvalData, batch_size: int = 1000) -> Launched:
     """One model's passes over the evaluation set and its OoD sets, enqueued on the data's
-    device: float32 logits there (on a GPU the host does not wait for them, so it can prepare
-    the next network meanwhile); :func:`finish_logits` brings them to the CPU and checks them."""
-    return _run(net, eval_data.images, batch_size), {name: _run(net, images, batch_size)
-                                                      for name, images in eval_data.ood.items()}
+    device, with (on CUDA) the copies of their float32 logits to the host enqueued right after
+    them: the host does not wait, and :func:`finish_logits` waits for this model's copies only,
+    not for the models enqueued after it (a plain ``.cpu()`` later would queue behind them)."""
+    logits = _run(net, eval_data.images, batch_size)
+    ood = {name: _run(net, images, batch_size) for name, images in eval_data.ood.items()}
+    if logits.device.type != "cuda":
+        return Launched(logits, ood)
+    host, host_ood = _to_host_async(logits), {name: _to_host_async(v) for name, v in ood.items()}
+    copied = torch.cuda.Event()
+    copied.record()
+    return Launched(host, host_ood, copied)
 
 
-def finish_logits(launched: tuple[torch.Tensor, dict[str, torch.Tensor]], eval_data: EvalData, num_classes: int
+def finish_logits(launched: Launched, eval_data: EvalData, num_classes: int
                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """:func:`launch_logits`' output on the CPU; ValueError naming the problem if the logits
-    are not ``(N, num_classes)`` or not finite."""
-    logits = launched[0].cpu()
+    """:func:`launch_logits`' output on the CPU, once its copies are done; ValueError naming the
+    problem if the logits are not ``(N, num_classes)`` or not finite."""
+    if launched.copied is not None:
+        launched.copied.synchronize()
+    logits = launched.logits.cpu()
     if logits.ndim == 2 and logits.shape[0] == eval_data.n and logits.shape[1] != num_classes:
         raise ValueError(f"the output has {logits.shape[1]} classes, {eval_data.dataset} has {num_classes} "
                          f"(logits of shape {tuple(logits.shape)})")
@@ -208,7 +241,7 @@ def finish_logits(launched: tuple[torch.Tensor, dict[str, torch.Tensor]], eval_d
     bad = ~torch.isfinite(logits)
     if bool(bad.any()):
         raise ValueError(f"non-finite logits for {int(bad.any(dim=1).sum())} of {eval_data.n} images")
-    return logits, {name: v.cpu() for name, v in launched[1].items()}
+    return logits, {name: v.cpu() for name, v in launched.ood.items()}
 
 
 def module_logits(net: torch.nn.Module, eval_data: EvalData, num_classes: int, batch_size: int = 1000

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from calibench.inference.engine import EvalData, Failure, activation_format, finish_logits, launch_logits
+from calibench.inference.engine import (EvalData, Failure, Launched, activation_format, finish_logits, launch_logits,
+                                        module_to_device)
 from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
 from calibench.inference.precision import with_precision
 from calibench.sources.nats.networks import TinyNetwork, build_network, inference_network
@@ -57,13 +58,13 @@ def load_network(entry: ArchiveEntry) -> TinyNetwork:
 
 
 def launch_network(entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int = 1000,
-                   net: TinyNetwork | None = None, precision: str = "float32"):
+                   net: TinyNetwork | None = None, precision: str = "float32") -> Launched:
     """Build, load (strict) and convert one network (``net``: already loaded) in ``precision``
     (:mod:`calibench.inference.precision`) and enqueue its passes (:func:`launch_logits`);
     ValueError with the reason if it does not fit."""
     if net is None:
         net = load_network(entry)
-    fast = with_precision(inference_network(net, activation_format(device)), precision).to(device)
+    fast = module_to_device(with_precision(inference_network(net, activation_format(device)), precision), device)
     return launch_logits(fast, eval_data, batch_size)
 
 
@@ -233,7 +234,8 @@ def _run_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], eval_data: Eval
         return [_alone(*members[0], eval_data, device, batch_size, precision)]
     try:
         channels_last = activation_format(device) == torch.channels_last
-        stack = with_precision(StackedNetwork([net for _, net in members], channels_last), precision).to(device)
+        stack = module_to_device(with_precision(StackedNetwork([net for _, net in members], channels_last), precision),
+                                 device)
         logits, ood = stacked_logits(stack, eval_data.images, eval_data.ood, batch_size)
         del stack
     except (ValueError, RuntimeError) as exc:  # out of memory, a network that does not stack, ...
