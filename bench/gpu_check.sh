@@ -24,9 +24,10 @@
 #    synchronisations per L-BFGS iteration, to $OUT/bench_gpu_search.json; it starts no job
 #    after GPU_CHECK_BUDGET (540 s) from the check's start [new at 200 networks; at 16
 #    networks: 185 s, of which the build 26 s, inference 17 s, search 80 s, measurement 18 s];
-#    SSS inference with stacked passes (networks_per_pass 64) against one network per pass
-#    (auto for SSS on CUDA since session 47: 3,166 against 814 ms per network on the H100) only
-#    with GPU_CHECK_PASSES=1, to $OUT/bench_gpu_sss_passes.json [92 s];
+#    SSS and TSS inference with stacked passes (networks_per_pass 64) against one network per
+#    pass (auto for SSS on CUDA since session 47: 3,166 against 814 ms per network on the H100;
+#    TSS's auto is still 64, from before one network ahead overlapped host and GPU, session 51)
+#    only with GPU_CHECK_PASSES=1, to $OUT/bench_gpu_{sss,tss}_passes.json [SSS 92 s];
 #    SSS inference at one network per pass with 1,000 images per forward pass against 4,096 and
 #    16,384 (fewer, larger launches: does the GPU's idle time at one network per pass come from
 #    the forward's own launches?) only with GPU_CHECK_BATCH=1, to $OUT/bench_gpu_sss_batch.json [new];
@@ -168,25 +169,26 @@ fi
 # shellcheck disable=SC2086
 timed "chunk" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_search.json"
 
-# ---------------------------------------------------------------- SSS CIFAR-10 inference, two ways
-# sss_inference NAME JSON GPU-FLAGS CPU-FLAGS: through the job, 16 networks (the CPU smoke's 3),
-# the main run's settings against --also-infer's
-sss_inference() {
-    local name=$1 json=$2 flags limit
-    if [ "$CUDA" = 1 ]; then flags="--device cuda --networks 16 $3 --time-limit 130"; limit=170
-    else flags="--cpu-smoke $4"; limit=120; fi
+# ---------------------------------------------------------------- CIFAR-10 inference, two ways
+# cifar10_inference NAME JSON SPACE GPU-FLAGS CPU-FLAGS: through the job, 16 networks of SPACE (the
+# CPU smoke's 3), the main run's settings against --also-infer's
+cifar10_inference() {
+    local name=$1 json=$2 space=$3 flags limit
+    if [ "$CUDA" = 1 ]; then flags="--device cuda --networks 16 $4 --time-limit 130"; limit=170
+    else flags="--cpu-smoke $5"; limit=120; fi
     # shellcheck disable=SC2086
-    timed "$name" $limit $PY bench/bench_gpu_workflow.py --spaces sss --datasets cifar10 --odir 1,1 --stages pre \
+    timed "$name" $limit $PY bench/bench_gpu_workflow.py --spaces "$space" --datasets cifar10 --odir 1,1 --stages pre \
         $flags --out "$OUT/$json"
 }
 if [ "${GPU_CHECK_PASSES:-0}" = 1 ]; then
-    step "bench/bench_gpu_workflow.py: SSS CIFAR-10 inference, stacked passes (64) against one network per pass (auto)"
-    both="--runtime networks_per_pass=64 --also-infer networks_per_pass=auto"
-    sss_inference "sss passes" bench_gpu_sss_passes.json "$both" "$both"
+    step "bench/bench_gpu_workflow.py: CIFAR-10 inference, stacked passes (64) against one network per pass, SSS and TSS"
+    both="--runtime networks_per_pass=64 --also-infer networks_per_pass=1"
+    cifar10_inference "sss passes" bench_gpu_sss_passes.json sss "$both" "$both"
+    cifar10_inference "tss passes" bench_gpu_tss_passes.json tss "$both" "$both"
 fi
 if [ "${GPU_CHECK_BATCH:-0}" = 1 ]; then
     step "bench/bench_gpu_workflow.py: SSS CIFAR-10 inference at one network per pass, batch_size 1000 against 4096 and 16384"
-    sss_inference "sss batch" bench_gpu_sss_batch.json \
+    cifar10_inference "sss batch" bench_gpu_sss_batch.json sss \
         "--batch-size 1000 --also-infer batch_size=4096 --also-infer batch_size=16384" \
         "--batch-size 100 --also-infer batch_size=400"
 fi
