@@ -24,11 +24,13 @@ def _label_rows(y: torch.Tensor, bsz: int) -> torch.Tensor:
 
 
 def _gram(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """``a^T b`` per network, a (B, N, P), b (B, N, Q) -> (B, P, Q). Small products are
-    summed elementwise: CPU bmm of a transposed operand takes another path for a batch of
+    """``a^T b`` per network, a (B, N, P), b (B, N, Q) -> (B, P, Q). Small products on the CPU
+    are summed elementwise: CPU bmm of a transposed operand takes another path for a batch of
     one than for several when P, Q are small (results differ in the last bit), and each
-    network's fit must not depend on its batch."""
-    if a.shape[-1] * b.shape[-1] <= 128:
+    network's fit must not depend on its batch. On other devices one batched product: the
+    elementwise sum makes a (B, N, P, Q) temporary, Q times the size of ``a`` (11 at
+    K = 10), where the GPU's iterations are bound by such passes."""
+    if a.device.type == "cpu" and a.shape[-1] * b.shape[-1] <= 128:
         return (a[..., :, None] * b[..., None, :]).sum(1)
     return torch.bmm(a.transpose(1, 2), b)
 
@@ -56,7 +58,9 @@ def _softmax_nll(v: torch.Tensor, yi: torch.Tensor):
     vmax = v.amax(-1, keepdim=True)
     e = torch.exp(v - vmax)
     e_y = torch.gather(e, -1, yi)
-    rest = e.scatter(-1, yi, 0.0).sum(-1, keepdim=True)
+    # the other classes' sum with e_y zeroed in place and put back: (B, N) writes, not a copy of e
+    rest = e.scatter_(-1, yi, 0.0).sum(-1, keepdim=True)
+    e.scatter_(-1, yi, e_y)
     se = e_y + rest
     d = vmax - torch.gather(v, -1, yi)
     nll = torch.where(d > 0, d + torch.log(se), torch.log1p(rest))

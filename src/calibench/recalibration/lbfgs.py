@@ -347,7 +347,8 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
     (default W = I, b = 0).
 
     Per iteration: two N x K x K products (the logits' change along the direction, the
-    gradient), and every ``refresh`` iterations two more (the preconditioner).
+    gradient, as ``q^T [w x, w]`` less its fixed label part), and every ``refresh`` iterations
+    one more (the preconditioner's sums, ``s^T [w x, w, w x^2]``).
     Host synchronisations. ``masked`` (default: on any device but the CPU): a network that stops
     is recorded on the device and frozen in the batch (zero steps); the host looks every
     ``CHECK_EVERY`` iterations (to end, or to drop the stopped rows once at most
@@ -385,30 +386,35 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
     ring = (steps[None, :] + steps[:, None]) % memory
     active = torch.ones(bsz, dtype=torch.bool, device=dev)
 
-    def gradient(xw, yw, ww, lw, mw, th, q):
+    # The weighted design [w x, w, w x^2] (B, N, 2K + 1), made once: the gradient's data part is
+    # q^T [w x, w] less its constant label part, and the preconditioner's sums are s^T of all of
+    # it; each one product, no (B, N, K) temporaries (docs/recalibration.md, "Matrix scaling with ODIR")
+    design = torch.cat([x * weight[..., None], weight[..., None], x * x * weight[..., None]], dim=-1)
+    labelled = torch.zeros(bsz, k, k + 1, dtype=dt, device=dev).scatter_add_(
+        1, yi.expand(-1, -1, k + 1), design[..., : k + 1])  # sum over n with y_n = j of [w x_n, w_n]
+
+    def gradient(dw, lab, lw, mw, th, q):
         W = th[:, : k * k].view(-1, k, k)
         b = th[:, k * k :]
-        gu = q * ww[..., None]
-        gu.scatter_add_(-1, yw, -ww[..., None])
+        data = _gram(q, dw[..., : k + 1]) - lab  # (B, K, K + 1): the NLL's gradient in W, then in b
         off = W - torch.diag_embed(torch.diagonal(W, dim1=-2, dim2=-1))
-        gW = _gram(gu, xw) + (2 * lw)[:, None, None] * off
-        gb = gu.sum(1) + (2 * mw)[:, None] * b
+        gW = data[..., :k] + (2 * lw)[:, None, None] * off
+        gb = data[..., k] + (2 * mw)[:, None] * b
         reg = lw * (off * off).sum((1, 2)) + mw * (b * b).sum(-1)
         return torch.cat([gW.flatten(1), gb], dim=-1), reg
 
-    def preconditioner(xc, ww, lw, mw, q):
-        s = q * (1 - q) * ww[..., None]
-        return _preconditioner_from_sums(_gram(s, xc), s.sum(1), lw, mw)
+    def preconditioner(dw, lw, mw, q):
+        sums = _gram(q * (1 - q), dw)  # (B, K, 2K + 1): s^T [x, 1, x^2], s = w q (1 - q)
+        return _preconditioner_from_sums(torch.cat([sums[..., :k], sums[..., k + 1 :]], dim=-1), sums[..., k], lw, mw)
 
     u = torch.baddbmm(theta[:, None, k * k :], x, theta[:, : k * k].view(bsz, k, k).transpose(1, 2))
     nll_n, e, se = _softmax_nll(u, yi)
     q = e / se[..., None]
     nll = (nll_n * weight).sum(-1)
-    g, reg = gradient(x, yi, weight, lam_, mu_, theta, q)
+    g, reg = gradient(design, labelled, lam_, mu_, theta, q)
     f = nll + reg
-    xcat = torch.cat([x, x * x], dim=-1)
-    pre = preconditioner(xcat, weight, lam_, mu_, q)
-    work = dict(x=x, xcat=xcat, yi=yi, weight=weight, lam_=lam_, mu_=mu_)
+    pre = preconditioner(design, lam_, mu_, q)
+    work = dict(x=x, design=design, labelled=labelled, yi=yi, weight=weight, lam_=lam_, mu_=mu_)
     state = dict(theta=theta, u=u, q=q, f=f, reg=reg, g=g,
                  SPY=torch.zeros(bsz, 2 * memory, p, dtype=dt, device=dev),  # S, then P Y
                  Y=torch.zeros(bsz, memory, p, dtype=dt, device=dev),
@@ -461,7 +467,7 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         theta, f, g = state["theta"], state["f"], state["g"]
         lw, mw = work["lam_"], work["mu_"]
         if it > 0 and it % refresh == 0:
-            pre = preconditioner(work["xcat"], work["weight"], lw, mw, state["q"])
+            pre = preconditioner(work["design"], lw, mw, state["q"])
             _lbfgs_new_preconditioner(state, pre)
             state["Pg"] = _apply_preconditioner(pre, g)
         r = _lbfgs_direction(state, g, it, memory, ring[0, :it] if it < memory else ring[it % memory])
@@ -487,10 +493,17 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         a = torch.where(accepted, a, torch.zeros_like(a))
         theta_new = theta + a[:, None] * d
         # a network without a step (line search failed, or stopped) keeps its point
-        if masked or not bool(accepted.all()):
+        if not masked and not bool(accepted.all()):
             u_new = torch.where(accepted[:, None, None], u_new, state["u"])
             q_new = torch.where(accepted[:, None, None], q_new, state["q"])
-        g_new, reg_new = gradient(work["x"], work["yi"], work["weight"], lw, mw, theta_new, q_new)
+        g_new, reg_new = gradient(work["design"], work["labelled"], lw, mw, theta_new, q_new)
+        if masked:
+            # Its gradient and regulariser are restored instead of its (N, K) logits and
+            # probabilities: two `where`s over (B, N, K) fewer an iteration. Its u and q hold a
+            # trial's; they are never read for it, since it stops at the next check
+            # (ls_failed) or has stopped (frozen), and every row is computed on its own.
+            g_new = torch.where(accepted[:, None], g_new, g)
+            reg_new = torch.where(accepted, reg_new, state["reg"])
         f_new = torch.where(accepted, f_new, f)
         s_vec = theta_new - theta
         y_vec = g_new - g
