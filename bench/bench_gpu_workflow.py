@@ -450,8 +450,10 @@ def timed_inference(settings, runtime, space, hp, chunk, results, manifest, devi
     # inference form (the one-network path), enqueuing its forward passes (engine._run: on a GPU
     # the host does not wait), bringing its logits to the host (finish_logits: the wait for the
     # device, which the next network's preparation now overlaps), and the stacked passes
-    # (stacked._run, enqueue and copy together)
-    split = {"build_load": 0.0, "fold": 0.0, "enqueue": 0.0, "to_host": 0.0, "stacked_to_host": 0.0}
+    # (stacked._run: enqueued; stream._collect_bucket: the wait for a bucket's logits, which the
+    # next bucket's preparation overlaps, and the checks; a lone network's wait is in to_host too)
+    split = {"build_load": 0.0, "fold": 0.0, "enqueue": 0.0, "to_host": 0.0, "stacked_enqueue": 0.0,
+             "stacked_to_host": 0.0}
 
     def add_to(key):
         return lambda seconds: split.__setitem__(key, split[key] + seconds)
@@ -462,7 +464,8 @@ def timed_inference(settings, runtime, space, hp, chunk, results, manifest, devi
             patched(stream, "inference_network", timed_into(add_to("fold"))), \
             patched(engine, "_run", timed_into(add_to("enqueue"))), \
             patched(stream, "finish_logits", timed_into(add_to("to_host"))), \
-            patched(stacked, "_run", timed_into(add_to("stacked_to_host"))):
+            patched(stacked, "_run", timed_into(add_to("stacked_enqueue"))), \
+            patched(stream, "_collect_bucket", timed_into(add_to("stacked_to_host"))):
         summary = nats_jobs.infer_chunk(settings, runtime, space, hp, chunk, results, manifest, progress=False)
     summary = {**summary, "main_process_split_seconds": {k: round(v, 3) for k, v in split.items()}}
     return summary, events, sum(loading)

@@ -253,13 +253,13 @@ def eval_sets():
 def stacking(monkeypatch):
     """The sizes of the stacked passes run."""
     passes = []
-    original = stream.stacked_logits
+    original = stream.launch_stacked
 
     def counted(net, *args, **kwargs):
         passes.append(net.num_networks)
         return original(net, *args, **kwargs)
 
-    monkeypatch.setattr(stream, "stacked_logits", counted)
+    monkeypatch.setattr(stream, "launch_stacked", counted)
     return passes
 
 
@@ -302,6 +302,25 @@ def test_chunk_logits_with_many_networks_per_pass_match_one_by_one(eval_sets, st
         assert [o.reason for i, _, o in out if i == 1] == ["file missing"] * len(todo[1])
         _assert_same(out, ref)
     assert stacking and max(stacking) > 1
+
+
+def test_each_bucket_is_enqueued_before_the_one_before_it_is_collected(eval_sets, monkeypatch):
+    """One bucket ahead (as one network ahead): bucket b + 1 is built and enqueued before bucket
+    b's logits are brought back, so on a GPU the host's work on one overlaps the device's on the
+    other; the results are those of one network at a time."""
+    archive = FakeArchive("tss", TSS_CHUNK)
+    ref = _chunk(archive, eval_sets, 1, [777, 888])
+    calls = []
+    launch, collect = stream._launch_bucket, stream._collect_bucket
+    monkeypatch.setattr(stream, "_launch_bucket", lambda members, *a: calls.append(("launch", len(members)))
+                        or launch(members, *a))
+    monkeypatch.setattr(stream, "_collect_bucket", lambda members, *a: calls.append(("collect", len(members)))
+                        or collect(members, *a))
+    out = _chunk(archive, eval_sets, 8, [777, 888])
+    buckets = sum(c[0] == "launch" for c in calls)
+    assert buckets >= 3 and [c[1] for c in calls if c[0] == "launch"] == [c[1] for c in calls if c[0] == "collect"]
+    assert [c[0] for c in calls] == ["launch"] + ["launch", "collect"] * (buckets - 1) + ["collect"]
+    _assert_same(out, ref)
 
 
 def test_a_broken_network_in_a_bucket_fails_alone(eval_sets, stacking):

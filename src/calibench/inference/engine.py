@@ -188,12 +188,32 @@ def _run(net: torch.nn.Module, images: torch.Tensor, batch_size: int) -> torch.T
 
 @dataclass(frozen=True)
 class Launched:
-    """A model's passes, enqueued (:func:`launch_logits`): its logits and OoD logits, and on CUDA
-    the event recorded after their copies to (pinned) host memory were enqueued."""
+    """Passes enqueued on a device (:func:`launch_logits`): their logits and OoD logits, and on
+    CUDA the event recorded after their copies to (pinned) host memory were enqueued."""
 
     logits: torch.Tensor
     ood: dict[str, torch.Tensor]
     copied: torch.cuda.Event | None = None
+
+    def host(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The logits and OoD logits on the CPU, once their copies are done (an error of the
+        device's work surfaces here, as a RuntimeError)."""
+        if self.copied is not None:
+            self.copied.synchronize()
+        return self.logits.cpu(), {name: v.cpu() for name, v in self.ood.items()}
+
+
+def enqueue_to_host(logits: torch.Tensor, ood: dict[str, torch.Tensor]) -> Launched:
+    """``logits`` and ``ood`` as :class:`Launched`: on CUDA their copies to pinned host memory
+    enqueued now, right behind the passes that make them, so that waiting for them
+    (:meth:`Launched.host`) does not wait for work enqueued later (a plain ``.cpu()`` then would
+    queue behind it); elsewhere as they are."""
+    if logits.device.type != "cuda":
+        return Launched(logits, ood)
+    host, host_ood = _to_host_async(logits), {name: _to_host_async(v) for name, v in ood.items()}
+    copied = torch.cuda.Event()
+    copied.record()
+    return Launched(host, host_ood, copied)
 
 
 def module_to_device(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -213,26 +233,17 @@ def _to_host_async(t: torch.Tensor) -> torch.Tensor:
 
 def launch_logits(net: torch.nn.Module, eval_data: EvalData, batch_size: int = 1000) -> Launched:
     """One model's passes over the evaluation set and its OoD sets, enqueued on the data's
-    device, with (on CUDA) the copies of their float32 logits to the host enqueued right after
-    them: the host does not wait, and :func:`finish_logits` waits for this model's copies only,
-    not for the models enqueued after it (a plain ``.cpu()`` later would queue behind them)."""
-    logits = _run(net, eval_data.images, batch_size)
-    ood = {name: _run(net, images, batch_size) for name, images in eval_data.ood.items()}
-    if logits.device.type != "cuda":
-        return Launched(logits, ood)
-    host, host_ood = _to_host_async(logits), {name: _to_host_async(v) for name, v in ood.items()}
-    copied = torch.cuda.Event()
-    copied.record()
-    return Launched(host, host_ood, copied)
+    device with the copies of their float32 logits to the host (:func:`enqueue_to_host`): the
+    host does not wait; :func:`finish_logits` waits for this model's copies only."""
+    return enqueue_to_host(_run(net, eval_data.images, batch_size),
+                           {name: _run(net, images, batch_size) for name, images in eval_data.ood.items()})
 
 
 def finish_logits(launched: Launched, eval_data: EvalData, num_classes: int
                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """:func:`launch_logits`' output on the CPU, once its copies are done; ValueError naming the
     problem if the logits are not ``(N, num_classes)`` or not finite."""
-    if launched.copied is not None:
-        launched.copied.synchronize()
-    logits = launched.logits.cpu()
+    logits, ood = launched.host()
     if logits.ndim == 2 and logits.shape[0] == eval_data.n and logits.shape[1] != num_classes:
         raise ValueError(f"the output has {logits.shape[1]} classes, {eval_data.dataset} has {num_classes} "
                          f"(logits of shape {tuple(logits.shape)})")
@@ -241,7 +252,7 @@ def finish_logits(launched: Launched, eval_data: EvalData, num_classes: int
     bad = ~torch.isfinite(logits)
     if bool(bad.any()):
         raise ValueError(f"non-finite logits for {int(bad.any(dim=1).sum())} of {eval_data.n} images")
-    return logits, {name: v.cpu() for name, v in launched.ood.items()}
+    return logits, ood
 
 
 def module_logits(net: torch.nn.Module, eval_data: EvalData, num_classes: int, batch_size: int = 1000

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from calibench.inference.engine import Launched, enqueue_to_host
 from calibench.sources.nats.archstr import parse_sss
 from calibench.sources.nats.networks import (
     AvgPool, NormalCell, ProjectedSkip, ReLUConvBN, ResidualReduction, TinyNetwork, Zero, _avg_pool_3x3,
@@ -45,7 +46,7 @@ from calibench.sources.nats.networks import (
 )
 
 __all__ = ["StackedNetwork", "bucket_entries", "resolve_networks_per_pass", "sss_buckets", "sss_multiply_adds",
-           "stacked_logits", "CUDA_NETWORKS_PER_PASS"]
+           "launch_stacked", "stacked_logits", "CUDA_NETWORKS_PER_PASS"]
 
 CUDA_NETWORKS_PER_PASS = 64  # networks_per_pass: auto for TSS on CUDA (1 on the CPU and for SSS)
 _CL = torch.channels_last
@@ -439,12 +440,20 @@ def _run(net: StackedNetwork, images: Tensor, batch: int) -> Tensor:
         if pad and n < batch:
             part = torch.cat([part, part.new_zeros(batch - n, *part.shape[1:])])
         outs.append(net(part)[:, :n].float())
-    return torch.cat(outs, dim=1).cpu()
+    return torch.cat(outs, dim=1)
+
+
+def launch_stacked(net: StackedNetwork, images: Tensor, ood: dict[str, Tensor] | None = None,
+                   batch_size: int = 1000) -> Launched:
+    """The passes of ``net``'s networks over ``images`` and each OoD set, enqueued with the
+    copies of their float32 logits ``(M, N, K)`` to the host (:func:`~calibench.inference.engine.enqueue_to_host`):
+    on a GPU the host can prepare the next bucket meanwhile."""
+    batch = stacked_batch(net, images, batch_size)
+    return enqueue_to_host(_run(net, images, batch), {name: _run(net, x, batch) for name, x in (ood or {}).items()})
 
 
 def stacked_logits(net: StackedNetwork, images: Tensor, ood: dict[str, Tensor] | None = None,
                    batch_size: int = 1000) -> tuple[Tensor, dict[str, Tensor]]:
     """The float32 logits ``(M, N, K)`` of ``net``'s networks on ``images`` and on each OoD set,
     on the CPU, unchecked (the caller checks each network's)."""
-    batch = stacked_batch(net, images, batch_size)
-    return _run(net, images, batch), {name: _run(net, x, batch) for name, x in (ood or {}).items()}
+    return launch_stacked(net, images, ood, batch_size).host()

@@ -13,7 +13,8 @@ above, one network ahead (:func:`_one_ahead`: the next network is prepared and e
 the last one's logits come back, so a GPU is not left waiting for the host; the CPU default,
 bit-equal to earlier runs); more than 1 runs buckets of networks of one
 dataset together (:mod:`calibench.sources.nats.stacked`: SSS networks of similar widths,
-zero-padded; the seeds of one TSS cell), logits within float32 rounding of one-by-one. A
+zero-padded; the seeds of one TSS cell), one bucket ahead in the same way, logits within
+float32 rounding of one-by-one. A
 network whose state dict does not fit fails alone before any bucket is formed; a bucket whose
 pass fails runs its networks one by one, and a network with non-finite logits in a bucket
 runs again alone, so the failures are those of the one-by-one path.
@@ -32,7 +33,7 @@ from calibench.inference.engine import (EvalData, Failure, Launched, activation_
 from calibench.sources.nats.archive import ArchiveEntry, ArchiveError, NatsArchive, prefetch
 from calibench.inference.precision import with_precision
 from calibench.sources.nats.networks import TinyNetwork, build_network, inference_network
-from calibench.sources.nats.stacked import StackedNetwork, bucket_entries, resolve_networks_per_pass, stacked_logits
+from calibench.sources.nats.stacked import StackedNetwork, bucket_entries, launch_stacked, resolve_networks_per_pass
 
 log = logging.getLogger(__name__)
 
@@ -225,20 +226,44 @@ def _alone(entry: ArchiveEntry, net: TinyNetwork, eval_data: EvalData, device: t
         return exc
 
 
-def _run_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], eval_data: EvalData, device: torch.device,
-                batch_size: int, precision: str = "float32") -> list[NetworkLogits | Exception]:
-    """Each member's logits (or the exception that stopped it), from one stacked pass where it
-    works; a failing pass runs them one by one, and a member whose stacked logits are not
-    ``(N, K)`` and finite runs again alone (so its failure, if any, is the one-by-one one)."""
+def _launch_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], eval_data: EvalData, device: torch.device,
+                   batch_size: int, precision: str = "float32") -> Launched | Exception:
+    """The bucket's passes enqueued (one network alone, or the stack of all), or the exception
+    that stopped them; :func:`_collect_bucket` brings them back."""
     if len(members) == 1:
-        return [_alone(*members[0], eval_data, device, batch_size, precision)]
+        entry, net = members[0]
+        try:
+            return launch_network(entry, eval_data, device, batch_size, net, precision)
+        except (ValueError, RuntimeError) as exc:
+            return exc
     try:
         channels_last = activation_format(device) == torch.channels_last
         stack = module_to_device(with_precision(StackedNetwork([net for _, net in members], channels_last), precision),
                                  device)
-        logits, ood = stacked_logits(stack, eval_data.images, eval_data.ood, batch_size)
-        del stack
+        return launch_stacked(stack, eval_data.images, eval_data.ood, batch_size)
     except (ValueError, RuntimeError) as exc:  # out of memory, a network that does not stack, ...
+        return exc
+
+
+def _collect_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], launched: Launched | Exception,
+                    eval_data: EvalData, device: torch.device, batch_size: int, precision: str = "float32"
+                    ) -> list[NetworkLogits | Exception]:
+    """Each member's logits (or the exception that stopped it), from the bucket's passes where
+    they worked; a failing stacked pass runs them one by one, and a member whose stacked logits
+    are not ``(N, K)`` and finite runs again alone (so its failure, if any, is the one-by-one one)."""
+    if len(members) == 1:
+        entry = members[0][0]
+        try:
+            if isinstance(launched, Exception):
+                raise launched
+            return [NetworkLogits(entry, *finish_logits(launched, eval_data, entry.num_classes))]
+        except (ValueError, RuntimeError) as exc:
+            return [exc]
+    try:
+        if isinstance(launched, Exception):
+            raise launched
+        logits, ood = launched.host()
+    except (ValueError, RuntimeError) as exc:
         if device.type == "cuda":
             torch.cuda.empty_cache()  # what the failed pass held, for the networks one by one
         log.warning("a pass of %d networks (architectures %s, %s) failed, running them one by one: %s", len(members),
@@ -302,15 +327,26 @@ def _stacked_window(archive: NatsArchive, window: list, todo: Mapping[int, Seque
         return pair in known or all(r is not None for r in slots[pair][1])
 
     done = 0
-    for bucket in bucket_entries([(e.space, e.dataset, e.arch_str) for _, _, e, _ in runs], per_pass):
-        members = [runs[i] for i in bucket]
+    pending = None  # (members, launched) of the bucket enqueued last, collected once the next is enqueued
+
+    def collect(members, launched):
         dataset = members[0][2].dataset
-        results = _run_bucket([(entry, net) for _, _, entry, net in members], eval_sets[dataset], device, batch_size,
-                              precision)
+        results = _collect_bucket([(entry, net) for _, _, entry, net in members], launched, eval_sets[dataset],
+                                  device, batch_size, precision)
         for (pair, k, _, _), result in zip(members, results):
             slots[pair][1][k] = result
+
+    for bucket in bucket_entries([(e.space, e.dataset, e.arch_str) for _, _, e, _ in runs], per_pass):
+        members = [runs[i] for i in bucket]
+        launched = _launch_bucket([(entry, net) for _, _, entry, net in members], eval_sets[members[0][2].dataset],
+                                  device, batch_size, precision)
+        if pending is not None:  # the bucket before, now that this one is enqueued (one bucket ahead)
+            collect(*pending)
+        pending = (members, launched)
         while done < len(pairs) and ready(pairs[done]):
             yield (*pairs[done], outcome(pairs[done]))
             done += 1
+    if pending is not None:
+        collect(*pending)
     for pair in pairs[done:]:
         yield (*pair, outcome(pair))
