@@ -282,6 +282,7 @@ def test_on_cuda_the_host_waits_neither_to_move_a_network_nor_for_work_enqueued_
     nor bringing network i's logits back waits for kernels enqueued later (issue 32, item 2): a
     plain ``.to(device)`` synchronises the stream and a plain ``.cpu()`` queues behind network
     i+1. A one-second GPU sleep enqueued before each step must still be running when it returns."""
+    import copy
     import random
     import time
 
@@ -302,6 +303,7 @@ def test_on_cuda_the_host_waits_neither_to_move_a_network_nor_for_work_enqueued_
     data = EvalData("cifar10", images, torch.zeros(3000, dtype=torch.int64, device=device), "random",
                     {"gaussian_noise": images[:500].flip(0)})
 
+    finish_logits(launch_logits(module_to_device(copy.deepcopy(net), device), data, 1000), data, 10)  # first use
     torch.cuda._sleep(one_second)
     t0 = time.perf_counter()
     net = module_to_device(net, device)
