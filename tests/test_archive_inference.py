@@ -321,3 +321,39 @@ def test_on_cuda_the_host_waits_neither_to_move_a_network_nor_for_work_enqueued_
     with torch.inference_mode():
         assert torch.equal(logits, torch.cat([net(b) for b in images.split(1000)]).cpu())
         assert torch.equal(ood["gaussian_noise"], torch.cat([net(b) for b in images[:500].flip(0).split(1000)]).cpu())
+
+
+def test_packed_copies_hold_every_tensor_once_in_one_buffer_per_dtype():
+    """How a network's weights reach a GPU (engine.module_to_device): per dtype one buffer and
+    one copy, each tensor a contiguous view of it with its own values; a tensor named twice
+    (a shared parameter) copied once. On the CPU the buffer is not pinned and the copy is the
+    buffer itself, so the packing is checked here; the CUDA test checks the logits."""
+    import random
+
+    from calibench.inference.engine import packed_copies
+    from calibench.sources.nats.minibench import sample_sss_archs
+    from calibench.sources.nats.networks import build_network, inference_network
+
+    g = torch.Generator().manual_seed(7)
+    conv = torch.randn(4, 3, 3, 3, generator=g).contiguous(memory_format=torch.channels_last)
+    wide = torch.randn(7, generator=g, dtype=torch.float64)
+    counts = torch.arange(5)
+    bias = torch.randn(2, 2, generator=g)
+    placed = packed_copies([conv, wide, counts, conv, bias], torch.device("cpu"))
+    assert len(placed) == 4
+    for t in (conv, wide, counts, bias):
+        copy = placed[id(t)]
+        assert copy.dtype == t.dtype and copy.is_contiguous() and torch.equal(copy, t) and copy is not t
+    storage = {n: placed[id(t)].untyped_storage().data_ptr() for n, t in (("conv", conv), ("bias", bias),
+                                                                        ("wide", wide), ("counts", counts))}
+    assert storage["conv"] == storage["bias"] and len(set(storage.values())) == 3
+
+    net = inference_network(build_network("sss", sample_sss_archs(random.Random(3), 1)[0], 10).eval())
+    x = torch.randn(6, 3, 32, 32, generator=g).contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        want = net(x)
+        tensors = list(net.parameters()) + list(net.buffers())
+        placed = packed_copies(tensors, torch.device("cpu"))
+        net._apply(lambda t: placed.get(id(t), t))  # as module_to_device does on CUDA
+        assert all(placed[id(t)].data_ptr() == t.data_ptr() for t in net.parameters())
+        assert float((net(x) - want).abs().max() / want.abs().max()) <= 1e-6  # contiguous weights now: another conv path

@@ -10,6 +10,7 @@ the rest go on. The logits go to the logits store (:mod:`calibench.store.logits`
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -197,33 +198,63 @@ class Launched:
 
     def host(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The logits and OoD logits on the CPU, once their copies are done (an error of the
-        device's work surfaces here, as a RuntimeError)."""
-        if self.copied is not None:
-            self.copied.synchronize()
-        return self.logits.cpu(), {name: v.cpu() for name, v in self.ood.items()}
+        device's work surfaces here, as a RuntimeError). On CUDA they are copied out of the
+        pinned buffers, which then go back to PyTorch's pinned-memory cache for the next
+        network: allocating pinned memory anew is a point where CUDA may wait for the device."""
+        if self.copied is None:
+            return self.logits.cpu(), {name: v.cpu() for name, v in self.ood.items()}
+        self.copied.synchronize()
+        return self.logits.clone(), {name: v.clone() for name, v in self.ood.items()}
 
 
 def enqueue_to_host(logits: torch.Tensor, ood: dict[str, torch.Tensor]) -> Launched:
     """``logits`` and ``ood`` as :class:`Launched`: on CUDA their copies to pinned host memory
-    enqueued now, right behind the passes that make them, so that waiting for them
-    (:meth:`Launched.host`) does not wait for work enqueued later (a plain ``.cpu()`` then would
-    queue behind it); elsewhere as they are."""
+    enqueued now, right behind the passes that make them (on their device's stream), so that
+    waiting for them (:meth:`Launched.host`) does not wait for work enqueued later (a plain
+    ``.cpu()`` then would queue behind it); elsewhere as they are."""
     if logits.device.type != "cuda":
         return Launched(logits, ood)
     host, host_ood = _to_host_async(logits), {name: _to_host_async(v) for name, v in ood.items()}
     copied = torch.cuda.Event()
-    copied.record()
+    copied.record(torch.cuda.current_stream(logits.device))
     return Launched(host, host_ood, copied)
 
 
 def module_to_device(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    """``module`` on ``device``. On CUDA each weight goes through pinned memory with a
-    non-blocking copy: a plain ``.to`` waits for every kernel already enqueued (PyTorch
-    synchronises the stream after a copy from pageable memory), which would make the host wait
-    for the last network before it could enqueue the next."""
+    """``module`` on ``device``. On CUDA its weights are packed, per dtype, into one pinned
+    buffer and sent in one non-blocking copy; each parameter and buffer becomes a view of the
+    copy, contiguous. A plain ``.to`` would wait for every kernel already enqueued (PyTorch
+    synchronises the stream after a copy from pageable memory), making the host wait for the
+    last network before it could enqueue the next; one buffer per network also keeps the
+    pinned-memory cache's blocks few and reusable, and the copies to one."""
+    device = torch.device(device)
     if device.type != "cuda":
         return module.to(device)
-    return module._apply(lambda t: t if t.is_cuda else t.pin_memory().to(device, non_blocking=True))
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    moving = [t for t in itertools.chain(module.parameters(), module.buffers()) if t.device != device]
+    placed = packed_copies(moving, device, pin_memory=True)
+    return module._apply(lambda t: placed.get(id(t), t))
+
+
+def packed_copies(tensors: Sequence[torch.Tensor], device: torch.device, pin_memory: bool = False
+                  ) -> dict[int, torch.Tensor]:
+    """Copies of ``tensors`` on ``device``, keyed by ``id`` of the original (a tensor given twice
+    is copied once): per dtype, one host buffer (``pin_memory``: page-locked) holding them all,
+    sent in one non-blocking copy; each copy a contiguous view of it."""
+    by_dtype: dict[torch.dtype, dict[int, torch.Tensor]] = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, {}).setdefault(id(t), t)
+    placed: dict[int, torch.Tensor] = {}
+    for dtype, unique in by_dtype.items():
+        originals = list(unique.values())
+        sizes = [t.numel() for t in originals]
+        host = torch.empty(sum(sizes), dtype=dtype, pin_memory=pin_memory)
+        torch.cat([t.detach().reshape(-1) for t in originals], out=host)
+        flat = host.to(device, non_blocking=True)
+        for t, piece in zip(originals, flat.split(sizes)):
+            placed[id(t)] = piece.view(t.shape)
+    return placed
 
 
 def _to_host_async(t: torch.Tensor) -> torch.Tensor:

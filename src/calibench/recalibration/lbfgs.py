@@ -390,8 +390,9 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
     # q^T [w x, w] less its constant label part, and the preconditioner's sums are s^T of all of
     # it; each one product, no (B, N, K) temporaries (docs/recalibration.md, "Matrix scaling with ODIR")
     design = torch.cat([x * weight[..., None], weight[..., None], x * x * weight[..., None]], dim=-1)
-    labelled = torch.zeros(bsz, k, k + 1, dtype=dt, device=dev).scatter_add_(
-        1, yi.expand(-1, -1, k + 1), design[..., : k + 1])  # sum over n with y_n = j of [w x_n, w_n]
+    # row j: the sum of [w x_n, w_n] over the samples labelled j (a product with the one-hot
+    # labels: a scatter-add over samples would add in no fixed order on a GPU)
+    labelled = _gram(torch.zeros_like(x).scatter_(-1, yi, 1.0), design[..., : k + 1])
 
     def gradient(dw, lab, lw, mw, th, q):
         W = th[:, : k * k].view(-1, k, k)
@@ -499,9 +500,11 @@ def _fit_odir(x, y, weight, lam_, mu_, max_iterations: int, tolerance: float, th
         g_new, reg_new = gradient(work["design"], work["labelled"], lw, mw, theta_new, q_new)
         if masked:
             # Its gradient and regulariser are restored instead of its (N, K) logits and
-            # probabilities: two `where`s over (B, N, K) fewer an iteration. Its u and q hold a
-            # trial's; they are never read for it, since it stops at the next check
-            # (ls_failed) or has stopped (frozen), and every row is computed on its own.
+            # probabilities: two `where`s over (B, N, K) fewer an iteration. Its u and q then hold
+            # a trial's, and go on changing while it is frozen (each line search's first trial
+            # and preconditioner refresh still compute on them), but nothing of it is recorded
+            # after it stops (ls_failed stops it at the next iteration), and every row is
+            # computed on its own.
             g_new = torch.where(accepted[:, None], g_new, g)
             reg_new = torch.where(accepted, reg_new, state["reg"])
         f_new = torch.where(accepted, f_new, f)
