@@ -514,7 +514,7 @@ def test_an_odir_iteration_on_the_gpus_schedule_makes_at_most_30_passes_over_the
     with the fixed weighted design, the NLL's other-class sum zeroes the label entry in place,
     and a masked iteration keeps no copy of the logits and probabilities of networks without a
     step. Counted on the masked path (the GPU's) run on the CPU, K = 40, eight fits of 11 to 16
-    iterations: 27.8 an iteration, 39.9 before (K = 100, 38 to 400 iterations: 20.4, 29.2)."""
+    iterations: 28.0 an iteration, 39.9 before (K = 100, 38 to 400 iterations: 20.2, 29.2)."""
     from calibench.recalibration import lbfgs
 
     x, y, w, lam, mu = _odir_batch(40, 2000, 8, seed=3)
