@@ -17,6 +17,19 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
+def cuda_sleep_cycles(seconds: float) -> int:
+    """The argument of ``torch.cuda._sleep`` (GPU clock cycles) that keeps the GPU busy about
+    ``seconds``, measured on it: for tests that a host call does not wait for the device."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(10**8)
+    end.record()
+    torch.cuda.synchronize()
+    return int(10**8 * seconds * 1000 / start.elapsed_time(end))
+
+
 def random_logits(rng: np.random.Generator, n: int, k: int, scale: float = 3.0) -> np.ndarray:
     """Logits whose softmax mixes confident and unsure rows (continuous, no ties)."""
     return rng.normal(size=(n, k)) * scale * rng.uniform(0.2, 2.0, size=(n, 1))

@@ -12,6 +12,7 @@ from calibench.inference import engine as inference
 from calibench.sources.nats import stream
 from calibench.sources.nats.archive import ArchiveError, NatsArchive, prefetch
 from calibench.sources.nats.minibench import SSS_DIR, TSS_DIR
+from conftest import cuda_sleep_cycles
 
 
 @pytest.fixture(scope="module")
@@ -291,12 +292,7 @@ def test_on_cuda_the_host_waits_neither_to_move_a_network_nor_for_work_enqueued_
     from calibench.sources.nats.networks import build_network, inference_network
 
     device = inference.resolve_device("cuda")
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(10**8)
-    end.record()
-    torch.cuda.synchronize()
-    one_second = int(10**8 * 1000 / start.elapsed_time(end))
+    one_second = cuda_sleep_cycles(1.0)
     net = inference_network(build_network("sss", sample_sss_archs(random.Random(5), 1)[0], 10).eval(),
                             inference.activation_format(device))
     images = torch.randn(3000, 3, 32, 32, generator=torch.Generator().manual_seed(5)).to(device)

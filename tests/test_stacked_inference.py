@@ -21,6 +21,7 @@ from calibench.sources.nats.networks import build_network, inference_network, mu
 from calibench.sources.nats.stacked import (
     StackedNetwork, bucket_entries, resolve_networks_per_pass, sss_buckets, sss_multiply_adds, stacked_logits,
 )
+from conftest import cuda_sleep_cycles
 
 TOLERANCE = 1e-6  # |stacked - alone| relative to the largest |logit|, float32
 
@@ -405,12 +406,7 @@ def test_on_cuda_a_stacked_bucket_is_collected_without_waiting_for_work_enqueued
     import time
 
     device = inference.resolve_device("cuda")
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    torch.cuda._sleep(10**8)
-    end.record()
-    torch.cuda.synchronize()
-    one_second = int(10**8 * 1000 / start.elapsed_time(end))
+    one_second = cuda_sleep_cycles(1.0)
     nets = [_randomised("sss", arch, 10, seed) for seed, arch in enumerate(SSS_BUCKET)]
     x = _images(3000).contiguous().to(device)
 
