@@ -48,6 +48,9 @@
 # or as a wheel (`echo /.whl/ >> .git/info/exclude; pip download --no-deps -d .whl
 # nats_bench==1.8`, carry: [".whl"]). The script finds either; without it the benchmark
 # stops at once saying so (exit 2), and the other steps still run.
+# Steps by name (GPU_CHECK_STEPS=passes,batch runs those only, after the machine step: a second call
+# within the session's device time): tests, agreement, groups, precision, chunk (the defaults,
+# steps 2-6), passes, batch, workflow, profile.
 # Environment knobs: GPU_CHECK_NETWORKS (16), GPU_CHECK_TIME_LIMIT (140 s: step 7 starts no new
 # job after it), GPU_CHECK_BENCH_ARGS (more flags for step 7).
 
@@ -61,6 +64,14 @@ exec > >(tee -a "$LOG") 2>&1
 export PYTHONUNBUFFERED=1 OMP_WAIT_POLICY=PASSIVE
 START=$(date +%s)
 step() { echo; echo "=== [$(( $(date +%s) - START ))s] $*"; }
+# wants NAME [KNOB]: run step NAME? With GPU_CHECK_STEPS (names, comma-separated) the steps named
+# only; otherwise the default steps, and an optional one where its KNOB variable is 1
+wants() {
+    if [ -n "${GPU_CHECK_STEPS:-}" ]; then
+        case ",$GPU_CHECK_STEPS," in *",$1,"*) return 0 ;; *) return 1 ;; esac
+    fi
+    [ -z "${2:-}" ] || [ "${!2:-0}" = 1 ]
+}
 # timed NAME LIMIT COMMAND...: COMMAND under `timeout LIMIT`, its exit told; a failure fails the check
 timed() {
     local name=$1 limit=$2 rc
@@ -111,63 +122,73 @@ EOF
 CUDA=$($PY -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
 
 # ---------------------------------------------------------------- the CUDA-only tests
-step "CUDA-only tests"
-files=$(grep -l "cuda.is_available" tests/test_*.py | tr '\n' ' ')
-echo "files with CUDA-only tests: $files"
-timeout_flag=""
-# pytest-timeout, where installed, is loaded by its entry point; its flag only where pytest knows it
-$PY -m pytest --help 2>/dev/null | grep -q -- "--timeout=" && timeout_flag="--timeout 60"
-# shellcheck disable=SC2086
-timeout -k 10 80 $PY -m pytest -q -p no:cacheprovider -k "cuda or gpu" $timeout_flag $files
-rc=$?
-echo "tests: exit $rc$([ $rc = 124 ] && echo ' (timed out)')"
-[ $rc = 0 ] || status=1
+if wants tests; then
+    step "CUDA-only tests"
+    files=$(grep -l "cuda.is_available" tests/test_*.py | tr '\n' ' ')
+    echo "files with CUDA-only tests: $files"
+    timeout_flag=""
+    # pytest-timeout, where installed, is loaded by its entry point; its flag only where pytest knows it
+    $PY -m pytest --help 2>/dev/null | grep -q -- "--timeout=" && timeout_flag="--timeout 60"
+    # shellcheck disable=SC2086
+    timeout -k 10 80 $PY -m pytest -q -p no:cacheprovider -k "cuda or gpu" $timeout_flag $files
+    rc=$?
+    echo "tests: exit $rc$([ $rc = 124 ] && echo ' (timed out)')"
+    [ $rc = 0 ] || status=1
+fi
 
 # ---------------------------------------------------------------- CPU against CUDA, stage by stage
-step "bench/gpu_cpu_agreement.py"
-if [ "$CUDA" = 1 ]; then
-    PYTHONPATH="$PYTHONPATH:$PWD/tests" timeout -k 5 45 $PY bench/gpu_cpu_agreement.py || status=1
-else
-    echo "(no CUDA: skipped; it compares the CPU with CUDA)"
+if wants agreement; then
+    step "bench/gpu_cpu_agreement.py"
+    if [ "$CUDA" = 1 ]; then
+        PYTHONPATH="$PYTHONPATH:$PWD/tests" timeout -k 5 45 $PY bench/gpu_cpu_agreement.py || status=1
+    else
+        echo "(no CUDA: skipped; it compares the CPU with CUDA)"
+    fi
 fi
 
 # ---------------------------------------------------------------- measurement per group size
-step "bench/bench_gpu_measure_groups.py: ms and dir at 16, 64, 200 networks per call"
-if [ "$CUDA" = 1 ]; then
-    args="--device cuda --groups 16,64,200 --stages ms,dir --no-all --time-limit 60"
-else
-    args="--cpu-smoke --stages ms,dir --no-all"
+if wants groups; then
+    step "bench/bench_gpu_measure_groups.py: ms and dir at 16, 64, 200 networks per call"
+    if [ "$CUDA" = 1 ]; then
+        args="--device cuda --groups 16,64,200 --stages ms,dir --no-all --time-limit 60"
+    else
+        args="--cpu-smoke --stages ms,dir --no-all"
+    fi
+    # shellcheck disable=SC2086
+    timed "bench_gpu_measure_groups" 100 $PY bench/bench_gpu_measure_groups.py $args --out "$OUT/bench_gpu_measure_groups.json"
 fi
-# shellcheck disable=SC2086
-timed "bench_gpu_measure_groups" 100 $PY bench/bench_gpu_measure_groups.py $args --out "$OUT/bench_gpu_measure_groups.json"
 
 # ---------------------------------------------------------------- the search, measurement, syncs
-step "bench/bench_gpu_workflow.py: SSS and TSS CIFAR-10 inference, float32 against tf32x3"
-if [ "$CUDA" = 1 ]; then
-    args="--device cuda --networks 16 --spaces sss,tss --datasets cifar10 --odir 1,1 --stages pre"
-    args="$args --also-infer precision=tf32x3 --time-limit 110"
-    limit=150
-else
-    args="--cpu-smoke --spaces sss,tss --datasets cifar10 --odir 1,1 --stages pre --also-infer precision=tf32x3"
-    limit=150
+if wants precision; then
+    step "bench/bench_gpu_workflow.py: SSS and TSS CIFAR-10 inference, float32 against tf32x3"
+    if [ "$CUDA" = 1 ]; then
+        args="--device cuda --networks 16 --spaces sss,tss --datasets cifar10 --odir 1,1 --stages pre"
+        args="$args --also-infer precision=tf32x3 --time-limit 110"
+        limit=150
+    else
+        args="--cpu-smoke --spaces sss,tss --datasets cifar10 --odir 1,1 --stages pre --also-infer precision=tf32x3"
+        limit=150
+    fi
+    # shellcheck disable=SC2086
+    timed "precision" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_precision.json"
 fi
-# shellcheck disable=SC2086
-timed "precision" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_precision.json"
 
 # ---------------------------------------------------------------- a real chunk: search, measurement, syncs
-step "bench/bench_gpu_workflow.py: SSS CIFAR-100 through the jobs at a real chunk (200 networks): the lambda, mu search, measurement in one call, host syncs"
-left=$(( ${GPU_CHECK_BUDGET:-540} - ($(date +%s) - START) ))
-[ $left -lt 60 ] && left=60
-if [ "$CUDA" = 1 ]; then
-    args="--device cuda --networks 200 --spaces sss --datasets cifar100 --search-grid 1e-7,10 --sync-networks 16"
-    args="$args --time-limit $left"
-    limit=$(( left + 40 ))
-else
-    args="--cpu-smoke --spaces sss --datasets cifar100"
-    limit=120
+if wants chunk; then
+    step "bench/bench_gpu_workflow.py: SSS CIFAR-100 through the jobs at a real chunk (200 networks): the lambda, mu search, measurement in one call, host syncs"
+    left=$(( ${GPU_CHECK_BUDGET:-540} - ($(date +%s) - START) ))
+    [ $left -lt 60 ] && left=60
+    if [ "$CUDA" = 1 ]; then
+        args="--device cuda --networks 200 --spaces sss --datasets cifar100 --search-grid 1e-7,10 --sync-networks 16"
+        args="$args --time-limit $left"
+        limit=$(( left + 40 ))
+    else
+        args="--cpu-smoke --spaces sss --datasets cifar100"
+        limit=120
+    fi
+    # shellcheck disable=SC2086
+    timed "chunk" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_search.json"
 fi
-# shellcheck disable=SC2086
-timed "chunk" $limit $PY bench/bench_gpu_workflow.py $args --out "$OUT/bench_gpu_search.json"
 
 # ---------------------------------------------------------------- CIFAR-10 inference, two ways
 # cifar10_inference NAME JSON SPACE GPU-FLAGS CPU-FLAGS: through the job, 16 networks of SPACE (the
@@ -180,13 +201,13 @@ cifar10_inference() {
     timed "$name" $limit $PY bench/bench_gpu_workflow.py --spaces "$space" --datasets cifar10 --odir 1,1 --stages pre \
         $flags --out "$OUT/$json"
 }
-if [ "${GPU_CHECK_PASSES:-0}" = 1 ]; then
+if wants passes GPU_CHECK_PASSES; then
     step "bench/bench_gpu_workflow.py: CIFAR-10 inference, stacked passes (64) against one network per pass, SSS and TSS"
     both="--runtime networks_per_pass=64 --also-infer networks_per_pass=1"
     cifar10_inference "sss passes" bench_gpu_sss_passes.json sss "$both" "$both"
     cifar10_inference "tss passes" bench_gpu_tss_passes.json tss "$both" "$both"
 fi
-if [ "${GPU_CHECK_BATCH:-0}" = 1 ]; then
+if wants batch GPU_CHECK_BATCH; then
     step "bench/bench_gpu_workflow.py: SSS CIFAR-10 inference at one network per pass, batch_size 1000 against 4096 and 16384"
     cifar10_inference "sss batch" bench_gpu_sss_batch.json sss \
         "--batch-size 1000 --also-infer batch_size=4096 --also-infer batch_size=16384" \
@@ -194,7 +215,7 @@ if [ "${GPU_CHECK_BATCH:-0}" = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- every table's jobs, timed
-if [ "${GPU_CHECK_WORKFLOW:-0}" = 1 ]; then
+if wants workflow GPU_CHECK_WORKFLOW; then
     step "bench/bench_gpu_workflow.py: inference and measurement of every table (lambda, mu fixed)"
     if [ "$CUDA" = 1 ]; then
         args="--device cuda --networks ${GPU_CHECK_NETWORKS:-16} --time-limit ${GPU_CHECK_TIME_LIMIT:-140} --odir 1,1"
@@ -208,7 +229,7 @@ if [ "${GPU_CHECK_WORKFLOW:-0}" = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- layouts of the forward pass
-if [ "${GPU_CHECK_PROFILE:-0}" = 1 ]; then
+if wants profile GPU_CHECK_PROFILE; then
     step "bench/gpu_profile_inference.py"
     if [ "$CUDA" = 1 ]; then
         timeout -k 5 45 $PY bench/gpu_profile_inference.py --device cuda || status=1
