@@ -509,8 +509,8 @@ class _FullPasses(TorchDispatchMode):
 
 
 def test_an_odir_iteration_on_the_gpus_schedule_makes_at_most_30_passes_over_the_batch():
-    """With 200 networks per call an L-BFGS iteration is bound by its passes over the (B, N, K)
-    arrays (BENCHMARKS.md, "The ODIR iteration's memory passes"): the gradient is one product
+    """With 200 networks per call the part of an L-BFGS iteration that grows with the batch is its
+    passes over the (B, N, K) arrays (BENCHMARKS.md, "The ODIR iteration's memory passes"): the gradient is one product
     with the fixed weighted design, the NLL's other-class sum zeroes the label entry in place,
     and a masked iteration keeps no copy of the logits and probabilities of networks without a
     step. Counted on the masked path (the GPU's) run on the CPU, K = 40, eight fits of 11 to 16
