@@ -134,9 +134,15 @@ def provenance_summary(table: str | Path) -> str:
     from calibench.vocabulary import not_a_result_table
 
     schema = pq.read_schema(table)
-    if not_a_result_table(schema.names) == "a shard":
+    why = not_a_result_table(schema.names)
+    if why is None and "measured_by" not in schema.names and TABLE_METADATA_KEY not in (schema.metadata or {}):
+        why = "no measured_by column"
+    if why == "a shard":
         raise ValueError(f"{table}: a shard, not a result table (shards record their provenance per row: "
                          "calibench query's metrics view shows it)")
+    if why is not None:
+        raise ValueError(f"{table}: not a result table ({why}: a failures file, an analysis output?); "
+                         "provenance reads the tables a run writes (calibench status lists them)")
     raw = schema.metadata or {}
     meta = json.loads(raw[TABLE_METADATA_KEY]) if TABLE_METADATA_KEY in raw else {}
     groups = meta.get("provenance")

@@ -350,7 +350,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=_repair_command, space=None, dataset=None)
 
     q = sub.add_parser(
-        "query", help="SQL (DuckDB) over the result tables: views networks, networks_all and metrics",
+        "query", help="SQL (DuckDB) over the result tables: views networks, networks_all, metrics and fits",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="views:\n"
                "  networks      one row per measured network and table: space, hp, dataset, arch_index, measured_by,\n"
