@@ -5,6 +5,7 @@ files fail naming the file and the column or line."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -270,6 +271,13 @@ def test_a_published_layout_file_imports_and_the_analysis_runs(tmp_path, caplog)
     assert meta["source"] == "tao2024" and meta["source_file"] == "cifar10_tss.csv"
     assert meta["converted"]["accuracy"].startswith("acc in percent")
     assert set(meta["not_imported"]) == {"Unnamed: 0", "robust_acc_fgsm"}
+    # calibench provenance says where an imported table came from (not "built before tables recorded provenance")
+    from calibench.results.provenance import provenance_summary
+
+    told = provenance_summary(results / "tables" / "tss_200_cifar10.parquet")
+    digest = hashlib.sha256((src / "cifar10_tss.csv").read_bytes()).hexdigest()
+    assert f"from tao2024 file cifar10_tss.csv (sha256 {digest})" in told and "built before" not in told
+    assert "not in the source (empty): " in told and "temperature" in told
 
     table_paths = sorted((results / "tables").glob("*.parquet"))
     df = at.load_tables(table_paths)

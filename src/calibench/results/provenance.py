@@ -147,6 +147,13 @@ def provenance_summary(table: str | Path) -> str:
     meta = json.loads(raw[TABLE_METADATA_KEY]) if TABLE_METADATA_KEY in raw else {}
     groups = meta.get("provenance")
     lines = [f"{table}"]
+    if groups is None and meta.get("imported_by"):  # calibench import (results.interop): its source file
+        lines.append(f"  imported by {meta['imported_by']} from {meta.get('source')} file {meta.get('source_file')} "
+                     f"(sha256 {meta.get('source_sha256')}); stages {', '.join(meta.get('stages', []))}")
+        lines += [f"  {name}: {how}" for name, how in sorted((meta.get("derived") or {}).items())]
+        if meta.get("unavailable"):
+            lines.append("  not in the source (empty): " + ", ".join(meta["unavailable"]))
+        return "\n".join(lines)
     if groups is None:
         return "\n".join(lines + ["  built before tables recorded provenance: rebuild it to see"])
     # The table's rows (the groups count shards, one per measured network): TSS isomorph copies
