@@ -24,10 +24,13 @@ NATS_SPACES = ("tss", "sss")
 def not_a_result_table(names) -> str | None:
     """Why a parquet file with columns ``names`` is not a result table (``"a shard"``: long
     rows of stage, metric, value; ``"no pre_* metric columns"``: a failures file or another
-    table), None if it is one."""
+    table; ``"no measured_by column"``: an analysis output such as the HCS ranking), None if
+    it is one."""
     names = set(names)
     if {"stage", "metric"} <= names:
         return "a shard"
     if not any(str(n).startswith(f"{STAGES[0]}_") for n in names):
         return "no pre_* metric columns"
+    if not set(TABLE_EXTRA_COLUMNS) <= names:
+        return "no measured_by column"
     return None

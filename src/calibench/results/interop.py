@@ -158,12 +158,13 @@ def export_frame(table: pd.DataFrame, source: str = "table", expand_isomorphs: b
     """
     why = not_a_result_table(table.columns)
     if why:
-        raise ValueError(f"{source}: {why}, not a result table" + (" (a failures file?)" if why != "a shard" else ""))
+        raise ValueError(f"{source}: {why}, not a result table" + (" (a failures file, an analysis output?)"
+                                                                    if why != "a shard" else ""))
     if table.empty:
         log.warning("%s: no rows, nothing to export", source)
         return None
-    copies = (table["measured_by"] != table["arch_index"]) if "measured_by" in table.columns else None
-    if copies is not None and copies.any() and not expand_isomorphs:
+    copies = table["measured_by"] != table["arch_index"]
+    if copies.any() and not expand_isomorphs:
         log.info("%s: %d isomorph copies left out (each repeats a measured row; --expand-isomorphs writes them)",
                  source, int(copies.sum()))
         table = table[~copies]
@@ -232,7 +233,7 @@ def export_frame(table: pd.DataFrame, source: str = "table", expand_isomorphs: b
     seeds = table["seed"]
     if (seeds != DEFAULT_SEED).any():  # extension: the published files are all seed 777
         out["seed"] = seeds.astype("int64")
-    if expand_isomorphs and copies is not None and copies.any():  # extension: which rows are copies of which
+    if expand_isomorphs and copies.any():  # extension: which rows are copies of which
         config_of = dict(zip(table["arch_index"].astype("int64"), table[index].astype("int64")))
         out["measured_by"] = table["measured_by"].astype("int64").map(config_of).astype("int64")
     used.update({"space", "hp", "dataset", "seed", "measured_by"})  # file name, extension, derived on import

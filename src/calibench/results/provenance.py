@@ -135,8 +135,6 @@ def provenance_summary(table: str | Path) -> str:
 
     schema = pq.read_schema(table)
     why = not_a_result_table(schema.names)
-    if why is None and "measured_by" not in schema.names and TABLE_METADATA_KEY not in (schema.metadata or {}):
-        why = "no measured_by column"
     if why == "a shard":
         raise ValueError(f"{table}: a shard, not a result table (shards record their provenance per row: "
                          "calibench query's metrics view shows it)")
