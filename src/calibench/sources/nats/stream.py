@@ -130,10 +130,11 @@ def _units(archive: NatsArchive, stream: Iterable, todo: Mapping[int, Sequence[s
                                                      dataset=dataset)
 
 
-def _launch(entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int, precision: str):
+def _launch(entry: ArchiveEntry, eval_data: EvalData, device: torch.device, batch_size: int, precision: str,
+            net: TinyNetwork | None = None):
     """:func:`launch_network`, or the exception that stopped it (kept for its turn to be collected)."""
     try:
-        return launch_network(entry, eval_data, device, batch_size, precision=precision)
+        return launch_network(entry, eval_data, device, batch_size, net, precision)
     except (ValueError, RuntimeError) as exc:
         return exc
 
@@ -232,10 +233,7 @@ def _launch_bucket(members: list[tuple[ArchiveEntry, TinyNetwork]], eval_data: E
     that stopped them; :func:`_collect_bucket` brings them back."""
     if len(members) == 1:
         entry, net = members[0]
-        try:
-            return launch_network(entry, eval_data, device, batch_size, net, precision)
-        except (ValueError, RuntimeError) as exc:
-            return exc
+        return _launch(entry, eval_data, device, batch_size, precision, net)
     try:
         channels_last = activation_format(device) == torch.channels_last
         stack = module_to_device(with_precision(StackedNetwork([net for _, net in members], channels_last), precision),
