@@ -996,3 +996,36 @@ def test_two_runs_side_by_side_show_compares_differences_network_by_network(work
     assert "verdict: DIFFERENT" in texts["cmphead"] and "setting" in texts["cmphead"]
     assert {"post_ece_15", "post_ece_15 [B]", "post_ece_15 [B-A]"} <= set(shown)
     assert listed == [changed["moved"]]  # the one network moved up, the NaN one and the dropped one not
+
+
+def test_an_explorer_written_again_by_hand_keeps_the_runs_demo_banner_and_min_networks(workflow_run, tmp_path):
+    """`calibench explore` over a run's own explorer (written by the workflow from its config) keeps its
+    mini-benchmark banner and ``analysis.min_networks``; a run without an explorer gets neither
+    unless asked (``--demo``)."""
+    import shutil
+    import subprocess
+    import sys
+
+    from calibench.config.check import schema_default
+
+    def manifest(results):
+        text = (results / "explorer" / "data" / "manifest.js").read_text()
+        return json.loads(text[text.index("{"):text.rindex("}") + 1])
+
+    ran = manifest(workflow_run / "results")
+    assert ran["demo"] is True  # the mini benchmark's run
+    results = tmp_path / "results"
+    shutil.copytree(workflow_run / "results" / "tables", results / "tables")
+    explorer.write_explorer(results)  # nothing to keep: no banner, the schema's min_networks
+    fresh = manifest(results)
+    assert fresh["demo"] is False and fresh["min_networks"] == schema_default("analysis", "min_networks")
+    kept = dict(ran, demo=True, min_networks=fresh["min_networks"] + 7)
+    (results / "explorer" / "data" / "manifest.js").write_text(f"CB.manifest({json.dumps(kept)});\n")
+    proc = subprocess.run([sys.executable, "-m", "calibench", "explore", "--results", str(results)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    again = manifest(results)
+    assert again["demo"] is True and again["min_networks"] == fresh["min_networks"] + 7
+    shutil.rmtree(results / "explorer")
+    explorer.write_explorer(results, demo=True)
+    assert manifest(results)["demo"] is True

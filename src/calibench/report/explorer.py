@@ -416,7 +416,26 @@ def plotly_js():
     return found
 
 
-def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = None, demo: bool = False,
+def replaced_manifest(results: str | Path) -> dict:
+    """The manifest of the explorer a new one would replace under ``results`` (its demo flag and
+    ``min_networks``, which the workflow's job set from the run's config); {} if there is none or
+    it cannot be read."""
+    path = explorer_dir(results) / "data" / "manifest.js"
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    head, tail = "CB.manifest(", ");\n"
+    if not (text.startswith(head) and text.endswith(tail)):
+        return {}
+    try:
+        found = json.loads(text[len(head) : -len(tail)])
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = None, demo: bool | None = None,
                    threads: int = 4, min_networks: int | None = None, compare: str | Path | None = None,
                    out: str | Path | None = None, columns: Sequence[str] | None = None,
                    bins: Sequence[int] | str | None = None) -> Path:
@@ -428,12 +447,20 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     comparison limited to ``columns`` (fnmatch patterns); the page goes to ``out``/explorer/
     (default: ``compare``'s own folder, ``./compare-{A}-vs-{B}/``), not into the run.
     ``bins``: the bin counts of the binned metrics in the page (:func:`kept_bins`; a bin count
-    no table holds is a ``ValueError``)."""
+    no table holds is a ``ValueError``). ``demo`` and ``min_networks`` left as None: what the
+    explorer being replaced says (:func:`replaced_manifest`; a run's own explorer, written by the
+    workflow from its config, keeps its mini-benchmark banner), else no banner and the config
+    schema's default."""
+    results = Path(results)
+    before = replaced_manifest(results) if compare is None else {}
+    if demo is None:
+        demo = before.get("demo") is True
     if min_networks is None:
         from calibench.config.check import schema_default
 
-        min_networks = schema_default("analysis", "min_networks")
-    results = Path(results)
+        kept = before.get("min_networks")
+        min_networks = kept if isinstance(kept, int) and not isinstance(kept, bool) and kept >= 1 \
+            else schema_default("analysis", "min_networks")
     paths = [Path(t) for t in tables] if tables else result_tables(results)
     from calibench.integrity import verify
 

@@ -235,7 +235,8 @@ def _explore(args: argparse.Namespace) -> int:
         raise ValueError(f"--settings: not JSON ({exc})") from None
     if not isinstance(given, dict):
         raise ValueError(f"--settings: a JSON object, not {type(given).__name__}")
-    demo = args.demo or bool(given.get("demo"))
+    # the workflow's job says demo or not; by hand, --demo, else as the explorer replaced said
+    demo = True if args.demo else (bool(given["demo"]) if "demo" in given else None)
     results, tables = args.results, args.tables
     missing = [t for t in tables if not Path(t).exists()]
     if missing:
@@ -414,7 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     xp = sub.add_parser("explore", help=f"write an interactive explorer of a finished run ({layout.explorer_page('results')})")
     xp.add_argument("--results", default="results")
     xp.add_argument("--threads", type=_count("threads"), default=4, help="threads reading the shards' reliability bins")
-    xp.add_argument("--demo", action="store_true", help="say on the page that the run is the mini benchmark")
+    xp.add_argument("--demo", action="store_true",
+                    help="say on the page that the run is the mini benchmark (default: as the explorer it replaces says)")
     xp.add_argument("--settings", default=None, help="the workflow job's settings as JSON (its demo flag)")
     xp.add_argument("tables", nargs="*", help="tables to show (default: every table under --results), or one "
                                               "results directory (RUN_A)")
