@@ -89,6 +89,9 @@ def test_a_hist_bins_change_refits_hist_only_and_leaves_the_other_stages_bit_ide
         assert not before[i][before[i]["stage"] == "hist"]["value"].equals(after[i][after[i]["stage"] == "hist"]["value"])
     stored = fit_store.read_network_fits(layout.fits_path(made[0], "zoo", "", "cifar10", 0))
     assert stored[0]["hist"].params["bin_values"].shape == (10, 7)  # the new fit replaced the old one
+    for i in range(M):  # the reliability bins in the settings' stage order, as from scratch (hist was last)
+        bins = shards.read_reliability(layout.shard_path(made[0], "zoo", "", "cifar10", i))
+        assert bins and all(list(by_stage) == list(config["stages"]) for by_stage in bins.values()), [list(b) for b in bins.values()]
 
 
 def test_bins_removed_or_reordered_and_a_stage_dropped_then_added_back_measure_nothing_they_keep(first, tmp_path):

@@ -36,7 +36,7 @@ from calibench.results import provenance as prov
 from calibench.results import shards
 from calibench.inference.jobs import log_slurm, progress_bar
 from calibench.metrics.scores import auroc
-from calibench.results.kept import KeptRows, kept_plan, kept_rows_of, merged_stages, stage_keys
+from calibench.results.kept import KeptRows, kept_plan, kept_rows_of, merged_reliability, merged_stages, stage_keys
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +386,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                 if plan:
                     kept = kept_rows[index]
                     stages = merged_stages(kept, seed, plan, stages, settings)
-                    rel = {**{s: kept.reliability[seed][s] for s in plan}, **rel}
+                    rel = merged_reliability(kept, seed, plan, rel, settings)
                     if "post" in plan:
                         provenance["temperature"] = kept.temperature[seed]
                     stage_failures.extend(f for f in kept.stage_failures

@@ -88,6 +88,14 @@ def kept_plan(group: list, kept_rows: Mapping[int, KeptRows], settings: Mapping)
     return plan
 
 
+def merged_reliability(kept: KeptRows, seed: int, plan: Mapping[str, tuple], measured: Mapping[str, Mapping],
+                       settings: Mapping) -> dict:
+    """One seed's reliability bins in the settings' stage order, as a measurement from scratch
+    writes them: a kept stage's (``plan``) as kept, the others as measured now."""
+    return {stage: kept.reliability[seed][stage] if stage in plan else measured[stage]
+            for stage in settings["stages"] if stage in plan or stage in measured}
+
+
 def merged_stages(kept: KeptRows, seed: int, plan: Mapping[str, tuple], measured: Mapping[str, Mapping],
                   settings: Mapping) -> dict:
     """One seed's stages as a measurement from scratch orders them: a kept stage's (``plan``)
