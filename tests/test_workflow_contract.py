@@ -551,3 +551,30 @@ def test_the_metrics_view_of_imported_tables_says_why_it_is_empty(workflow_run, 
     assert code == 2 and f"view metrics: no shard under {tmp_path / 'imp' / 'shards'}" in err, err
     code, out, err = _cli(capsys, "query", "SELECT count(*) AS n FROM networks", "--results", str(tmp_path / "imp"))
     assert code == 0 and int(out.split()[-1]) > 0, (out, err)
+
+
+def test_the_closing_summary_says_which_stages_a_rerun_kept_and_which_it_measured(tmp_path):
+    """Networks measured by a rerun that kept some stages' rows are said with what was measured of
+    them (``stages_measured`` of the chunks' manifests written by this run); older manifests do not count."""
+    import json
+    import time
+
+    from calibench.run.workflow import _networks_measured
+
+    results = tmp_path / "results"
+    old = layout.measure_manifest(results, "sss_90", "cifar10", 0)
+    old.parent.mkdir(parents=True)
+    old.write_text(json.dumps({"computed": 5, "skipped": 0, "stages_measured": {"whole": {"ms": 5}}}))
+    os.utime(old, (time.time() - 100, time.time() - 100))
+    since = time.time() - 10
+    assert _networks_measured(results, since) == (0, 0, "")
+    whole = layout.measure_manifest(results, "sss_90", "cifar100", 0)
+    whole.parent.mkdir(parents=True)
+    whole.write_text(json.dumps({"computed": 3, "skipped": 1, "stages_measured": {"whole": {"pre": 3, "post": 3}}}))
+    assert _networks_measured(results, since) == (3, 1, "")  # measured from scratch: nothing more to say
+    rerun = layout.measure_manifest(results, "tss_200", "cifar10", 1)
+    rerun.parent.mkdir(parents=True)
+    rerun.write_text(json.dumps({"computed": 4, "skipped": 0, "stages_measured": {
+        "whole": {"spline": 4}, "new_bins": {"post": 4, "pre": 4}, "kept": {"hist": 4, "vs": 4}}}))
+    assert _networks_measured(results, since) == (
+        7, 1, " (stages measured whole: pre, post, spline; at the new bin counts only: pre, post; rows kept: vs, hist)")

@@ -198,6 +198,11 @@ def test_adding_a_stage_reruns_only_measurement_and_opens_no_archive(tmp_path, f
     _set_config(workdir, minibench={**TINY["minibench"], "build": False}, stages=list(STAGES))
     logits_before = _mtimes(results / "logits")
     searches = _mtimes(results / "recalibration")
+    # spline's fits stayed in the fit store while it was dropped: status says they are re-applied
+    status = subprocess.run([sys.executable, "-m", "calibench.run.cli", "status", "--configfile", "tiny.yaml",
+                             "--space", "sss"], cwd=workdir, capture_output=True, text=True, timeout=300)
+    line = next(x for x in status.stdout.splitlines() if "sss_90_cifar100.parquet" in x)
+    assert "fits made again: none; re-applied from the fit store and measured whole: spline" in line, status.stdout
     proc = _snakemake(workdir, target, "-n", "--quiet", "rules")
     planned = proc.stdout + proc.stderr
     assert "measure" in planned and "infer" not in planned and "odir_search" not in planned, planned
@@ -205,6 +210,8 @@ def test_adding_a_stage_reruns_only_measurement_and_opens_no_archive(tmp_path, f
     table = pd.read_parquet(results / target.split("/", 1)[1])
     assert table["spline_ksce"].between(0, 1).all() and table["spline_accuracy"].between(0, 1).all()
     assert _mtimes(results / "logits") == logits_before and _mtimes(results / "recalibration") == searches
+    fits = integrity.read_json(layout.measure_manifest(results, "sss_90", "cifar100", 0))["fits"]
+    assert fits["made"] == {} and set(fits["reused"]) >= {"spline"}, fits  # as status said
 
 
 def test_analysis_settings_rerun_only_the_analysis_and_no_change_reruns_nothing(tmp_path, finished_run):

@@ -68,7 +68,10 @@ def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
     kept = [s for s in new["stages"] if s in was and (stored or s == "pre" or not added)
             and stage_measurement_settings(recorded, s) == stage_measurement_settings(new, s)]
     fitted = [s for s in new["stages"] if s != "pre" and s not in kept]
-    same = [s for s in fitted if stored and s in was and stage_fit_settings(recorded, s) == stage_fit_settings(new, s)]
+    held = _held_in_fit_store(config["results"], new, table, space, hp, dataset,
+                              [s for s in fitted if s not in was]) if stored else set()
+    same = [s for s in fitted if stored and (s in held or s in was and
+                                             stage_fit_settings(recorded, s) == stage_fit_settings(new, s))]
     parts = []
     if fitted or any(s != "pre" for s in new["stages"]):
         parts.append(f"fits made again: {', '.join(s for s in fitted if s not in same) or 'none'}")
@@ -79,6 +82,35 @@ def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
     elif kept:
         parts.append(f"rows kept: {', '.join(kept)}")
     return "; ".join(parts)
+
+
+def _held_in_fit_store(results, settings: dict, table: str, space: str, hp: str, dataset: str,
+                       stages: list[str]) -> set[str]:
+    """Of ``stages`` (not in the table's recorded stages: a stage dropped, then added back), those
+    whose fit under ``settings`` the fit store holds for the table's first network: its rerun
+    re-applies them (the job checks each network's keys, :func:`calibench.measure.jobs.fit_keys`).
+    Read from one fit file; set() where anything is missing or unreadable."""
+    if not stages:
+        return set()
+    import pyarrow.parquet as pq
+
+    from calibench.config.settings import stage_fit_settings
+    from calibench.store import fits as fit_store
+    from calibench.store.logits import read_labels
+
+    try:
+        first = pq.read_table(table, columns=["arch_index", "seed", "logits_key"]).slice(0, 1).to_pylist()
+        if not first:
+            return set()
+        row = first[0]
+        labels = layout.labels_path(results, dataset, space=None if space in vocabulary.NATS_SPACES else space)
+        sha = read_labels(labels).meta["labels_sha256"]
+        keys = {s: fit_store.fit_key(stage_fit_settings(settings, s), row["logits_key"], sha) for s in stages}
+        held = fit_store.read_network_fits(layout.fits_path(results, space, hp, dataset, row["arch_index"]))
+    except Exception:  # noqa: BLE001 - anything missing or damaged: the plan says fits made again, the job decides
+        return set()
+    own = held.get(row["seed"], {})
+    return {s for s in stages if s in own and own[s].key == keys[s]}
 
 
 def _records_stage_keys(results, space: str, hp: str, dataset: str) -> bool:

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from calibench import layout
+from calibench import layout, vocabulary
 from calibench.run.status import _measurement_plan
 from calibench.run.targets import _check_profile, _config_and_targets
 
@@ -146,9 +146,9 @@ def _run(args: argparse.Namespace) -> int:
             if text:
                 print(text, file=sys.stderr, flush=True)
         ran, failed = progress.jobs()
-        computed, skipped = _networks_measured(Path(results), since=started - 1)
+        computed, skipped, how = _networks_measured(Path(results), since=started - 1)
         print(f"calibench: {ran} job(s) run" + (f", {failed} failed" if failed and not stopped else "")
-              + f" in {time.time() - started:.0f} s; networks measured: {computed}, already measured: {skipped}; "
+              + f" in {time.time() - started:.0f} s; networks measured: {computed}{how}, already measured: {skipped}; "
               f"Snakemake's log: {log_file}", flush=True)
         if code == 0 and str(layout.report_path(results)) in targets:
             print(f"report: {layout.report_path(results).resolve()}")
@@ -373,9 +373,16 @@ def _follow(cmd: list[str], pass_fds, results: Path, verbose: bool, grace_s: flo
     return code, progress, log_file, stop
 
 
-def _networks_measured(results: Path, since: float) -> tuple[int, int]:
-    """Networks this run's measurement chunks computed, and those they found measured."""
+_MEASURED_HOW = (("whole", "stages measured whole"), ("new_bins", "at the new bin counts only"),
+                 ("kept", "rows kept"))
+
+
+def _networks_measured(results: Path, since: float) -> tuple[int, int, str]:
+    """Networks this run's measurement chunks computed, those they found measured, and, where
+    some stages' rows were kept from an earlier measurement (docs/running.md, "The fit store"),
+    " (stages measured whole: ...; at the new bin counts only: ...; rows kept: ...)"."""
     computed = skipped = 0
+    stages: dict[str, set] = {how: set() for how, _ in _MEASURED_HOW}
     for manifest in layout.matching(layout.measure_manifest(results, "*", "*", "*")):
         try:
             if manifest.stat().st_mtime < since:
@@ -385,4 +392,11 @@ def _networks_measured(results: Path, since: float) -> tuple[int, int]:
             continue
         computed += int(summary.get("computed", 0))
         skipped += int(summary.get("skipped", 0))
-    return computed, skipped
+        for how, found in stages.items():
+            found.update((summary.get("stages_measured") or {}).get(how) or {})
+    if not (stages["new_bins"] or stages["kept"]):
+        return computed, skipped, ""
+    order = {s: i for i, s in enumerate(vocabulary.STAGES)}
+    said = [f"{words}: {', '.join(sorted(stages[how], key=lambda s: order.get(s, len(order))))}"
+            for how, words in _MEASURED_HOW if stages[how]]
+    return computed, skipped, " (" + "; ".join(said) + ")"
