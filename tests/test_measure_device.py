@@ -16,7 +16,7 @@ import yaml
 from calibench import layout
 from calibench.config import settings as stage
 from calibench.measure.jobs import (AUTO_GROUP_CPU, AUTO_GROUP_MAX, group_size_for, measure_chunk_job,
-                                    odir_search_job)
+                                    odir_search_job, search_chunk_for)
 from calibench.results import provenance
 from calibench.store import logits as store
 
@@ -84,6 +84,18 @@ def test_auto_group_is_the_cpu_batch_there_and_sized_from_free_memory_on_cuda():
     # CIFAR-10 with both OoD sets (46,032 logits of 10 classes): capped
     assert group_size_for("auto", cuda, 46_032, 10, free_bytes=70 << 30) == AUTO_GROUP_MAX
     assert group_size_for("auto", cuda, 10_000, 100, free_bytes=1 << 20) == 1  # never 0
+
+
+def test_the_searchs_calls_are_sized_from_free_memory_on_cuda_and_left_to_the_search_on_the_cpu():
+    """The lambda, mu search fits all (network, fold) problems in one call on a GPU; a larger
+    ``recalibration.odir.networks`` than the memory holds is split into calls, not run out of memory."""
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert search_chunk_for(cpu, 1_600, 100) is None  # search_odir's own CPU batch
+    per_fit = 8 * (24 * 1_600 * 100 + 80 * 10_100)  # CIFAR-100: 2,000 validation samples, 4/5 of them fitted
+    assert search_chunk_for(cuda, 1_600, 100, free_bytes=70 << 30) == int(0.5 * (70 << 30) // per_fit)
+    assert search_chunk_for(cuda, 1_600, 100, free_bytes=24 << 30) >= 64 * 5  # the default sample: one call
+    assert search_chunk_for(cuda, 1_600, 100, free_bytes=8 << 30) < 64 * 5
+    assert search_chunk_for(cuda, 1_600, 100, free_bytes=1 << 20) == 1  # never 0
 
 
 def test_measure_group_auto_on_the_cpu_gives_the_shards_of_group_8_bit_for_bit(cpu_run, tmp_path):

@@ -390,6 +390,10 @@ def test_search_picks_the_best_grid_pair():
         assert result["not_converged"].sum() == 0 and result["iterations"].shape == brute.shape
         assert not result["worse_than_identity"] and result["reason"] is None
         assert result["nll"] <= result["identity_nll"]
+        # one network's folds a call (a GPU's chunk when its memory holds no more): the same search
+        split = odir_search.search_odir(z, y, method, grid=grid, folds=folds, seed=3, chunk=folds)
+        np.testing.assert_allclose(split["mean_nll"], result["mean_nll"], rtol=1e-12)
+        assert split["best_index"] == result["best_index"] and (split["iterations"] == result["iterations"]).all()
 
 
 def _identity_cv_nll(z, y, assign):

@@ -97,6 +97,23 @@ def group_size_for(setting, device: torch.device, n_logits: int, n_classes: int,
     return int(min(AUTO_GROUP_MAX, max(1, AUTO_MEMORY_SHARE * free_bytes // per_network)))
 
 
+def search_chunk_for(device: torch.device, n_train: int, n_classes: int,
+                     free_bytes: int | None = None) -> int | None:
+    """(network, fold) fits per batched call of the lambda, mu search
+    (:func:`calibench.recalibration.odir_search.search_odir`'s ``chunk``): None on the CPU (its
+    own batch); on CUDA as many as fit in :data:`AUTO_MEMORY_SHARE` of the free memory at the
+    measurement's sizes (:func:`group_size_for`) for fits of ``n_train`` samples, so that a
+    larger ``recalibration.odir.networks`` runs in several calls instead of running out of memory
+    (the default 64 networks x 5 folds at CIFAR-100's size, 35 MB a fit, fit in one call on a
+    card with 24 GB free)."""
+    if device.type != "cuda":
+        return None
+    if free_bytes is None:
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+    per_fit = 8 * (MEMORY_PER_LOGIT * n_train * n_classes + MEMORY_PER_PARAMETER * (n_classes ** 2 + n_classes))
+    return int(max(1, AUTO_MEMORY_SHARE * free_bytes // per_fit))
+
+
 def device_name(device: torch.device) -> str:
     """What a shard records as its measuring device: ``cpu``, or ``cuda:0 (NVIDIA H100 80GB HBM3)``."""
     if device.type != "cuda":
@@ -231,14 +248,17 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
     val_idx, _ = split_indices(len(labels_read.labels), settings["split"]["val_fraction"], settings["split"]["seed"])
     z_val = torch.stack(logits)[:, torch.from_numpy(val_idx)].to(dev, torch.float64)
     y_val = torch.from_numpy(labels_read.labels).long()[torch.from_numpy(val_idx)].to(dev)
-    log.info("%s hp=%s %s: searching on %s", space, hp, dataset, device_name(dev))
+    # the largest fold's training part: what each fit holds on the device
+    chunk = search_chunk_for(dev, len(val_idx) - len(val_idx) // settings["folds"], z_val.shape[-1])
+    log.info("%s hp=%s %s: searching on %s%s", space, hp, dataset, device_name(dev),
+             f" ({chunk} network x fold fits a call at most)" if chunk is not None else "")
     chosen, grids = {}, {}
     start = time.perf_counter()
     for stage in settings["stages"]:
         t0 = time.perf_counter()
         found = search_odir(z_val, y_val, stage, grid=tuple(settings["grid"]), folds=settings["folds"],
                             seed=settings["seed"], max_iterations=settings["max_iterations"],
-                            tolerance=settings["tolerance"])
+                            tolerance=settings["tolerance"], chunk=chunk)
         chosen[stage] = {"lambda": float(found["lambda"]), "mu": float(found["mu"]), "cv_nll": found["nll"],
                          "identity_cv_nll": found["identity_nll"], "reason": found["reason"],
                          f"{stage}_{vocabulary.SEARCH_FLAG}": int(found["worse_than_identity"])}
