@@ -92,3 +92,29 @@ def test_a_mapping_merged_from_two_files_is_blamed_on_the_last_not_on_config(tmp
     config["populations"] = {"zoo": {"source": "torch", "path": "x"}}  # merged: path from the first file
     text = _error(config, [path, over])
     assert f"(set in {over})" in text and "--config" not in text, text
+
+
+# ---------------------------------------------------------------- NaN and infinity
+
+
+@pytest.mark.parametrize("key, text, named", [
+    ("tace_threshold", ".nan", "tace_threshold"),
+    ("temperature.val_fraction", ".nan", "temperature.val_fraction"),
+    ("recalibration.tolerance", "-.inf", "recalibration.tolerance"),
+    ("analysis.bootstrap.level", ".nan", "analysis.bootstrap.level"),
+    ("analysis.hcs_betas", "[1, .nan]", "analysis.hcs_betas.1"),
+    ("recalibration.odir.search.grid", "[.inf, 10]", "recalibration.odir.search.grid.0"),
+    ("recalibration.odir.ms.lambda", ".inf", "recalibration.odir.ms.lambda"),
+])
+def test_nan_and_infinity_are_refused_with_the_key_and_the_file(default, key, text, named):
+    # JSON Schema's bounds cannot refuse NaN (every comparison with it is false): the check's walk does
+    path, config = default
+    *parents, last = key.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = yaml.safe_load(text)
+    path.write_text(yaml.safe_dump(config))  # .nan, .inf in the file: the file is blamed, not --config
+    said = _error(config, [path])
+    assert f"  {named} = " in said and "not a finite number" in said and f"(set in {path})" in said, said
+    assert len(said.splitlines()) == 2, said  # one line, not also the bound an infinity breaks

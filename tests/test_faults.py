@@ -292,6 +292,21 @@ def test_a_number_replaced_by_text_is_always_rejected():
     check()
 
 
+def test_nan_or_infinity_at_any_numeric_key_is_a_config_error_naming_it():
+    # JSON Schema passes NaN through every minimum and maximum: calibench's check refuses any
+    # non-finite number, wherever it is, with its key (the file: tests/test_config_messages.py)
+    from calibench.config.check import ConfigError, check
+
+    floats = [float("nan"), float("inf"), float("-inf")]
+    for n, path in enumerate(NUMERIC):
+        value = floats[n % 3]
+        with pytest.raises(ConfigError) as caught:
+            check(_mutated(path, value), schema=ROOT / "workflow/schemas/config.schema.yaml")
+        assert f"  {'.'.join(map(str, path))} = {value!r}: not a finite number" in str(caught.value), str(caught.value)
+    with pytest.raises(ConfigError, match=r"  bins.2 = nan: not a finite number"):  # inside a list too
+        check(_mutated(("bins",), [5, 15, float("nan")]), schema=ROOT / "workflow/schemas/config.schema.yaml")
+
+
 def test_a_truncated_shard_is_measured_again_alone_and_equals_the_original(measured):
     results, _, measure_again = measured
     path = layout.shard_path(results, "zoo", "", "cifar10", 2)

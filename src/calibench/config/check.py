@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -88,9 +89,31 @@ def _defined_in(key: Sequence, files: Sequence[str | Path], value=_UNSET) -> str
                 break
         else:
             found, found_value = str(f), node
-    if value is not _UNSET and found is not None and found_value != value and not isinstance(value, Mapping):
+    if value is not _UNSET and found is not None and not _same(found_value, value) and not isinstance(value, Mapping):
         return None  # a mapping may merge from several files: the last one that sets it is named
     return found
+
+
+def _same(a, b) -> bool:
+    """``a == b``, with NaN equal to NaN (a file's ``.nan`` is the config's NaN)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _non_finite(node, path: tuple = ()):
+    """(key path, value) of every NaN or infinity in a config, however deep: JSON Schema's
+    bounds cannot refuse them (every comparison with NaN is false), so no key may hold one."""
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            yield from _non_finite(value, (*path, key))
+    elif isinstance(node, (list, tuple)):
+        for i, value in enumerate(node):
+            yield from _non_finite(value, (*path, i))
+    elif isinstance(node, float) and not math.isfinite(node):
+        yield path, node
 
 
 def _kinds(schema: Mapping) -> list[str]:
@@ -152,18 +175,30 @@ def _reason(error) -> str:
     return error.message if len(error.message) <= 200 else error.message[:197] + "..."
 
 
+def _value_line(key: Sequence, value, reason: str, files: Sequence[str | Path]) -> str:
+    """``  key = value: reason (set in FILE)``: the file the value came from, where one set it."""
+    source = _defined_in(key, files, value)
+    shown = repr(value)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return f"  {_key(key)} = {shown}: {reason}" + (f" (set in {source})" if source
+                                                    else " (a default or --config value)")
+
+
 def check(config: Mapping, files: Sequence[str | Path] = (), schema: str | Path = SCHEMA) -> None:
-    """ConfigError listing each schema violation (at most 5) with its key, value, reason and
-    the config file that set it."""
+    """ConfigError listing each schema violation and each NaN or infinity (at most 5 in all)
+    with its key, value, reason and the config file that set it."""
     import jsonschema
 
     schema_doc = read_schema(schema)
     validator = jsonschema.validators.validator_for(schema_doc)(schema_doc)
-    errors = sorted(validator.iter_errors(config), key=lambda e: (list(e.absolute_path), e.message))
-    if not errors:
-        return
-    lines = []
-    for error in errors[:5]:
+    non_finite = list(_non_finite(config))
+    bad = {tuple(key) for key, _ in non_finite}
+    errors = sorted((e for e in validator.iter_errors(config) if tuple(e.absolute_path) not in bad),
+                    key=lambda e: (list(e.absolute_path), e.message))
+    shown = 5  # lines said; the rest counted
+    lines = [_value_line(key, value, "not a finite number: no key takes NaN or infinity", files)
+             for key, value in non_finite[:shown]]
+    for error in errors[:max(0, shown - len(lines))]:
         key = list(error.absolute_path)
         if error.validator == "required":
             missing = error.message.split("'")[1] if "'" in error.message else error.message
@@ -173,14 +208,19 @@ def check(config: Mapping, files: Sequence[str | Path] = (), schema: str | Path 
         if error.validator == "additionalProperties":
             lines.append(f"  {_key(key)}: {error.message}" + (f" (in {src})" if (src := _defined_in(key, files)) else ""))
             continue
-        source = _defined_in(key, files, error.instance)
-        value = repr(error.instance)
-        value = value if len(value) <= 80 else value[:77] + "..."
-        lines.append(f"  {_key(key)} = {value}: {_reason(error)}"
-                     + (f" (set in {source})" if source else " (a default or --config value)"))
-    more = f"\n  ... and {len(errors) - 5} more" if len(errors) > 5 else ""
+        lines.append(_value_line(key, error.instance, _reason(error), files))
+    if lines:
+        refuse_lines(lines, files, f", schema {schema}", total=len(non_finite) + len(errors))
+
+
+def refuse_lines(lines: Sequence[str], files: Sequence[str | Path] = (), what: str = "",
+                 total: int | None = None) -> None:
+    """ConfigError of ``lines`` (at most 5 shown; ``total``: the problems there are, if more
+    than the lines) under a heading naming the config files."""
+    total = len(lines) if total is None else total
+    more = f"\n  ... and {total - min(len(lines), 5)} more" if total > min(len(lines), 5) else ""
     names = ", ".join(str(f) for f in files) or "the config"
-    raise ConfigError(f"invalid config ({names}), schema {schema}:\n" + "\n".join(lines) + more)
+    raise ConfigError(f"invalid config ({names}){what}:\n" + "\n".join(lines[:5]) + more)
 
 
 # ---------------------------------------------------------------- defaults
