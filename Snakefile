@@ -28,6 +28,13 @@ try:  # a few lines naming the key, value and config file (Snakemake's own messa
 except configcheck.ConfigError as exc:
     raise WorkflowError(str(exc)) from None
 validate(config, schema=configcheck.SCHEMA)  # fills in the schema's defaults
+if not (workflow.remote_exec or workflow.subprocess_exec):  # planning, not each job's parse
+    from calibench.sources import check_populations
+
+    try:  # a population that selects no network, or one the archive does not hold
+        check_populations(config, CONFIG_FILES)
+    except configcheck.ConfigError as exc:
+        raise WorkflowError(str(exc)) from None
 
 
 include: "workflow/rules/common.smk"

@@ -171,6 +171,47 @@ def test_config_errors_name_the_file_line_and_key_in_a_few_lines(finished, tmp_p
     assert not (workdir / "results").exists()
 
 
+def test_a_population_of_no_network_or_past_the_archive_and_a_nan_are_refused_before_any_job(finished, tmp_path):
+    # each was a config the schema let through: the run wrote an empty population and replaced the
+    # table by a 0-row parquet, failed at job time having deleted the population file, or measured
+    # every TACE as 0.0; now a config error (exit 2) naming the key and the file, and nothing changes
+    workdir = _clone(finished, tmp_path / "refused")
+    kept = {p: p.read_bytes() for p in sorted((workdir / "results").glob("tables/*.parquet"))
+            + sorted((workdir / "results").glob("population/*.json"))}
+    assert len(kept) == 2
+    tiny = yaml.safe_load((workdir / "tiny.yaml").read_text())
+    archive = "resources/minibench/NATS-sss-v1_0-50262-full"
+    for over, said in [
+        ({"population": {"sss": {"mode": "list"}}}, "population.sss.indices: required with mode: list"),
+        ({"population": {"sss": {"mode": "list", "indices": []}}},
+         "population.sss.indices = []: [] should be non-empty"),
+        ({"population": {"sss": {"mode": "range", "start": 5, "stop": 2}}},
+         "population.sss = {'mode': 'range', 'start': 5, 'stop': 2}: range start 5 is not below stop 2: it selects "
+         "no network (set in tiny.yaml)"),
+        ({"population": {"sss": {"mode": "list", "indices": [1, 99999]}}},
+         f"population.sss.indices = [1, 99999]: index 99999 is outside [0, 4) (4 architectures: the archive {archive}) "
+         "(set in tiny.yaml)"),
+        ({"tace_threshold": float("nan")}, "tace_threshold = nan: not a finite number: no key takes NaN or infinity "
+                                           "(set in tiny.yaml)"),
+        ({"temperature": {"val_fraction": float("nan")}}, "temperature.val_fraction = nan: not a finite number"),
+    ]:
+        (workdir / "tiny.yaml").write_text(yaml.safe_dump({**tiny, **over}))
+        proc = _run(workdir, RUN_TABLE)
+        text = proc.stdout + proc.stderr
+        assert proc.returncode == 2, text
+        assert said in proc.stderr and "Traceback" not in text and len(text.splitlines()) <= 3, text
+    proc = _run(workdir, SNAKEMAKE + ["-n"])  # a plain snakemake refuses it too, as it plans
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "temperature.val_fraction = nan: not a finite number" in text
+    (workdir / "tiny.yaml").write_text(yaml.safe_dump({**tiny, "population": {"sss": {"mode": "list",
+                                                                                   "indices": [4]}}}))
+    proc = _run(workdir, SNAKEMAKE + ["-n"])
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "population.sss.indices = [4]: index 4 is outside [0, 4)" in text, text
+    assert len(text.splitlines()) < 15, text
+    assert {p: p.read_bytes() for p in kept} == kept  # the table and the population as they were
+
+
 def test_a_second_run_while_one_is_live_is_told_not_to_unlock(finished, tmp_path):
     # The finished run with a bin count added: the live run has measurement jobs to do, and no inference.
     workdir = _clone(finished, tmp_path / "busy")

@@ -203,7 +203,9 @@ def check(config: Mapping, files: Sequence[str | Path] = (), schema: str | Path 
         if error.validator == "required":
             missing = error.message.split("'")[1] if "'" in error.message else error.message
             key = [*key, missing]
-            lines.append(f"  {_key(key)}: required key missing (add it to your config file)")
+            condition = _condition(schema_doc, error)
+            lines.append(f"  {_key(key)}: required" + (f" with {condition}" if condition else " key missing")
+                         + " (add it to your config file)")
             continue
         if error.validator == "additionalProperties":
             lines.append(f"  {_key(key)}: {error.message}" + (f" (in {src})" if (src := _defined_in(key, files)) else ""))
@@ -221,6 +223,38 @@ def refuse_lines(lines: Sequence[str], files: Sequence[str | Path] = (), what: s
     more = f"\n  ... and {total - min(len(lines), 5)} more" if total > min(len(lines), 5) else ""
     names = ", ".join(str(f) for f in files) or "the config"
     raise ConfigError(f"invalid config ({names}){what}:\n" + "\n".join(lines[:5]) + more)
+
+
+def refuse(problems: Sequence[tuple[Sequence, object, str]], files: Sequence[str | Path] = ()) -> None:
+    """ConfigError with a line per (key path, value, what is wrong), naming the file that set
+    each value, as :func:`check` says a schema violation: for what the schema cannot see (a
+    population that selects no network: ``calibench.sources.check_populations``). Nothing if
+    there are no problems."""
+    if problems:
+        refuse_lines([_value_line(list(key), value, reason, files) for key, value, reason in problems], files)
+
+
+def _condition(schema_doc: Mapping, error) -> str:
+    """``mode: list``: the constant values an ``if`` asks for, where a ``required`` error comes
+    from its ``then`` (the key is required only then); "" otherwise."""
+    path = list(error.absolute_schema_path)
+    if len(path) < 2 or path[-2] != "then":
+        return ""
+    node = schema_doc
+    try:
+        for part in path[:-2]:
+            while isinstance(node, Mapping) and part not in node and str(node.get("$ref", "")).startswith("#/"):
+                target = schema_doc  # a local $ref: the path goes on inside its target
+                for name in node["$ref"][2:].split("/"):
+                    target = target[name]
+                node = target
+            node = node[part]
+        condition = node["if"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    consts = [f"{name}: {sub['const']}" for name, sub in (condition.get("properties") or {}).items()
+              if isinstance(sub, Mapping) and "const" in sub]
+    return ", ".join(consts)
 
 
 # ---------------------------------------------------------------- defaults

@@ -53,7 +53,11 @@ def _config_and_targets(args: argparse.Namespace) -> tuple[dict, list[str]]:
         if Path(DEFAULT_CONFIG).is_file() and Path(SCHEMA).is_file():
             # before Snakemake: the schema's defaults are not filled in, so required keys are
             # those the files must give
-            check(config, [f for f in dict.fromkeys([DEFAULT_CONFIG, args.configfile]) if Path(f).is_file()])
+            files = [f for f in dict.fromkeys([DEFAULT_CONFIG, args.configfile]) if Path(f).is_file()]
+            check(config, files)
+            from calibench.sources import check_populations
+
+            check_populations(config, files)  # what the schema cannot see: a selection of no network
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     results = config["results"]

@@ -29,6 +29,17 @@ def source_module(settings: Mapping):
     return import_module(MODULES[settings.get("source", "nats")], __name__)
 
 
+def check_populations(config: Mapping, files=()) -> None:
+    """Before any job: :class:`calibench.config.check.ConfigError` naming the key, the value and
+    the config file of each NATS-Bench ``population`` entry that selects no network, or one the
+    space's archive does not hold (its size from the archive's meta or the mini benchmark's
+    ``minibench.n_<space>``: :func:`calibench.sources.nats.population.check_selections`)."""
+    from calibench.config.check import refuse
+    from calibench.sources.nats.population import check_selections
+
+    refuse(check_selections(config), files)
+
+
 def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     """The members of a population and their chunks (the workflow's checkpoint)."""
     return source_module(settings).write_population(settings, space, out)

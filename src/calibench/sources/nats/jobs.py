@@ -14,6 +14,7 @@ from calibench import integrity
 from calibench.config.check import schema_default
 from calibench.config.settings import INFERENCE_VERSION
 from calibench.sources import keys
+from calibench.sources.errors import SourceError
 from calibench.store import logits as store
 from calibench.integrity import write_json
 from calibench.inference.jobs import store_chunk_logits
@@ -51,7 +52,12 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
     arch_strs = pop.read_meta(settings["archive"])
     meta_sha256 = store.file_sha256(Path(settings["archive"]) / "meta.pickle.pbz2")
     representatives = pop.representatives(space, arch_strs)
-    selected = pop.select(space, arch_strs, settings["population"], reps=representatives)
+    try:  # the config check refused these before any job (pop.check_selections); an archive changed since
+        selected = pop.select(space, arch_strs, settings["population"], reps=representatives)
+    except ValueError as exc:
+        raise SourceError(f"{exc} ({len(arch_strs)} architectures in {settings['archive']})") from None
+    if not selected:
+        raise SourceError(f"population.{space}: selects no architecture of {settings['archive']}")
     doc = {
         "space": space,
         "archive": str(settings["archive"]),

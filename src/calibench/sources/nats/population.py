@@ -110,45 +110,144 @@ def select(space: str, arch_strs: Sequence[str], selection: Mapping | None = Non
     map each index to its class representative and deduplicate, since one measurement
     stands for the class; ``"unique_only": false`` evaluates the given indices as they are.
     ``reps``: :func:`representatives` of ``arch_strs`` when the caller has them already.
+    ValueError naming the key (:func:`selection_problems`) for a spec that selects no
+    network or one ``arch_strs`` does not hold.
     """
     check_space(space)
     selection = dict(selection or {})
-    mode = selection.pop("mode", "unique" if space == "tss" else "all")
-    if mode not in SELECTION_MODES:
-        raise ValueError(f"population.mode: expected one of {SELECTION_MODES}, got {mode!r}")
     n_archs = len(arch_strs)
     reps = representatives(space, arch_strs) if reps is None else reps
-    unique_only = bool(selection.pop("unique_only", space == "tss"))
     base = sorted(set(reps)) if space == "tss" else list(range(n_archs))
-
+    problems = selection_problems(space, selection, n_archs, n_base=len(base))
+    if problems:
+        raise ValueError("; ".join(f"population.{space}{'.' + key if key else ''}: {text}" for key, text in problems))
+    mode = selection.pop("mode", default_mode(space))
+    unique_only = bool(selection.pop("unique_only", space == "tss"))
     if mode == "all":
         chosen = list(range(n_archs))
         unique_only = False
     elif mode == "unique":
         chosen = sorted(set(reps))
     elif mode == "list":
-        chosen = [_check_index(i, n_archs) for i in selection.pop("indices", [])]
+        chosen = list(selection["indices"])
     elif mode == "range":
-        start, stop = int(selection.pop("start", 0)), int(selection.pop("stop", n_archs))
-        if not 0 <= start <= stop <= n_archs:
-            raise ValueError(f"population range [{start}, {stop}) is outside [0, {n_archs}]")
-        chosen = list(range(start, stop))
+        chosen = list(range(int(selection.get("start", 0)), int(selection.get("stop", n_archs))))
     else:
-        n = int(selection.pop("n"))
-        if not 0 < n <= len(base):
-            raise ValueError(f"population.n = {n}: must lie in [1, {len(base)}] for {space}")
-        chosen = random.Random(int(selection.pop("seed", 0))).sample(base, n)
-    if selection:
-        raise ValueError(f"population: unknown keys {sorted(selection)} for mode {mode!r}")
+        chosen = random.Random(int(selection.get("seed", 0))).sample(base, int(selection["n"]))
     if unique_only:
         chosen = [reps[i] for i in chosen]
     return sorted(set(chosen))
 
 
-def _check_index(index, n_archs: int) -> int:
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_archs:
-        raise ValueError(f"population index {index!r} is outside [0, {n_archs})")
-    return index
+def default_mode(space: str) -> str:
+    """The selection of a space whose config gives no ``mode``: TSS's representatives, all of SSS."""
+    return "unique" if space == "tss" else "all"
+
+
+# the keys each mode takes besides ``mode`` and ``unique_only``
+MODE_KEYS = {"all": (), "unique": (), "list": ("indices",), "range": ("start", "stop"), "sample": ("n", "seed")}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def selection_problems(space: str, selection: Mapping | None, n_archs: int, n_base: int | None = None,
+                       size_note: str = "") -> list[tuple[str, str]]:
+    """What is wrong with a selection spec over a space of ``n_archs`` architectures, as
+    (key under ``population.<space>``, "" for the entry itself; what is wrong): a mode that
+    does not exist, a key the mode does not take, ``list`` without indices or with an index
+    outside ``[0, n_archs)``, a ``range`` that is empty or reaches past ``n_archs``, ``sample``
+    without ``n`` or with more than ``n_base`` (the set it draws from; None: not checked).
+    [] for a spec that selects at least one network. ``size_note``: where ``n_archs`` comes
+    from, said with the problems that depend on it. The config check before any job
+    (:func:`check_selections`) and the population job (:func:`select`) both ask it."""
+    selection = dict(selection or {})
+    sized = f" ({size_note})" if size_note else ""
+    mode = selection.get("mode", default_mode(space))
+    if mode not in SELECTION_MODES:
+        return [("mode", f"expected one of {SELECTION_MODES}, got {mode!r}")]
+    out = []
+    unknown = sorted(set(selection) - {"mode", "unique_only", *MODE_KEYS[mode]})
+    if unknown:
+        takes = ", ".join(MODE_KEYS[mode]) or "no other key"
+        out.append(("", f"unknown keys {unknown} for mode {mode!r} (it takes {takes}, and unique_only)"))
+    if mode == "list":
+        indices = selection.get("indices")
+        if indices is None:
+            out.append(("indices", "required with mode: list"))
+        elif not indices:
+            out.append(("indices", "an empty list selects no network"))
+        else:
+            bad = [i for i in indices if not _is_int(i) or not 0 <= i < n_archs]
+            if bad:
+                out.append(("indices", f"index {bad[0]!r} is outside [0, {n_archs})"
+                            + (f", and {len(bad) - 1} more" if len(bad) > 1 else "") + sized))
+    elif mode == "range":
+        start, stop = selection.get("start", 0), selection.get("stop", n_archs)
+        if not _is_int(start) or not _is_int(stop):
+            out.append(("", f"range start and stop are integers, got {start!r}, {stop!r}"))
+        elif start >= stop:
+            out.append(("", f"range start {start} is not below stop {stop}: it selects no network"
+                        + ("" if "stop" in selection else " (stop left out: the number of architectures"
+                           + (f", {size_note})" if size_note else ")"))))
+        elif start < 0 or stop > n_archs:
+            out.append(("stop" if stop > n_archs else "start",
+                        f"range [{start}, {stop}) is outside [0, {n_archs}]{sized}"))
+    elif mode == "sample":
+        n = selection.get("n")
+        if n is None:
+            out.append(("n", "required with mode: sample"))
+        elif not _is_int(n) or not 1 <= n <= (n_base if n_base is not None else n_archs):
+            out.append(("n", f"must lie in [1, {n_base if n_base is not None else n_archs}] "
+                             f"for {space}{sized}"))
+    return out
+
+
+# NATS-Bench's sizes: the most architectures an archive of a space holds
+SPACE_SIZES = {"tss": 15625, "sss": 32768}
+
+
+def space_size(config: Mapping, space: str) -> tuple[int, str, Path | None]:
+    """How many architectures the run's archive of ``space`` holds, cheaply, before any job:
+    (count, where it comes from, the archive directory whose meta was read or None). The mini
+    benchmark this run builds: its ``minibench.n_<space>`` (else the built one's meta); an
+    archive on disk: its meta's length; else NATS-Bench's size (an upper bound)."""
+    from calibench.config.settings import under_minibench
+
+    archive = Path(config["archives"][space])
+    mini = config.get("minibench") or {}
+    key = f"n_{space}"
+    if mini.get("build") and under_minibench(config, archive) and key in mini:
+        return int(mini[key]), f"the mini benchmark this run builds, minibench.{key} = {mini[key]}", None
+    if (archive / META_FILE).is_file():
+        return len(read_meta(archive)), f"the archive {archive}", archive
+    return SPACE_SIZES[space], f"NATS-Bench's {space.upper()} (no archive at {archive} yet)", None
+
+
+def check_selections(config: Mapping) -> list[tuple[list, object, str]]:
+    """Each problem of the ``population`` entries of the NATS-Bench spaces the config runs, as
+    (key path, value, what is wrong): :func:`selection_problems` over the archive's size
+    (:func:`space_size`), before any job (a population job that fails has lost its previous
+    file already: Snakemake removes a job's outputs before it runs)."""
+    out = []
+    selections = config.get("population") or {}
+    for space in [s for s in config.get("spaces") or [] if s in SPACES]:
+        selection = selections.get(space)
+        if not isinstance(selection, Mapping):
+            continue
+        try:
+            n_archs, where, archive = space_size(config, space)
+            n_base = None
+            if space == "tss" and selection.get("mode") == "sample" and archive is not None:
+                n_base = len(set(tss_representatives(read_meta(archive))))  # about 0.1 s for 15,625
+        except ValueError:  # a damaged meta: the population job names it
+            n_archs, where, n_base = SPACE_SIZES[space], f"NATS-Bench's {space.upper()}", None
+        for key, text in selection_problems(space, selection, n_archs, n_base=n_base,
+                                            size_note=f"{n_archs} architectures: {where}"):
+            path = ["population", space, *([key] if key else [])]
+            out.append((path, selection.get(key) if key else dict(selection), text))
+    return out
 
 
 def chunks(indices: Sequence[int], size: int) -> list[list[int]]:
