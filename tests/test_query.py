@@ -134,3 +134,103 @@ def test_networks_holds_each_measurement_once_and_networks_all_marks_the_copies(
     assert "is_copy" not in [r[0] for r in con.execute("DESCRIBE networks").fetchall()]
     rows = con.execute("SELECT arch_index, measured_by FROM networks_all WHERE is_copy ORDER BY 1").fetchall()
     assert rows == sorted(copies.items())
+
+
+# ---------------------------------------------------------------- mistakes: one or two lines, exit 2, nothing written
+
+def _cli(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    return code, out, err
+
+
+def write_empty_table(results, target: str, dataset: str):
+    """What build-table writes when it measured no network: a sealed table without columns."""
+    from calibench.atomic import atomic_write
+    from calibench.results import tables
+
+    path = layout.table_path(results, target, dataset)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda f: tables._write_parquet(pd.DataFrame(), f, {"stages": [], "constants": {}}))
+    return path
+
+
+def test_a_table_without_columns_is_left_out_and_named(tmp_path, capsys):
+    """A table without columns (DuckDB cannot read one) is left out of networks, named on stderr
+    in one line; every query and top go on over the other tables."""
+    write_table(tmp_path, "tss_200", "cifar100", np.random.default_rng(5), n=8)
+    empty = write_empty_table(tmp_path, "tss_200", "cifar10")
+    assert query.connect(tmp_path).execute("SELECT 1").fetchall() == [(1,)]
+    capsys.readouterr()
+    for sql in ("SELECT 1 AS one", "SELECT count(*) AS n FROM networks"):
+        code, out, err = _cli(capsys, "query", sql, "--results", str(tmp_path))
+        assert code == 0 and out.split()[-1] == ("1" if "one" in sql else "8"), out
+        assert len(err.splitlines()) == 1 and str(empty) in err and "left out of networks" in err, err
+    code, out, err = _cli(capsys, "top", "--space", "tss", "--dataset", "cifar100", "-n", "3", "--results", str(tmp_path))
+    assert code == 0 and len(out.splitlines()) == 5 and err.count(str(empty)) == 1, (out, err)
+    code, out, err = _cli(capsys, "top", "--space", "tss", "--dataset", "cifar10", "--results", str(tmp_path))
+    assert code == 2 and "--dataset cifar10: not measured for space tss" in err and str(empty) in err, err
+    assert len(err.splitlines()) == 2, err
+
+
+def test_only_tables_without_columns_is_one_line_and_exit_2(tmp_path, capsys):
+    empty = write_empty_table(tmp_path, "tss_200", "cifar10")
+    for argv in (["query", "SELECT 1"], ["top", "--space", "tss", "--dataset", "cifar10"]):
+        code, out, err = _cli(capsys, *argv, "--results", str(tmp_path))
+        assert code == 2 and out == "", out
+        said = err.splitlines()
+        assert len(said) == 2 and str(empty) in said[0], err  # left out, and why nothing is left
+        assert said[1] == (f"calibench {argv[0]}: no result table with columns under {layout.tables_dir(tmp_path)}: "
+                           "every table there holds no measured network")
+
+
+def test_a_table_duckdb_cannot_read_is_named(tmp_path):
+    """Should DuckDB fail on the tables where the checks before it passed, the error names the
+    first table it cannot read on its own (main: one line, exit 2)."""
+    import duckdb
+
+    write_table(tmp_path, "tss_200", "cifar100", np.random.default_rng(6), n=6)
+    empty = write_empty_table(tmp_path, "tss_200", "cifar10")
+    tables = layout.result_tables(tmp_path)
+    error = query._unreadable_table(duckdb.connect(), tables, RuntimeError("both"))
+    assert isinstance(error, ValueError) and str(error).startswith(f"{empty}: DuckDB cannot read this result table (")
+    assert len(str(error).splitlines()) == 1
+
+
+@pytest.mark.parametrize("where", ["the table", "a new file", "through a link", "the results directory"])
+def test_output_inside_the_results_is_refused_and_nothing_written(tmp_path, capsys, where):
+    results = tmp_path / "results"
+    write_table(results, "tss_200", "cifar10", np.random.default_rng(7), n=6)
+    table = layout.table_path(results, "tss_200", "cifar10")
+    before = table.read_bytes()
+    (tmp_path / "link").symlink_to(table.parent)
+    output = {"the table": table, "a new file": results / "new.csv", "the results directory": results / "x.parquet",
+              "through a link": tmp_path / "link" / table.name}[where]
+    code, out, err = _cli(capsys, "query", "SELECT 1 AS a", "-o", str(output), "--results", str(results))
+    assert code == 2 and out == "", out
+    assert err.splitlines() == [err.rstrip("\n")] and err.startswith(f"calibench query: --output {output}: inside "
+                                                                       f"the results directory {results}"), err
+    assert ("through a link" in err) == (where == "through a link"), err
+    assert table.read_bytes() == before
+    assert not (results / "new.csv").exists() and not (results / "x.parquet").exists()
+    code, out, err = _cli(capsys, "query", "SELECT 1 AS a", "-o", str(tmp_path / "out.csv"), "--results", str(results))
+    assert code == 0 and (tmp_path / "out.csv").read_text().split() == ["a", "1"], err
+
+
+def test_export_out_inside_what_it_reads_is_refused(tmp_path, capsys):
+    results = tmp_path / "results"
+    write_table(results, "tss_200", "cifar10", np.random.default_rng(8), n=6)
+    table = layout.table_path(results, "tss_200", "cifar10")
+    before = sorted(p.name for p in results.rglob("*"))
+    for argv, refused in ((["--results", str(results), "--out", str(results / "tao")], True),
+                          (["--out", str(table.parent), str(table)], True),  # a table's results directory
+                          (["--out", str(tmp_path / "ex"), str(table)], False)):
+        code, out, err = _cli(capsys, "export", "--format", "tao2024", *argv)
+        if refused:
+            assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+            assert err.startswith(f"calibench export: --out {argv[argv.index('--out') + 1]}: inside the results "
+                                  f"directory {results}; calibench export only reads it"), err
+        else:
+            assert code == 0 and out.split() == [str(tmp_path / "ex" / "cifar10_tss.csv")], (out, err)
+    assert sorted(p.name for p in results.rglob("*")) == before

@@ -51,6 +51,7 @@ def connect(results: str | Path = "results", betas=None):
     from calibench.integrity import verify
 
     verify(tables)  # every byte checked before a query reads them (DuckDB checks nothing)
+    tables = _with_columns(tables, results)
     con = duckdb.connect()
     register_hcs(con)
     files = ", ".join(f"'{t}'" for t in tables)
@@ -58,8 +59,11 @@ def connect(results: str | Path = "results", betas=None):
     hcs = ", ".join(f'hcs(accuracy, {HCS_ECE}, {float(b)!r}) AS "hcs_{b:g}"' for b in betas)
     # networks: each measurement once; networks_all: every row, TSS isomorph copies too (is_copy),
     # each carrying its representative's (measured_by's) values
-    con.execute(f"CREATE VIEW networks_all AS SELECT *, {hcs}, coalesce(arch_index <> measured_by, false) AS is_copy "
-                f"FROM read_parquet([{files}], union_by_name = true)")
+    try:
+        con.execute(f"CREATE VIEW networks_all AS SELECT *, {hcs}, coalesce(arch_index <> measured_by, false) "
+                    f"AS is_copy FROM read_parquet([{files}], union_by_name = true)")
+    except duckdb.Error as exc:
+        raise _unreadable_table(con, tables, exc) from None
     con.execute("CREATE VIEW networks AS SELECT * EXCLUDE (is_copy) FROM networks_all WHERE NOT is_copy")
     for view, (_, folder_of, _) in _FILE_VIEWS.items():  # metrics, and the fit store's summaries (issue 35)
         if any(folder_of(results).rglob("*.parquet")):
@@ -69,6 +73,45 @@ def connect(results: str | Path = "results", betas=None):
                 if not _leave_out_damaged(con, results, exc):
                     raise
     return con
+
+
+def _with_columns(tables: list[Path], results: Path) -> list[Path]:
+    """``tables`` without those that have no columns (what a build that measured no network
+    writes; DuckDB cannot read one), named on stderr; ValueError if no table is left."""
+    import sys
+
+    import pyarrow.parquet as pq
+
+    from calibench import integrity
+
+    empty = []
+    for table in tables:
+        with integrity.naming(table):
+            if not pq.read_schema(table).names:
+                empty.append(table)
+    if empty:
+        print(f"calibench query: {len(empty)} result table(s) without columns (no network measured) left out of "
+              "networks: " + ", ".join(str(p) for p in empty[:5]) + (" ..." if len(empty) > 5 else ""),
+              file=sys.stderr)
+    kept = [t for t in tables if t not in set(empty)]
+    if not kept:
+        raise ValueError(f"no result table with columns under {layout.tables_dir(results)}: "
+                         "every table there holds no measured network")
+    return kept
+
+
+def _unreadable_table(con, tables: list[Path], exc: Exception) -> ValueError:
+    """The error to raise when DuckDB cannot make the ``networks`` view over ``tables``: the
+    first table it cannot read on its own, named, or else the tables together."""
+    import duckdb
+
+    for table in tables:
+        try:
+            con.execute(f"DESCRIBE SELECT * FROM read_parquet('{table}')")
+        except duckdb.Error as own:
+            return ValueError(f"{table}: DuckDB cannot read this result table ({_user_message(own)})")
+    return ValueError(f"the result tables under {tables[0].parent} do not combine into one view "
+                      f"({_user_message(exc)})")
 
 
 # The views over per-network files: the columns they show, the folder they read, what a file is.
@@ -188,17 +231,19 @@ def _user_message(exc: Exception) -> str:
     return " ".join(lines[:2])
 
 
-def run_query(sql: str, results: str | Path = "results", output: str | Path | None = None):
-    """Run SQL; print the result, or write it as CSV/parquet when ``output`` is given."""
+def run_query(sql: str, results: str | Path = "results", output: str | Path | None = None, con=None):
+    """Run SQL; print the result, or write it as CSV/parquet when ``output`` is given: never
+    inside ``results``. ``con``: a connection from :func:`connect`."""
     import duckdb
 
     if output is not None:
         output = Path(output)
         if output.suffix not in (".csv", ".parquet"):
             raise ValueError(f"--output {output}: use a .csv or .parquet file name")
+        refuse_inside(output, results, "--output", "calibench query only reads it")
         if output.is_dir() or not output.parent.is_dir():
             raise ValueError(f"--output {output}: " + ("a directory" if output.is_dir() else f"no directory {output.parent}"))
-    con = connect(results)
+    con = connect(results) if con is None else con
     try:
         rel, df = _sql(con, sql, Path(results))
     except duckdb.Error as exc:
@@ -219,6 +264,16 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
         raise ValueError(f"--output {output}: {_user_message(exc)}") from None
     print(f"wrote {output}")
     return output
+
+
+def refuse_inside(path: str | Path, results: str | Path, option: str, why: str) -> None:
+    """ValueError (one line naming ``path``) if ``path`` is ``results`` or lies inside it, symlinks
+    resolved: a command that reads a results directory writes no file of its own there."""
+    target, root = Path(path).resolve(), Path(results).resolve()
+    if target == root or root in target.parents:
+        linked = f" (through a link: {target})" if target != Path(path).absolute() else ""
+        raise ValueError(f"{option} {path}: inside the results directory {results}{linked}; {why}: "
+                         "write the output elsewhere")
 
 
 def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str | Path = "results",
@@ -258,4 +313,4 @@ def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str |
     select = ", ".join(f'"{c}"' for c in shown)
     sql = (f"SELECT {select} FROM networks WHERE space = '{space}' AND dataset = '{dataset}' "
            f"ORDER BY \"{by}\" {order} NULLS LAST LIMIT {int(n)}")
-    return run_query(sql, results)
+    return run_query(sql, results, con=con)

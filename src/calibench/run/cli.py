@@ -266,9 +266,17 @@ def _explore(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from calibench.results.interop import export_tao2024
+    from calibench.results.query import refuse_inside
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ValueError(f"--out {args.out}: not a directory")
+    # the results directories it reads: --results, or that of each table named in a tables/ folder
+    if args.tables:
+        read = sorted({Path(t).parent.parent for t in args.tables if Path(t).parent.name == layout.tables_dir(".").name})
+    else:
+        read = [Path(args.results)]
+    for results in read:
+        refuse_inside(args.out, results, "--out", "calibench export only reads it")
     written = export_tao2024(args.tables or args.results, args.out, expand_isomorphs=args.expand_isomorphs)
     for path in written:
         print(path)
@@ -366,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
                "example: calibench query \"SELECT dataset, avg(pre_ece_15) FROM networks GROUP BY dataset\"")
     q.add_argument("sql")
     q.add_argument("--results", default="results")
-    q.add_argument("--output", "-o", default=None, help="write CSV or parquet (by extension) instead of printing")
+    q.add_argument("--output", "-o", default=None, help="write CSV or parquet (by extension) instead of printing; not inside --results")
     q.set_defaults(func=_query)
 
     pv = sub.add_parser("provenance", help="what measured a result table's rows: software, device, keys")
@@ -434,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ex = sub.add_parser("export", help="result tables in another layout (tao2024: Tao et al.'s published CSVs)")
     ex.add_argument("--format", required=True, choices=["tao2024"])
-    ex.add_argument("--out", required=True, help="output directory")
+    ex.add_argument("--out", required=True, help="output directory (not inside the results directory it reads)")
     ex.add_argument("--results", default="results")
     ex.add_argument("--expand-isomorphs", action="store_true",
                     help="also write every TSS isomorph copy (a row repeating its representative's values), "
