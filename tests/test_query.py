@@ -234,3 +234,42 @@ def test_export_out_inside_what_it_reads_is_refused(tmp_path, capsys):
         else:
             assert code == 0 and out.split() == [str(tmp_path / "ex" / "cifar10_tss.csv")], (out, err)
     assert sorted(p.name for p in results.rglob("*")) == before
+
+
+def test_top_by_an_unknown_column_names_the_stages_only(tmp_path, capsys):
+    table = write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(9), n=6)
+    table.assign(recorded_accuracy=0.5, pre_accuracy=0.5, vs_accuracy=0.5).to_parquet(
+        layout.table_path(tmp_path, "tss_200", "cifar10"), index=False)
+    code, out, err = _cli(capsys, "top", "--space", "tss", "--dataset", "cifar10", "--by", "nosuch",
+                          "--results", str(tmp_path))
+    assert code == 2 and len(err.splitlines()) == 1 and "recorded" not in err, err
+    assert "(stages present: pre, post, vs; hcs columns: hcs_1, hcs_2, hcs_3)" in err, err
+
+
+@pytest.mark.parametrize("sql, said", [("INSTALL httpfs", "an INSTALL statement: extensions are not allowed"),
+                                       ("FORCE INSTALL httpfs", "an INSTALL statement: extensions are not allowed"),
+                                       ("LOAD httpfs", "a LOAD statement: extensions are not allowed"),
+                                       ("ATTACH 'x.db'", "an ATTACH statement: calibench query only reads")])
+def test_statements_that_do_not_read_are_named(tmp_path, capsys, sql, said):
+    write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(10), n=6)
+    code, out, err = _cli(capsys, "query", sql, "--results", str(tmp_path))
+    assert code == 2 and err.startswith(f"calibench query: {said}") and len(err.splitlines()) == 1, err
+
+
+def test_hcs_out_of_its_range_is_nan_in_python_and_null_in_sql(tmp_path, capsys):
+    """hcs is defined for accuracy and ECE in [0, 1] and beta > 0: NaN outside (Python), NULL in
+    SQL, as for a NULL input; printed as NULL, a real NaN as NaN."""
+    assert hcs(0.9, 0.1, 1) == pytest.approx(0.9)
+    bad = [(0.5, 2, 1), (1.5, 0.1, 1), (-0.1, 0.1, 1), (0.5, -0.1, 1), (0.5, 0.1, 0), (0.5, 0.1, -1),
+           (np.nan, 0.1, 1), (0, 1, 1)]
+    assert all(np.isnan(hcs(*args)) for args in bad)
+    np.testing.assert_array_equal(hcs([0.9, 2.0, 0.5], [0.1, 0.1, 1.5], 1), [hcs(0.9, 0.1, 1), np.nan, np.nan])
+    write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(11), n=6)
+    con = query.connect(tmp_path)
+    calls = ", ".join(f"hcs({a}, {e}, {b})" for a, e, b in bad + [(0.9, 0.1, 1)]).replace("nan", "'nan'::DOUBLE")
+    got = con.execute(f"SELECT {calls}, hcs(NULL, 0.1, 1), hcs(0.5, NULL, 1), hcs(0.5, 0.1, NULL)").fetchall()[0]
+    assert got[:len(bad)] == (None,) * len(bad) and got[len(bad)] == pytest.approx(0.9)
+    assert got[len(bad) + 1:] == (None, None, None)
+    code, out, err = _cli(capsys, "query", "SELECT hcs(NULL, 0.1, 1) AS h, hcs(0.5, 2, 1) AS out_of_range, "
+                          "'nan'::DOUBLE AS nan, NULL::VARCHAR AS s, 0.25::DOUBLE AS x", "--results", str(tmp_path))
+    assert code == 0 and out.split() == ["h", "out_of_range", "nan", "s", "x", "NULL", "NULL", "NaN", "NULL", "0.25"], out

@@ -12,23 +12,24 @@ from pathlib import Path
 
 from calibench import layout
 from calibench.config.check import schema_default
+from calibench.vocabulary import STAGES
 
 HCS_ECE = "pre_ece_15"  # the ECE of HCS (docs/metrics.md: the pre stage's 15-bin ECE)
 
 
 def _hcs_arrow(accuracy, ece, beta):
-    """:func:`calibench.metrics.scores.hcs` over DuckDB's arrow vectors; NULL in, NULL out."""
+    """:func:`calibench.metrics.scores.hcs` over DuckDB's arrow vectors: NULL in, NULL out, and
+    NULL wherever the Python function gives NaN (an input out of its range, or NaN)."""
     import numpy as np
     import pyarrow as pa
 
-    from calibench.metrics.hcs import hcs  # here, not at the top: only a query using HCS pays for torch
+    from calibench.metrics.hcs import hcs  # numpy only: a query pays for no torch
 
     columns = [c.to_numpy(zero_copy_only=False).astype(float) for c in (accuracy, ece, beta)]
-    nulls = np.zeros(len(accuracy), bool)
+    values = np.broadcast_to(hcs(*columns), (len(accuracy),))
+    nulls = np.isnan(values)  # a NULL input reads as NaN here
     for c in (accuracy, ece, beta):
         nulls |= c.is_null().to_numpy(zero_copy_only=False)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        values = hcs(*columns)
     return pa.array(values, pa.float64(), mask=nulls)
 
 
@@ -181,11 +182,26 @@ _READS = frozenset({"SELECT", "EXPLAIN", "PRAGMA", "CALL", "PIVOT", "UNPIVOT", "
 def _first_word(sql: str) -> str:
     """The statement's first keyword (upper case), past comments: DuckDB calls a PIVOT a MULTI
     statement, as it does a COPY or CREATE of one."""
+    words = _first_words(sql, 1)
+    return words[0] if words else ""
+
+
+def _first_words(sql: str, n: int) -> list[str]:
+    """The statement's first ``n`` keywords (upper case; an opening parenthesis is one), past comments."""
     import re
 
     text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S).lstrip()
     match = re.match(r"\(|[A-Za-z]+", text)
-    return match.group(0).upper() if match else ""
+    words = []
+    while match and len(words) < n:
+        words.append(match.group(0).upper())
+        text = text[match.end():].lstrip()
+        match = re.match(r"\(|[A-Za-z]+", text)
+    return words
+
+
+def _a(word: str) -> str:
+    return "an" if word[:1] in "AEIOU" else "a"
 
 
 def _sql(con, sql: str, results: Path):
@@ -197,19 +213,53 @@ def _sql(con, sql: str, results: Path):
     if len(statements) != 1:
         raise QueryError("no SQL statement given" if not statements else
                          f"{len(statements)} statements given: one at a time")
-    kind = statements[0].type.name
+    try:
+        kind = statements[0].type.name
+    except ValueError:  # a kind this duckdb's Python enum lacks (UPDATE EXTENSIONS): the first word
+        kind = "MULTI"
     kind = _first_word(sql) if kind == "MULTI" else kind
+    reads = "calibench query only reads (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)"
+    if kind == "LOAD":  # DuckDB's kind of INSTALL, FORCE INSTALL and LOAD alike
+        word = "INSTALL" if "INSTALL" in _first_words(sql, 2) else "LOAD"
+        raise QueryError(f"{_a(word)} {word} statement: extensions are not allowed; {reads}")
     if kind not in _READS:
-        raise QueryError(f"a {kind} statement: calibench query only reads (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN); "
-                         "-o FILE writes a result")
+        raise QueryError(f"{_a(kind)} {kind} statement: {reads}; -o FILE writes a result")
     try:
         rel = con.sql(sql)
-        return rel, rel.df()
+        return rel, _arrow(rel)
     except duckdb.Error as exc:
         if not _leave_out_damaged(con, results, exc):
             raise
         rel = con.sql(sql)
-        return rel, rel.df()
+        return rel, _arrow(rel)
+
+
+def _arrow(rel):
+    """The relation's rows as one pyarrow Table (it keeps NULL apart from NaN; pandas does not)."""
+    import pyarrow as pa
+
+    table = rel.arrow()  # a RecordBatchReader in DuckDB 1.4+, a Table before
+    return table.read_all() if isinstance(table, pa.RecordBatchReader) else table
+
+
+def _shown(table, df):
+    """``df`` (``table`` as pandas) for printing: NULL where ``table`` holds NULL, in every
+    column type (pandas shows a NULL double as NaN, a real NaN too; a NULL string as None)."""
+    import pandas as pd
+
+    shown = df.copy()
+    for i in range(table.num_columns):
+        nulls = table.column(i).is_null().to_numpy(zero_copy_only=False)
+        if not nulls.any():
+            continue
+        column = df.iloc[:, [i]]
+        if pd.api.types.is_float_dtype(column.dtypes.iloc[0]):  # pandas' common float format, kept
+            text = [line.strip() for line in column.to_string(index=False, header=False).splitlines()]
+        else:
+            text = column.iloc[:, 0].astype(object).tolist()
+        shown.isetitem(i, pd.Series(["NULL" if null else value for value, null in zip(text, nulls)],
+                                    index=df.index, dtype=object))
+    return shown
 
 
 VIEWS_HELP = ("views: networks (one row per measured network and table: the tables' columns, e.g. space, hp, "
@@ -232,8 +282,8 @@ def _user_message(exc: Exception) -> str:
 
 
 def run_query(sql: str, results: str | Path = "results", output: str | Path | None = None, con=None):
-    """Run SQL; print the result, or write it as CSV/parquet when ``output`` is given: never
-    inside ``results``. ``con``: a connection from :func:`connect`."""
+    """Run SQL; print the result (NULL shown as NULL), or write it as CSV/parquet when
+    ``output`` is given: never inside ``results``. ``con``: a connection from :func:`connect`."""
     import duckdb
 
     if output is not None:
@@ -245,7 +295,7 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
             raise ValueError(f"--output {output}: " + ("a directory" if output.is_dir() else f"no directory {output.parent}"))
     con = connect(results) if con is None else con
     try:
-        rel, df = _sql(con, sql, Path(results))
+        rel, table = _sql(con, sql, Path(results))
     except duckdb.Error as exc:
         for view, (_, folder_of, noun) in _FILE_VIEWS.items():  # a view over files this results directory lacks
             if f"name {view} does not exist" in str(exc) and not any(folder_of(results).rglob("*.parquet")):
@@ -255,8 +305,9 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
     if output is None:
         import pandas as pd
 
+        df = con.from_arrow(table).df()  # DuckDB's own pandas types, as rel.df() gives
         with pd.option_context("display.max_rows", 200, "display.max_columns", 50, "display.width", 200):
-            print(df.to_string(index=False))
+            print(_shown(table, df).to_string(index=False))
         return df
     try:
         (rel.write_parquet if output.suffix == ".parquet" else rel.write_csv)(str(output))
@@ -291,7 +342,7 @@ def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str |
     columns = [r[0] for r in con.execute("DESCRIBE networks").fetchall()]
     if by not in columns:
         near = difflib.get_close_matches(by, columns, n=4, cutoff=0.6)
-        stages = sorted({c.split("_", 1)[0] for c in columns if c.endswith("_accuracy")})
+        stages = [s for s in STAGES if any(c.startswith(f"{s}_") for c in columns)]  # not recorded_accuracy's
         raise QueryError(f"--by {by}: not a column of the networks view"
                          + (f"; nearest: {', '.join(near)}" if near else "")
                          + f" (stages present: {', '.join(stages)}; hcs columns: "
