@@ -1029,3 +1029,27 @@ def test_an_explorer_written_again_by_hand_keeps_the_runs_demo_banner_and_min_ne
     shutil.rmtree(results / "explorer")
     explorer.write_explorer(results, demo=True)
     assert manifest(results)["demo"] is True
+
+
+def test_the_explorers_checksums_list_only_its_own_files_not_one_set_aside_beside_them(workflow_run, tmp_path):
+    """A page set aside by the repair check (``index.html.changed``, removed once its rebuild passes)
+    was listed in the rebuilt explorer's SHA256SUMS; removed, it was missing at the next run's check,
+    which set the page aside again: every `calibench run` rebuilt the explorer."""
+    import shutil
+
+    from calibench import integrity
+    from calibench.run import repair
+
+    results = tmp_path / "results"
+    shutil.copytree(workflow_run / "results" / "tables", results / "tables")
+    explorer.write_explorer(results)
+    root = layout.explorer_dir(results)
+    stray = root / f"index.html{repair.SET_ASIDE}"
+    shutil.copy(root / "index.html", stray)
+    explorer.write_explorer(results)
+    sums = layout.explorer_sums(results)
+    listed = [line.split("  ", 1)[1] for line in sums.read_text().splitlines()]
+    assert "index.html" in listed and "plotly.min.js" in listed and "data/manifest.js" in listed
+    assert not any(name.endswith(repair.SET_ASIDE) for name in listed), listed
+    assert repair.clear_rebuilt(results) == [stray]  # the rebuild passes: the set-aside copy goes
+    assert integrity.check_sums(sums) is None  # and the page still passes its check
