@@ -19,6 +19,8 @@ ROW_COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "stag
 TABLE_EXTRA_COLUMNS = ("measured_by",)
 # The spaces of NATS-Bench; other names are populations from config ``populations``.
 NATS_SPACES = ("tss", "sss")
+# Architectures in each space of NATS-Bench (its archives' meta; docs/architecture.md)
+NATS_SPACE_SIZES = {"tss": 15625, "sss": 32768}
 
 
 def not_a_result_table(names) -> str | None:

@@ -61,14 +61,14 @@ from calibench.results.interop_columns import (  # noqa: F401 (the column table,
 from calibench.results.interop_columns import (ALIASES, BINNED, OUR_BINNED, PER_ROW, REQUIRED, SCALARS,
                                                UNBINNED, our_name)
 from calibench.results.tables import FIRST, METADATA_KEY, NATS_INDEX, PROVENANCE, table_metadata
-from calibench.vocabulary import not_a_result_table
+from calibench.vocabulary import NATS_SPACE_SIZES, not_a_result_table
 
 log = logging.getLogger(__name__)
 
 FORMAT = "tao2024"
 DEFAULT_HP = {"tss": "200", "sss": "90"}  # the schedules the published files hold
 DEFAULT_SEED = 777  # the first seed of those schedules, the one the published files evaluated
-N_ARCHS = {"tss": 15625, "sss": 32768}
+N_ARCHS = NATS_SPACE_SIZES
 CLASSES = {"cifar10": 10, "cifar10-valid": 10, "cifar100": 100, "ImageNet16-120": 120}
 _FILE_DATASET = {"ImageNet16-120": "ImageNet"}  # our dataset name -> the file name's, where they differ
 _DATASET_OF_FILE = {"cifar10": "cifar10", "cifar10-valid": "cifar10-valid", "cifar100": "cifar100",

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from calibench.sources.nats.archstr import parse_sss, parse_tss
+from calibench.vocabulary import NATS_SPACE_SIZES
 
 SPACES = ("tss", "sss")
 META_FILE = "meta.pickle.pbz2"
@@ -205,7 +206,7 @@ def selection_problems(space: str, selection: Mapping | None, n_archs: int, n_ba
 
 
 # NATS-Bench's sizes: the most architectures an archive of a space holds
-SPACE_SIZES = {"tss": 15625, "sss": 32768}
+SPACE_SIZES = NATS_SPACE_SIZES
 
 
 def space_size(config: Mapping, space: str) -> tuple[int, str, Path | None]:
