@@ -276,14 +276,6 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
     return summary
 
 
-def fit_keys(settings: Mapping, logits_key: str, labels_sha256: str) -> dict[str, str]:
-    """Per fitted stage, the key its fit-store entry must have (:func:`calibench.store.fits.fit_key`)."""
-    from calibench.config.settings import stage_fit_settings
-
-    return {stage: fit_store.fit_key(stage_fit_settings(settings, stage), logits_key, labels_sha256)
-            for stage in settings["stages"] if stage != "pre"}
-
-
 def _with_stored_fits(results: Path, space: str, hp: str, dataset: str, index: int, networks: list[StoredNetwork],
                       keys: Mapping[str, str], problems: list[dict]) -> list[StoredNetwork]:
     """``networks`` (the seeds of one architecture) with their stored fits whose keys match; a
@@ -416,7 +408,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
                     stage_counts[how][stage] = stage_counts[how].get(stage, 0) + 1
                 by_index.setdefault(index, []).append(shards.shard_table(provenance, stages))
                 reliability.setdefault(index, {})[seed] = rel
-                expected = fit_keys(settings, provenance["logits_key"], labels_sha)
+                expected = fit_store.fit_keys(settings, provenance["logits_key"], labels_sha)
                 for stage in set(expected) - set(made):
                     if plan.get(stage, True):  # re-applied (a kept stage with no new bins is not)
                         fit_counts["reused"][stage] = fit_counts["reused"].get(stage, 0) + 1
@@ -453,7 +445,7 @@ def measure_chunk_job(settings: Mapping, runtime: Mapping, space: str, hp: str, 
             try:
                 networks = _read_stored(results, space, hp, dataset, index, logits_keys[index], labels_read)
                 networks = _with_stored_fits(results, space, hp, dataset, index, networks,
-                                             fit_keys(settings, logits_keys[index], labels_sha), fit_problems)
+                                             fit_store.fit_keys(settings, logits_keys[index], labels_sha), fit_problems)
                 if index in other_settings:
                     kept = kept_rows_of(layout.shard_path(results, space, hp, dataset, index), settings,
                                       stage_keys(settings, logits_keys[index]), [n.seed for n in networks])

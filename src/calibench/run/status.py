@@ -88,13 +88,12 @@ def _held_in_fit_store(results, settings: dict, table: str, space: str, hp: str,
                        stages: list[str]) -> set[str]:
     """Of ``stages`` (not in the table's recorded stages: a stage dropped, then added back), those
     whose fit under ``settings`` the fit store holds for the table's first network: its rerun
-    re-applies them (the job checks each network's keys, :func:`calibench.measure.jobs.fit_keys`).
+    re-applies them (the job checks each network's keys, :func:`calibench.store.fits.fit_keys`).
     Read from one fit file; set() where anything is missing or unreadable."""
     if not stages:
         return set()
     import pyarrow.parquet as pq
 
-    from calibench.config.settings import stage_fit_settings
     from calibench.store import fits as fit_store
     from calibench.store.logits import read_labels
 
@@ -104,8 +103,8 @@ def _held_in_fit_store(results, settings: dict, table: str, space: str, hp: str,
             return set()
         row = first[0]
         labels = layout.labels_path(results, dataset, space=None if space in vocabulary.NATS_SPACES else space)
-        sha = read_labels(labels).meta["labels_sha256"]
-        keys = {s: fit_store.fit_key(stage_fit_settings(settings, s), row["logits_key"], sha) for s in stages}
+        keys = fit_store.fit_keys({**settings, "stages": stages}, row["logits_key"],
+                                  read_labels(labels).meta["labels_sha256"])
         held = fit_store.read_network_fits(layout.fits_path(results, space, hp, dataset, row["arch_index"]))
     except Exception:  # noqa: BLE001 - anything missing or damaged: the plan says fits made again, the job decides
         return set()

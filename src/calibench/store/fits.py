@@ -60,6 +60,16 @@ def fit_key(stage_settings: Mapping, logits_key: str, labels_sha256: str) -> str
     return digest({"fit": dict(stage_settings), "logits": logits_key, "labels": labels_sha256})
 
 
+def fit_keys(settings: Mapping, logits_key: str, labels_sha256: str) -> dict[str, str]:
+    """Per fitted stage of ``settings["stages"]`` (measurement settings), the key its fit-store
+    entry must have (:func:`fit_key`): what a measurement job checks, and what ``calibench status``
+    compares to say a fit is re-applied."""
+    from calibench.config.settings import stage_fit_settings
+
+    return {stage: fit_key(stage_fit_settings(settings, stage), logits_key, labels_sha256)
+            for stage in settings["stages"] if stage != "pre"}
+
+
 def write_network_fits(path: str | Path, index: int, fits: Mapping[int, Mapping[str, StageFit]], *,
                        space: str, hp: str, dataset: str, meta: Mapping | None = None) -> Path:
     """Write one network's fits, ``{seed: {stage: StageFit}}``, sealed and atomically."""
