@@ -139,9 +139,17 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
     skip = set(tables.table_metadata(tmp_path / "imported_once" / "tables" / "tss_200_cifar10.parquet")["unavailable"])
     assert_same(measured.reset_index(drop=True), got, skip | {"pre_accuracy", "post_accuracy"})
     # --expand-isomorphs: every row, the copies marked by measured_by (the config of the measured row)
+    caplog.clear()
+    caplog.set_level(logging.DEBUG, logger="calibench.results.interop")
     files = interop.export_tao2024(results / "tables", tmp_path / "tao", expand_isomorphs=True)
     assert sorted(f.name for f in files) == ["ImageNet_sss.csv", "cifar100_sss_hp12.csv", "cifar10_tss.csv"]
-    assert "vs_ece_15" in caplog.text and "pre_ace_15" in caplog.text  # no place in the layout: logged
+    # no place in the layout: counted at INFO with three examples, every name at DEBUG (export --verbose)
+    counted = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO and "no place" in r.getMessage()]
+    assert len(counted) == 3 and all(re.search(r": \d+ columns with no place .* \(e\.g\. [^,]+, [^,]+, [^;]+;", m)
+                                     for m in counted), counted
+    named = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG)
+    assert "vs_ece_15" in named and "pre_ace_15" in named
+    caplog.set_level(logging.INFO, logger="calibench.results.interop")
 
     header = pd.read_csv(tmp_path / "tao" / "cifar10_tss.csv", nrows=0).columns.tolist()
     assert header[:9] == ["config", "acc", "correct_confidence", "incorrect_confidence", "arch", "pre_ECE_5",
@@ -183,6 +191,20 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
     again = interop.export_tao2024(tmp_path / "imported", tmp_path / "tao2", expand_isomorphs=True)
     for f in again:
         assert f.read_bytes() == (tmp_path / "tao" / f.name).read_bytes(), f.name
+
+
+def test_export_skips_a_table_without_columns_with_a_warning_and_writes_the_others(tmp_path, caplog):
+    """A table without columns (what a build that measured no network leaves) is named and
+    skipped, as the docstring says; the other tables of the directory are still exported."""
+    results = tmp_path / "results"
+    build(results, "sss", "90", "cifar10", 5)
+    empty = layout.table_path(results, layout.target_name("tss", "200"), "cifar10")
+    pd.DataFrame().to_parquet(empty)
+    caplog.set_level(logging.INFO, logger="calibench.results.interop")
+    written = interop.export_tao2024(results / "tables", tmp_path / "out")
+    assert [p.name for p in written] == ["cifar10_sss.csv"]
+    assert f"{empty}: a table without columns (no network measured), nothing to export" in caplog.text
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cifar10_sss.csv"]
 
 
 def test_export_writes_the_nats_bench_index_as_config(tmp_path):

@@ -256,13 +256,39 @@ def test_statements_that_do_not_read_are_named(tmp_path, capsys, sql, said):
     assert code == 2 and err.startswith(f"calibench query: {said}") and len(err.splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("url", ["https://example.com/x.csv", "s3://bucket/x.parquet"])
+def test_a_remote_path_is_refused_without_loading_an_extension(tmp_path, capsys, url):
+    """A SELECT over a remote path would make DuckDB install and load httpfs by itself; the
+    connection forbids that, and the user reads one line naming the path."""
+    write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(11), n=6)
+    reader = "read_csv" if url.endswith(".csv") else "read_parquet"
+    code, out, err = _cli(capsys, "query", f"SELECT * FROM {reader}('{url}')", "--results", str(tmp_path))
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"{url} needs DuckDB's httpfs extension, which calibench query does not load" in err, err
+    con = query.connect(tmp_path)
+    loaded = {name for name, in con.sql("SELECT extension_name FROM duckdb_extensions() WHERE loaded").fetchall()}
+    assert "httpfs" not in loaded
+    assert con.sql("SELECT current_setting('autoload_known_extensions'), "
+                   "current_setting('autoinstall_known_extensions')").fetchall() == [(False, False)]
+
+
+def con_value(results, sql: str):
+    write_table(results, "tss_200", "cifar10", np.random.default_rng(12), n=6)
+    return query.connect(results).execute(sql).fetchall()[0][0]
+
+
 def test_hcs_out_of_its_range_is_nan_in_python_and_null_in_sql(tmp_path, capsys):
     """hcs is defined for accuracy and ECE in [0, 1] and beta > 0: NaN outside (Python), NULL in
     SQL, as for a NULL input; printed as NULL, a real NaN as NaN."""
     assert hcs(0.9, 0.1, 1) == pytest.approx(0.9)
     bad = [(0.5, 2, 1), (1.5, 0.1, 1), (-0.1, 0.1, 1), (0.5, -0.1, 1), (0.5, 0.1, 0), (0.5, 0.1, -1),
-           (np.nan, 0.1, 1), (0, 1, 1)]
+           (np.nan, 0.1, 1)]
     assert all(np.isnan(hcs(*args)) for args in bad)
+    # acc 0, ECE 1: the formula's 0/0, where the score is its limit 0; next to it the score is small
+    assert [hcs(0, 1, b) for b in (0.5, 1, 3)] == [0.0, 0.0, 0.0]
+    near = hcs(np.array([1e-9, 0.0, 1e-9]), np.array([1.0, 1 - 1e-9, 1 - 1e-9]), 2)
+    assert (near >= 0).all() and (near < 3e-9).all(), near
+    assert con_value(tmp_path, "SELECT hcs(0, 1, 2)") == 0.0
     np.testing.assert_array_equal(hcs([0.9, 2.0, 0.5], [0.1, 0.1, 1.5], 1), [hcs(0.9, 0.1, 1), np.nan, np.nan])
     write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(11), n=6)
     con = query.connect(tmp_path)

@@ -318,13 +318,24 @@ def test_every_job_records_its_time_and_peak_memory(finished_run):
             assert row["s"] > 0 and 50 < row["max_rss"] < 8000, (record, row.to_dict())  # MB: torch alone is ~300
 
 
-def test_export_import_and_nas_commands(finished_run, tmp_path):
+def test_export_import_and_nas_commands(finished_run, tmp_path, caplog):
     """The finished run's tables out in the published layout, back in, and NAS on them."""
+    import logging
+
     from calibench.run.cli import main
     from calibench.results.query import run_query
 
     out, imported = tmp_path / "tao", tmp_path / "imported"
+    caplog.set_level(logging.INFO, logger="calibench.results.interop")
     assert main(["export", "--format", "tao2024", "--out", str(out), "--results", str(finished_run / "results")]) == 0
+    # the columns with no place in the layout: counted, not every name (--verbose names them)
+    assert "columns with no place in the tao2024 layout left out" in caplog.text
+    assert "vs_ece_15" not in caplog.text
+    caplog.clear()
+    assert main(["export", "--format", "tao2024", "--verbose", "--out", str(tmp_path / "tao_v"),
+                 "--results", str(finished_run / "results")]) == 0
+    assert "vs_ece_15" in caplog.text
+    assert all((tmp_path / "tao_v" / p.name).read_bytes() == p.read_bytes() for p in out.glob("*.csv"))
     assert sorted(p.name for p in out.glob("*.csv")) == sorted(
         f"{name}_{space}.csv" for space in ("tss", "sss") for name in ("cifar10", "cifar100", "ImageNet"))
     assert main(["import", "--format", "tao2024", str(out), "--results", str(imported)]) == 0

@@ -92,7 +92,8 @@ def export_tao2024(tables: str | Path | Iterable[str | Path], out_dir: str | Pat
 
     ``tables``: result table paths, or a directory of them (``results/tables`` or a results
     directory). Each measurement once; ``expand_isomorphs``: TSS isomorph copies too, marked
-    (:func:`export_frame`). Returns the files written (an empty table writes none, with a warning).
+    (:func:`export_frame`). Returns the files written (a table without rows or without columns,
+    one a build that measured no network leaves, writes none, with a warning).
     """
     paths = _table_paths(tables)
     out_dir = Path(out_dir)
@@ -106,6 +107,9 @@ def export_tao2024(tables: str | Path | Iterable[str | Path], out_dir: str | Pat
     for target, p in planned.items():
         with integrity.naming(p):
             table = pd.read_parquet(p)
+        if table.columns.empty:
+            log.warning("%s: a table without columns (no network measured), nothing to export", p)
+            continue
         frame = export_frame(table, source=str(p), expand_isomorphs=expand_isomorphs)
         if frame is None:
             continue
@@ -244,7 +248,9 @@ def export_frame(table: pd.DataFrame, source: str = "table", expand_isomorphs: b
         log.warning("%s: published columns left out (not in this table): %s", source, ", ".join(omitted))
     left = [c for c in table.columns if c not in used]
     if left:
-        log.info("%s: columns with no place in the tao2024 layout: %s", source, ", ".join(left))
+        log.info("%s: %d columns with no place in the tao2024 layout left out (e.g. %s; export --verbose names them all)",
+                 source, len(left), ", ".join(left[:3]))
+        log.debug("%s: columns with no place in the tao2024 layout: %s", source, ", ".join(left))
     return pd.DataFrame(out)
 
 

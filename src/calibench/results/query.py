@@ -8,6 +8,7 @@ SQL function ``hcs(accuracy, ece, beta)``: queries and the analysis share one fo
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from calibench import layout
@@ -53,7 +54,9 @@ def connect(results: str | Path = "results", betas=None):
 
     verify(tables)  # every byte checked before a query reads them (DuckDB checks nothing)
     tables = _with_columns(tables, results)
-    con = duckdb.connect()
+    # nothing fetched or loaded behind the user's back: a SELECT over an https:// path would
+    # otherwise install and load httpfs by itself (INSTALL and LOAD are refused in _sql)
+    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     register_hcs(con)
     files = ", ".join(f"'{t}'" for t in tables)
     betas = schema_default("analysis", "hcs_betas") if betas is None else betas
@@ -188,7 +191,6 @@ def _first_word(sql: str) -> str:
 
 def _first_words(sql: str, n: int) -> list[str]:
     """The statement's first ``n`` keywords (upper case; an opening parenthesis is one), past comments."""
-    import re
 
     text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S).lstrip()
     match = re.match(r"\(|[A-Za-z]+", text)
@@ -301,6 +303,10 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
             if f"name {view} does not exist" in str(exc) and not any(folder_of(results).rglob("*.parquet")):
                 raise QueryError(f"view {view}: no {noun} under {folder_of(results)} (tables imported with "
                                  "calibench import have none; the networks view has their values)") from None
+        needed = re.search(r"requires the extension (\w+)", str(exc))
+        if needed:
+            raise QueryError(f"{_user_message(exc).split(' requires')[0]} needs DuckDB's {needed.group(1)} "
+                             "extension, which calibench query does not load: it reads local files only") from None
         raise QueryError(f"{_user_message(exc)}\n{VIEWS_HELP}") from exc
     if output is None:
         import pandas as pd

@@ -277,6 +277,8 @@ def _export(args: argparse.Namespace) -> int:
         read = [Path(args.results)]
     for results in read:
         refuse_inside(args.out, results, "--out", "calibench export only reads it")
+    if args.verbose:
+        logging.getLogger("calibench.results.interop").setLevel(logging.DEBUG)
     written = export_tao2024(args.tables or args.results, args.out, expand_isomorphs=args.expand_isomorphs)
     for path in written:
         print(path)
@@ -447,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--expand-isomorphs", action="store_true",
                     help="also write every TSS isomorph copy (a row repeating its representative's values), "
                          "marked by a measured_by column (default: each measurement once)")
+    ex.add_argument("--verbose", "-v", action="store_true",
+                    help="name every column left out of the layout (default: their count and three of them)")
     ex.add_argument("tables", nargs="*", help="tables to export (default: every table under --results)")
     ex.set_defaults(func=_export)
 
