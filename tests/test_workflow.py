@@ -332,8 +332,13 @@ def test_export_import_and_nas_commands(finished_run, tmp_path, caplog):
     assert "columns with no place in the tao2024 layout left out" in caplog.text
     assert "vs_ece_15" not in caplog.text
     caplog.clear()
-    assert main(["export", "--format", "tao2024", "--verbose", "--out", str(tmp_path / "tao_v"),
-                 "--results", str(finished_run / "results")]) == 0
+    caplog.handler.setLevel(logging.DEBUG)  # the logger stays at INFO: --verbose must lower it
+    interop_log = logging.getLogger("calibench.results.interop")
+    try:
+        assert main(["export", "--format", "tao2024", "--verbose", "--out", str(tmp_path / "tao_v"),
+                     "--results", str(finished_run / "results")]) == 0
+    finally:
+        interop_log.setLevel(logging.INFO)
     assert "vs_ece_15" in caplog.text
     assert all((tmp_path / "tao_v" / p.name).read_bytes() == p.read_bytes() for p in out.glob("*.csv"))
     assert sorted(p.name for p in out.glob("*.csv")) == sorted(

@@ -161,12 +161,13 @@ def _after_tables(target: str) -> bool:
 
 def _status(args: argparse.Namespace) -> int:
     """What is complete, missing, damaged or stale for the current config; runs nothing and
-    changes no file (Snakemake's --summary, and the repair check in planning mode)."""
+    changes no file, Snakemake's own .snakemake/ included (--summary as a dry run writes no run
+    log or file-state cache; the repair check in planning mode)."""
     from calibench.run import repair
 
     config, targets = _config_and_targets(args)
     cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", "1", "--summary",
-           *targets, *args.snakemake_args]
+           "--dry-run", *targets, *args.snakemake_args]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:  # Snakemake's message without its frames: what the Snakefile said
         lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
