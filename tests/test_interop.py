@@ -349,7 +349,7 @@ def _set(column: str, row: int, value):
     (_set("arch", 2, "64:32:7:8:8"), r"column 'arch', line 4: .*64:32:7:8:8"),
     (lambda f: _set("config", 3, f["config"][0])(f), r"column 'config': .* line 5 repeats line 2"),
     (lambda f: _set("arch", 4, f["arch"][1])(f), r"column 'arch': .* line 6 repeats line 3"),
-    (_set("config", 1, 40000), r"column 'config', line 3: .*not an architecture index"),
+    (_set("config", 1, 40000), r"column 'config', line 3: 40000 is not an architecture index of sss \(0\.\.32767\)$"),
     (_set("acc", 5, "high"), r"column 'acc', line 7: not a number: 'high'"),
     (_set("acc", 5, np.nan), r"column 'acc', line 7: a missing value is not a fraction"),
     (_set("acc", 0, 150.0), r"column 'acc', line 2: .*not a fraction"),

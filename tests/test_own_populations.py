@@ -376,7 +376,7 @@ def test_npz_problems_are_errors_naming_the_file(tmp_path):
         "short": ({"logits": z, "labels": np.zeros(4, int)}, "5 rows of logits but 4 labels"),
         "nan": ({"logits": np.where(np.eye(5, 3) > 0, np.nan, z).astype(np.float32), "labels": np.zeros(5, int)},
                 "non-finite logits in 3 of 5 rows"),
-        "range": ({"logits": z, "labels": np.array([0, 1, 2, 3, 0])}, "labels outside [0, 3)"),
+        "range": ({"logits": z, "labels": np.array([0, 1, 2, 3, 0])}, "labels outside [0, 3), the classes of its 3 logit columns (labels: min 0, max 3"),
         "ood": ({"logits": z, "labels": np.zeros(5, int), "ood_noise": np.zeros((4, 2), np.float32)}, "'ood_noise'"),
         "ints": ({"logits": z.astype(int), "labels": np.zeros(5, int)}, "float32 or float64"),
     }

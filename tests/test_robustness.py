@@ -353,7 +353,7 @@ def test_errors_name_the_cause(tmp_path, files):
     for value, name in ((2.5, "frac"), (-1, "neg"), (15625, "big")):
         bad = raw.astype({"arch_index": float})
         bad.loc[9, "arch_index"] = value
-        with pytest.raises(ValueError, match=rf"{name}\.csv.*'arch_index', row 9"):
+        with pytest.raises(ValueError, match=rf"{name}\.csv.*'arch_index', row 9: {float(value)} is not a TSS"):
             rb.load_robustness(_write(tmp_path, f"{name}.csv", bad))
     with pytest.raises(ValueError, match=r"empty\.csv.*no rows"):
         rb.load_robustness(_write(tmp_path, "empty.csv", raw.iloc[:0]))

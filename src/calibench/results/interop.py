@@ -388,7 +388,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
                          | (config >= N_ARCHS[space]))
     if len(bad):
         raise ValueError(f"{path}: column {lower['config']!r}, line {line(bad[0])}: "
-                         f"{raw[lower['config']].iloc[bad[0]]!r} is not an architecture index of {space} "
+                         f"{raw[lower['config']].iloc[bad[0]]} is not an architecture index of {space} "
                          f"(0..{N_ARCHS[space] - 1})")
     arch_index = config.astype(np.int64)
     _no_duplicates(path, lower["config"], arch_index, line)

@@ -208,7 +208,8 @@ def read_npz(path: str | Path, num_labels: int | None = None) -> tuple[np.ndarra
     if len(y) != len(z):
         raise SourceError(f"{path}: {len(z)} rows of logits but {len(y)} labels")
     if len(y) and (y.min() < 0 or y.max() >= z.shape[1]):
-        raise SourceError(f"{path}: labels outside [0, {z.shape[1]}) (min {y.min()}, max {y.max()})")
+        raise SourceError(f"{path}: labels outside [0, {z.shape[1]}), the classes of its {z.shape[1]} logit columns "
+                          f"(labels: min {y.min()}, max {y.max()}; too few columns, or labels counted from 1?)")
     bad = ~np.isfinite(z).all(axis=1)
     if bad.any():
         raise SourceError(f"{path}: non-finite logits in {int(bad.sum())} of {len(z)} rows (first: row {int(np.argmax(bad))})")

@@ -97,7 +97,7 @@ def _index_key(df: pd.DataFrame, where: str) -> np.ndarray:
     bad = ~np.isfinite(v) | (v != np.round(v)) | (v < 0) | (v >= TSS_SIZE)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"{where}: key column 'arch_index', row {row}: {col.iloc[row]!r} is not a TSS "
+        raise ValueError(f"{where}: key column 'arch_index', row {row}: {col.iloc[row]} is not a TSS "
                          f"architecture index (an integer in 0..{TSS_SIZE - 1}); {int(bad.sum())} such row(s)")
     return v.astype(np.int64)
 
