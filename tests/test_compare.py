@@ -133,9 +133,28 @@ def test_the_tao2024_export_of_a_run_equals_it_on_the_exported_columns(workflow_
                            "--columns", *sorted(exported))
     assert code == 0, out
     assert out.strip().splitlines()[-2].startswith("verdict: EQUAL: 6 tables")
-    # unnarrowed, the columns the format does not carry are one-sided or empty: different
-    code, out, _ = run_cli(capsys, results, tmp_path / "tao", "--out", tmp_path / "out2")
-    assert code == 1 and "only in A" in out
+    # Unnarrowed: the CSVs hold what the layout carries; the columns their import derives or
+    # lacks (params, the temperature, pre_accuracy = acc, arch_index = config) are absent on
+    # that side, and columns of one side only are named but not compared: the run equals its
+    # export, as it does its import (a table `calibench import` wrote)
+    interop.import_tao2024(tmp_path / "tao", tmp_path / "imported")
+    for other in (tmp_path / "tao", tmp_path / "imported"):
+        code, out, _ = run_cli(capsys, results, other, "--atol", "1e-12", "--out", tmp_path / "out2")
+        verdict = out.strip().splitlines()[-2]
+        measured = sum(len(interop.read_tao2024(f, *interop.parse_file_name(f))[0]) for f in written)
+        assert code == 0 and verdict.startswith(f"verdict: EQUAL: 6 tables, {measured} networks"), out[-1500:]
+        assert "data columns in one run only, not compared (the tao2024 layout holds fewer)" in verdict, verdict
+        assert "settings that differ (1):\n  stages: pre, post, vs, ms, dir, iso, hist, spline -> pre, post" in out
+        csv = pd.read_csv(layout.compare_csv(tmp_path / "out2")).set_index(["table", "column"])
+        for column in ("params", "temperature", "pre_accuracy", "arch_index", "measured_by", "vs_ece_15"):
+            assert csv.loc[("sss_90_cifar10", column), "status"] == "only_a", column
+        assert csv.loc[("sss_90_cifar10", "pre_ece_15"), "status"] == "equal"
+    # a difference in a carried column still makes them different
+    frame = pd.read_csv(tmp_path / "tao" / "cifar10_sss.csv")
+    frame.loc[0, "pre_ECE_15"] += 1e-3
+    frame.to_csv(tmp_path / "tao" / "cifar10_sss.csv", index=False)
+    code, out, _ = run_cli(capsys, results, tmp_path / "tao", "--atol", "1e-12", "--out", tmp_path / "out3")
+    assert code == 1 and "verdict: DIFFERENT: 1 data columns differ by more than atol 1e-12" in out, out[-1500:]
 
 
 # ---------------------------------------------------------------- 4. a perturbed column
@@ -224,3 +243,12 @@ def test_usage_mistakes_exit_2_in_one_or_two_lines(tmp_path, capsys, rng):
     assert code == 2 and str(tmp_path / "empty") in err and len(err.strip().splitlines()) <= 2
     code, _, err = run_cli(capsys, run_a, run_a, "--columns", "no_such_*")
     assert code == 2 and "no_such_*" in err
+    # --out: a file, or inside a run it reads: refused before any work, nothing written
+    (tmp_path / "afile").write_text("x")
+    before = sorted(p.name for p in run_a.rglob("*"))
+    for out, said in ((tmp_path / "afile", f"--out {tmp_path / 'afile'}: not a directory"),
+                      (run_a / "tables", f"--out {run_a / 'tables'}: inside the results directory {run_a}")):
+        code, printed, err = run_cli(capsys, run_a, run_a, "--out", out)
+        assert code == 2 and printed == "" and err.strip().startswith(f"calibench compare: {said}"), err
+        assert len(err.strip().splitlines()) == 1
+    assert sorted(p.name for p in run_a.rglob("*")) == before and (tmp_path / "afile").read_text() == "x"

@@ -27,6 +27,12 @@ provenance group, the config record: file names and SHA-256s, the effective conf
 SHA-256, stages, fitted constants, coverage, tao2024 source) and, for a results directory,
 the lambda, mu search record (:func:`calibench.layout.odir_path`) where both runs keep one;
 config file paths are compared by file name, as two copies of a run live in different folders.
+
+A table read from the tao2024 layout (a CSV, or a table ``calibench import`` wrote) holds only
+what that layout carries (:func:`not_carried`): the columns its import derived or could not
+fill are that side's absent columns, and a column one side holds and the other does not is
+not compared and does not make the runs different (the layout carries a few of calibench's
+columns); of the settings, only those both sides record are compared.
 """
 
 from __future__ import annotations
@@ -326,6 +332,17 @@ def _describe(values: np.ndarray) -> str:
 
 # ---------------------------------------------------------------- runs (files)
 
+def not_carried(meta: Mapping) -> set[str] | None:
+    """The columns of a table read from the tao2024 layout (``meta``: its schema metadata or
+    the reader's) that its file did not carry: derived on import (``pre_accuracy`` is the file's
+    ``acc``, ``measured_by`` found from equal rows), unavailable in the layout (params, the
+    temperature, provenance), and ``arch_index`` (the file's config, the NATS-Bench index that
+    rows are matched by). None for a table calibench measured."""
+    if meta.get("source") != interop.FORMAT:
+        return None
+    return set(meta.get("unavailable") or []) | (set(meta.get("derived") or {}) - {NATS_INDEX}) | {"arch_index"}
+
+
 @dataclass
 class TableRef:
     """One table of a run: its (space, hp, dataset), file and format (``table``, ``tao2024``)."""
@@ -335,6 +352,7 @@ class TableRef:
     format: str
     results: Path | None = None  # the results directory (its lambda, mu search records)
     read: tuple | None = field(default=None, repr=False)  # a tao2024 file's (frame, settings), read once
+    external: set[str] | None = field(default=None, repr=False)  # not_carried, once table_columns read it
 
     @property
     def name(self) -> str:
@@ -408,15 +426,19 @@ def _tao_run(path: Path, files: list[Path]) -> Run:
 
 
 def table_columns(ref: TableRef) -> list[str]:
-    """A table's column names (a parquet table's from its schema, without reading it)."""
+    """A table's column names (a parquet table's from its schema, without reading it); sets
+    ``ref.external`` (:func:`not_carried`)."""
     if ref.format == "table":
         import pyarrow.parquet as pq
 
         with integrity.naming(ref.path):
-            return pq.read_schema(ref.path).names
+            names = pq.read_schema(ref.path).names
+        ref.external = not_carried(table_metadata(ref.path))
+        return names
     if ref.read is None:  # a CSV has no schema to read alone: the file, kept for read_table
         frame, meta = interop.read_tao2024(ref.path, *ref.key)
         ref.read = frame, table_settings(meta)
+        ref.external = not_carried(meta)
     return list(ref.read[0].columns)
 
 
@@ -454,13 +476,15 @@ class TableResult:
     networks: dict = field(default_factory=dict)  # compare_frames' first result
     columns: pd.DataFrame | None = None  # compare_frames' second, with ``table``
     settings: list[tuple[str, str, str]] = field(default_factory=list)
+    external: str | None = None  # a side read from this layout (tao2024): its columns' set is the layout's
 
     @property
     def equal(self) -> bool:
         if self.side != "both" or self.networks["n_only_a"] or self.networks["n_only_b"]:
             return False
         data = self.columns[self.columns["kind"] == "data"]
-        return bool((data["status"] == "equal").all())
+        compared = data[data["status"].isin(("equal", "differs"))] if self.external else data
+        return bool((compared["status"] == "equal").all())
 
 
 @dataclass
@@ -510,23 +534,32 @@ def compare_runs(path_a: str | Path, path_b: str | Path, patterns: Sequence[str]
             continue
         pairs += 1
         names_a, names_b = table_columns(ref_a), table_columns(ref_b)
-        chosen = select_columns(list(dict.fromkeys(names_a + names_b)), patterns)
+        # a side in the tao2024 layout holds the columns its file carried; the rest are absent there
+        held_a, held_b = ([c for c in names if c not in (ref.external or ())]
+                          for names, ref in ((names_a, ref_a), (names_b, ref_b)))
+        external = interop.FORMAT if ref_a.external is not None or ref_b.external is not None else None
+        chosen = select_columns(list(dict.fromkeys(held_a + held_b)), patterns)
         matched_any |= bool(chosen)
         need = set(chosen) | set(_MATCH) | set(SETTING_COLUMNS) | {"measured_by"}
         frame_a, settings_a = read_table(ref_a, [c for c in names_a if c in need])
         frame_b, settings_b = read_table(ref_b, [c for c in names_b if c in need])
         (frame_a, copies_a), (frame_b, copies_b) = measured_rows(frame_a), measured_rows(frame_b)
-        networks, columns = compare_frames(frame_a, frame_b, chosen, atol, names_a, names_b)
+        networks, columns = compare_frames(frame_a, frame_b, chosen, atol, held_a, held_b)
         networks.update(copies_a=copies_a, copies_b=copies_b)
         for prefix in ("odir.", "settings."):  # one side without (an import, an older table): unknown, not different
             if not (_has(settings_a, prefix) and _has(settings_b, prefix)):
                 settings_a, settings_b = ({k: v for k, v in st.items() if not k.startswith(prefix)}
                                           for st in (settings_a, settings_b))
+        if external:  # what the layout does not record is unknown on that side, not different
+            settings_a, settings_b = ({k: v for k, v in st.items() if k in settings_a and k in settings_b}
+                                      for st in (settings_a, settings_b))
+        rows_a, rows_b = networks.pop("rows_a"), networks.pop("rows_b")
         settings = settings_differences(settings_a, settings_b) + column_settings(
-            frame_a, frame_b, networks.pop("rows_a"), networks.pop("rows_b"))
+            frame_a, frame_b, rows_a, rows_b, [c for c in SETTING_COLUMNS if not external or
+                                               (c in held_a and c in held_b)])
         del frame_a, frame_b
         columns.insert(0, "table", ref_a.name)
-        results.append(TableResult(ref_a.name, key, "both", networks, columns, settings))
+        results.append(TableResult(ref_a.name, key, "both", networks, columns, settings, external))
     if pairs and not matched_any:
         raise ValueError(f"no column of the tables matches --columns {' '.join(patterns)}")
     return Comparison(run_a, run_b, atol, list(patterns) if patterns else None, results)

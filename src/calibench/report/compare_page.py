@@ -86,12 +86,20 @@ def verdict(cmp: Comparison) -> str:
     one_sided = [t for t in cmp.tables if t.side != "both"]
     data = pd.concat([t.columns[t.columns["kind"] == "data"] for t in both]) if both else pd.DataFrame(
         columns=["status"])
+    # a table with a side in the tao2024 layout: its columns on one side only are not compared
+    external = pd.concat([t.columns[t.columns["kind"] == "data"].assign(external=t.external is not None)
+                          for t in both])["external"].to_numpy() if both else np.zeros(0, bool)
+    uncompared = int((external & data["status"].isin(("only_a", "only_b")).to_numpy()).sum())
+    data = data[~(external & data["status"].isin(("only_a", "only_b")).to_numpy())]
+    layouts = sorted({t.external for t in both if t.external})
+    aside = (f"; {uncompared} data columns in one run only, not compared (the {', '.join(layouts)} layout "
+             "holds fewer)" if uncompared else "")
     networks = sum(t.networks["n_both"] for t in both)
     settings = len(settings_rows(cmp))
     tail = f" (and {settings} setting{'s differ' if settings != 1 else ' differs'})" if settings else ""
     if cmp.equal:
         return (f"verdict: EQUAL: {len(both)} tables, {networks} networks, {len(data)} data columns "
-                f"(summed over the tables) equal within atol {cmp.atol:g}{tail}")
+                f"(summed over the tables) equal within atol {cmp.atol:g}{aside}{tail}")
     parts = []
     if one_sided:
         parts.append(f"{len(one_sided)} table{'s' if len(one_sided) != 1 else ''} in one run only")
@@ -103,7 +111,7 @@ def verdict(cmp: Comparison) -> str:
                           ("only_b", "only in B")):
         if counts.get(status, 0):
             parts.append(f"{counts[status]} data columns {label}")
-    return f"verdict: DIFFERENT: {'; '.join(parts)}{tail}"
+    return f"verdict: DIFFERENT: {'; '.join(parts)}{aside}{tail}"
 
 
 def summary_text(cmp: Comparison) -> str:

@@ -298,9 +298,21 @@ def _compare(args: argparse.Namespace) -> int:
     """Two runs side by side (issue 26): exit 0 equal within --atol, 1 different, 2 a usage mistake."""
     from calibench.analysis.compare import compare_runs
     from calibench.report import compare_page
+    from calibench.results.query import refuse_inside
 
+    def check_out(out: Path, option: str) -> None:  # before the comparison's work where it can be
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"{option} {out}: not a directory")
+        for run in (args.run_a, args.run_b):
+            if Path(run).is_dir():
+                refuse_inside(out, run, option, "calibench compare only reads it")
+
+    if args.out:
+        check_out(Path(args.out), "--out")
     cmp = compare_runs(args.run_a, args.run_b, args.columns, args.atol)  # ValueError, OSError: main says it, exit 2
     out = Path(args.out) if args.out else compare_page.default_out(cmp)
+    if not args.out:
+        check_out(out, "the default output folder (--out)")
     csv_path, page_path = compare_page.write(cmp, out)
     print(compare_page.summary_text(cmp))
     print(f"written: {csv_path}, {page_path}")
