@@ -473,3 +473,57 @@ def test_rerun_one_population_and_dataset_touches_nothing_else(run, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml", "--space", "nope"],
                          cwd=workdir, capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0 and "--space nope: not in this config (spaces and populations: raw, tiny, zoo)" in bad.stderr
+
+
+def test_a_population_job_that_fails_is_run_once_and_the_tables_it_kept_from_building_are_named(run, tmp_path):
+    """The torch population's callable now gives one name twice: its population job fails
+    (Snakemake removes the file it had written). That is not damage for a second pass to
+    rebuild (it would fail again), and the failures the terminal shows of that population's
+    tables are said to be an earlier run's."""
+    workdir = tmp_path / "copy"
+    shutil.copytree(run[0], workdir, symlinks=True)
+    code = workdir / "code" / "tinyzoo.py"
+    code.write_text(code.read_text() + "\n\ndef twice():\n    return [('same', more()[0][1]), ('same', more()[0][1])]\n")
+    import yaml
+
+    config = yaml.safe_load((workdir / "tiny.yaml").read_text())
+    config["populations"]["raw"]["models"] = "tinyzoo:twice"
+    (workdir / "tiny.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run([sys.executable, "-m", "calibench.run.cli", "run", "--configfile", "tiny.yaml", "--space", "raw"],
+                          cwd=workdir, capture_output=True, text=True, timeout=600)
+    told = proc.stdout + proc.stderr
+    assert proc.returncode == 1, told[-3000:]
+    assert "population raw: models[0]: tinyzoo:twice gives model 'same', already given by tinyzoo:twice" in told, told[-3000:]
+    assert "running once more" not in told and told.count("+ ") == 1, told[-3000:]  # one Snakemake pass
+    assert "1 job(s) failed" in told and "0 job(s) run, 1 failed" in told, told[-3000:]
+    if "network result(s) missing" in told:  # raw's earlier failures, if it had any, are said to be old
+        assert "Not built by this run (a job before them failed), as an earlier run recorded them: raw_cifar10" in told
+    assert not (workdir / "results" / "population" / "raw.json").exists()
+
+
+def test_the_terminal_summary_names_the_tables_an_earlier_run_built(tmp_path):
+    """``since``: a table written before the run's start, or absent, whose failures are listed
+    is named as an earlier run's; one written since is not."""
+    import os
+    import time
+
+    from calibench import layout
+    from calibench.results import failures as fl
+
+    results = tmp_path / "results"
+    old, new = (layout.table_path(results, name, "cifar10") for name in ("zoo", "cnn"))
+    for name, table in (("zoo", old), ("cnn", new)):
+        table.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"arch_index": [0]}).to_parquet(table)
+        fails = layout.failures_path(results, name, "cifar10")
+        fails.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"space": [name], "hp": [""], "dataset": ["cifar10"], "arch_index": [1], "seed": [0],
+                      "stage": ["inference"], "source": [f"{name}.npz"], "reason": ["broken"]}).to_parquet(fails)
+    start = time.time()
+    os.utime(old, (start - 100, start - 100))
+    said = fl.terminal_summary(results, [old, new], since=start - 1)
+    assert said.splitlines()[-1] == ("  Not built by this run (a job before them failed), as an earlier run recorded "
+                                     "them: zoo_cifar10"), said
+    old.unlink()
+    assert fl.terminal_summary(results, [old, new], since=start - 1).endswith("recorded them: zoo_cifar10")
+    assert "Not built" not in fl.terminal_summary(results, [old, new])  # no start given: nothing said

@@ -58,9 +58,11 @@ def _network(row) -> str:
     return f"{row['table']} {where}{seed}".strip()
 
 
-def terminal_summary(results: str | Path, tables: Sequence[str | Path]) -> str:
+def terminal_summary(results: str | Path, tables: Sequence[str | Path], since: float | None = None) -> str:
     """A few lines for the end of a run: how many networks each table lacks and why, each
-    failure with its file and reason (the first :data:`SHOWN`); "" when nothing failed."""
+    failure with its file and reason (the first :data:`SHOWN`); "" when nothing failed.
+    ``since``: the run's start; tables not written since (a job before them failed) are named:
+    their lines are what an earlier run recorded."""
     found = collect(results)
     if not found.empty and tables:  # this run's tables only
         found = found[found["table"].isin({Path(t).stem for t in tables})]
@@ -82,6 +84,11 @@ def terminal_summary(results: str | Path, tables: Sequence[str | Path]) -> str:
                      f"read_parquet('{layout.failures_dir(results) / '*.parquet'}')\"")
     if len(pairs) or short:
         lines.append("  Repair the file named and run again: changed or restored inputs are retried.")
+    earlier = sorted({Path(t).stem for t in tables if since is not None and (
+        not Path(t).is_file() or Path(t).stat().st_mtime < since)} & (set(found.get("table", [])) | {c["table"] for c in short}))
+    if earlier:
+        lines.append(f"  Not built by this run (a job before them failed), as an earlier run recorded them: "
+                     f"{', '.join(earlier)}")
     return "\n".join(lines)
 
 

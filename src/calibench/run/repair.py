@@ -176,12 +176,13 @@ def lost_outputs(results: str | os.PathLike, logits: bool = True) -> list[tuple[
 
 
 def lost_parts(damaged: list[tuple[Path, str, list[Path]]]) -> list[Path]:
-    """The analysis parts' manifests among :func:`damaged_outputs` that are gone. A part that
-    failed in this run is one (Snakemake removed its outputs): it is not a repair for a second
-    pass, which would run the failing part again and set the last good report aside; the next
-    run sets the report aside and makes both again."""
-    return [path for path, _, _ in damaged
-            if not path.exists() and path == layout.part_manifest(path.parents[2], path.stem)]
+    """The analysis parts' manifests and the population files among :func:`damaged_outputs`
+    that are gone. A part or population job that failed in this run leaves one (Snakemake
+    removed its outputs): it is not a repair for a second pass, which would run the failing
+    job again (and, for a part, set the last good report aside); the next run makes them again."""
+    return [path for path, _, _ in damaged if not path.exists() and (
+        path == layout.part_manifest(path.parents[2], path.stem)
+        or path == layout.population_path(path.parents[1], path.stem))]
 
 
 def damaged_outputs(results: str | os.PathLike, logits: bool = True) -> list[tuple[Path, str, list[Path]]]:

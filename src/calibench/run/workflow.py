@@ -26,7 +26,7 @@ def _repairs_pending(config: dict) -> list[str]:
 
     results, logits = Path(config["results"]), bool(config["keep_logits"])
     damaged = repair.damaged_outputs(results, logits)
-    asked = set(repair.lost_parts(damaged))  # a part that failed in this run: not run twice
+    asked = set(repair.lost_parts(damaged))  # a part or population that failed in this run: not run twice
     return ([f"{path}: {cause}" for path, cause, _ in damaged if path not in asked]
             + [f"{manifest}: {'; '.join(why)}" for manifest, why in repair.changed_chunks(results, logits)])
 
@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     tables = [t for t in targets if t.endswith(".parquet")]
     told = [stop[1] if stopped else "",
             failures.failed_jobs_summary(Path.cwd(), since=started - 1) if code != 0 and not stopped else "",
-            failures.terminal_summary(results, tables),
+            failures.terminal_summary(results, tables, since=started - 1 if code != 0 else None),
             failures.underdetermined_summary(tables, bool((config.get("analysis") or {}).get("include_underdetermined"))),
             failures.search_summary(tables)]
     try:
