@@ -191,7 +191,6 @@ def _first_word(sql: str) -> str:
 
 def _first_words(sql: str, n: int) -> list[str]:
     """The statement's first ``n`` keywords (upper case; an opening parenthesis is one), past comments."""
-
     text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", sql, flags=re.S).lstrip()
     match = re.match(r"\(|[A-Za-z]+", text)
     words = []
