@@ -170,7 +170,9 @@ def _status(args: argparse.Namespace) -> int:
            "--dry-run", *targets, *args.snakemake_args]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:  # Snakemake's message without its frames: what the Snakefile said
-        lines = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+        # as a dry run Snakemake may say the Snakefile's error on stdout
+        lines = [line.strip() for line in (proc.stderr + "\n" + proc.stdout).splitlines()
+                 if line.strip() and not line.startswith("Using workflow specific profile")]
         start = max((i for i, line in enumerate(lines) if re.match(r"\w+(Error|Exception)\b", line)), default=0)
         if re.match(r"\w+ in file ", lines[start] if lines else ""):  # "WorkflowError in file X, line N:"
             start += 1
