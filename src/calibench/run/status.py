@@ -161,8 +161,9 @@ def _after_tables(target: str) -> bool:
 
 def _status(args: argparse.Namespace) -> int:
     """What is complete, missing, damaged or stale for the current config; runs nothing and
-    changes no file, Snakemake's own .snakemake/ included (--summary as a dry run writes no run
-    log or file-state cache; the repair check in planning mode)."""
+    changes no file under the results or the checkout (--summary as a dry run writes no run
+    log under .snakemake/, though Snakemake drops a dry run's file-state cache there, as every
+    run does; the repair check in planning mode)."""
     from calibench.run import repair
 
     config, targets = _config_and_targets(args)
