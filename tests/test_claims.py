@@ -182,3 +182,29 @@ def test_question7_ranks_every_sss_network_by_width_checked_against_scipy():
     few = _sss_table(8, rng, "ImageNet16-120", 0.1)  # the 8 uniform-width networks were all the old test had
     out = rc.claims(few, pd.DataFrame(), pd.DataFrame(), [15], min_networks=30).set_index("question")
     assert out.loc["q7", "verdict"] == "undecided (too few networks)"
+
+
+def _metric_pairs(n: int, intervals: list[tuple[float, float]]) -> pd.DataFrame:
+    """Kendall rows of the ``metrics`` figure: one pair of pre error metrics per interval."""
+    names = ["pre_ace_15", "pre_brier", "pre_ece_15", "pre_ksce", "pre_mce_15"]  # in order: row < col
+    rows = [{"figure": "metrics", "space": "tss", "hp": "200", "dataset": "cifar10", "population": "all",
+             "stage": None, "metric": None, "row": names[0], "col": names[i + 1], "tau": (lo + hi) / 2, "lo": lo,
+             "hi": hi, "n": n} for i, (lo, hi) in enumerate(intervals)]
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("intervals, verdict", [
+    ([(-0.05, 0.6)] * 3, "undecided at this level"),  # no pair decided: not evidence against (was "does not hold")
+    ([(0.1, 0.6), (0.2, 0.5), (-0.05, 0.6)], "holds"),  # most pairs above 0
+    ([(-0.6, -0.1), (-0.5, -0.2), (-0.05, 0.6)], "does not hold"),  # most below
+    ([(0.1, 0.6), (-0.6, -0.1), (-0.05, 0.6), (-0.05, 0.6)], "undecided at this level"),
+])
+def test_question3_counts_undecided_pairs_as_undecided_not_against(intervals, verdict):
+    kendall = _metric_pairs(40, intervals)
+    out = rc.claims(pd.DataFrame(columns=["space", "hp", "dataset", "accuracy"]), kendall, pd.DataFrame(), [15],
+                    min_networks=30)
+    q3 = out[out["claim"] == rc.CLAIMS["q3"][0]].iloc[0]  # q3b shares the question
+    assert q3["verdict"] == verdict, q3["evidence"]
+    above = sum(lo > 0 for lo, _ in intervals)
+    below = sum(hi < 0 for _, hi in intervals)
+    assert q3["evidence"].startswith(f"tss cifar10: {above} of {len(intervals)} pairs above 0, {below} below, 40 networks")

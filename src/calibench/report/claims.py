@@ -162,10 +162,12 @@ def claims(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, bins: Se
                 unreliable.append(_few(f"{space} {dataset}", n))
                 continue
             pairs = part[part["row"] < part["col"]].dropna(subset=["lo"])
-            if len(pairs):
-                positive = sum(stats.interval_side(r.lo, r.hi, 0.0) is False for r in pairs.itertuples())
-                outcomes.append((f"{space} {dataset}: {positive} of {len(pairs)} pairs above 0, {n} networks",
-                                 positive > len(pairs) / 2))
+            if len(pairs):  # decided by the pairs whose interval excludes 0; an interval holding it decides nothing
+                sides = [stats.interval_side(r.lo, r.hi, 0.0) for r in pairs.itertuples()]
+                positive, negative = sum(side is False for side in sides), sum(side is True for side in sides)
+                ok = True if positive > len(pairs) / 2 else False if negative >= len(pairs) / 2 else None
+                outcomes.append((f"{space} {dataset}: {positive} of {len(pairs)} pairs above 0, {negative} below, "
+                                 f"{n} networks", ok))
             medians = part.groupby("row")["tau"].median().dropna()
             em = f"pre_cwce_em_{b}"
             if em in medians.index and len(medians) > 1:
