@@ -84,13 +84,12 @@ def verdict(cmp: Comparison) -> str:
     """One line: EQUAL (within atol) or DIFFERENT, with what makes it so."""
     both = [t for t in cmp.tables if t.side == "both"]
     one_sided = [t for t in cmp.tables if t.side != "both"]
-    data = pd.concat([t.columns[t.columns["kind"] == "data"] for t in both]) if both else pd.DataFrame(
-        columns=["status"])
     # a table with a side in the tao2024 layout: its columns on one side only are not compared
-    external = pd.concat([t.columns[t.columns["kind"] == "data"].assign(external=t.external is not None)
-                          for t in both])["external"].to_numpy() if both else np.zeros(0, bool)
-    uncompared = int((external & data["status"].isin(("only_a", "only_b")).to_numpy()).sum())
-    data = data[~(external & data["status"].isin(("only_a", "only_b")).to_numpy())]
+    data = pd.concat([t.columns[t.columns["kind"] == "data"].assign(external=t.external is not None)
+                      for t in both]) if both else pd.DataFrame(columns=["status", "external"])
+    aside_rows = data["external"].astype(bool) & data["status"].isin(("only_a", "only_b"))
+    uncompared = int(aside_rows.sum())
+    data = data[~aside_rows]
     layouts = sorted({t.external for t in both if t.external})
     aside = (f"; {uncompared} data columns in one run only, not compared (the {', '.join(layouts)} layout "
              "holds fewer)" if uncompared else "")
