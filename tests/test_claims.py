@@ -21,9 +21,29 @@ from calibench.report.findings import findings
 def test_interval_side():
     assert stats.interval_side(-0.3, -0.1, 0) is True and stats.interval_side(0.1, 0.3, 0) is False
     assert stats.interval_side(-0.1, 0.1, 0) is None and stats.interval_side(0.4, 0.6, 0.5) is None
-    assert stats.interval_side(1.0, 1.0, 0) is None  # zero width: never significant
+    assert stats.interval_side(1.0, 1.0, 0) is None  # zero width, no n: the permutation test cannot decide
     assert stats.interval_side(0.3, 0.3, 0.5) is None and stats.interval_side(np.nan, 0.2, 0.5) is None
     assert stats.interval_side(0.9999999999999999, 1.0, 0.5) is None  # a quantile's rounding is no width
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_a_zero_width_interval_is_decided_by_the_exact_permutation_test_of_a_perfect_ranking(n):
+    """[1, 1] is what the bootstrap and the jackknife give for a perfect ranking, whatever n: it
+    is decided by the permutation p of that ranking, 2 / n!, checked against scipy's exact test."""
+    x = np.arange(n, dtype=float)
+    p = kendalltau(x, x, method="exact").pvalue
+    assert stats.perfect_ranking_p(n) == pytest.approx(p, rel=1e-12)
+    tau, lo, hi = stats.kendall_bootstrap(x, 2 * x + 1, 200, 0, 0.95)
+    assert tau == pytest.approx(1, abs=1e-15) and not hi - lo > stats.ZERO_WIDTH
+    decided = p < 0.05  # from n = 5 on
+    assert (n >= 5) == decided
+    assert stats.interval_side(lo, hi, 0.0, n, 0.95) is (False if decided else None)  # above 0
+    assert stats.interval_side(lo, hi, 0.5, n, 0.95) is (False if decided else None)
+    assert stats.interval_side(-hi, -lo, 0.0, n, 0.95) is (True if decided else None)  # tau = -1: below 0
+    assert stats.interval_side(lo, hi, 0.0, n, 1 - p / 2) is None  # a level the ranking's p does not meet
+    if 2 * p < 1:
+        assert stats.interval_side(lo, hi, 0.0, n, 1 - 2 * p) is False  # one it meets
+    assert stats.interval_side(0.3, 0.3, 0.0, 100) is None  # a point that is no perfect ranking decides nothing
 
 
 def test_wilcoxon_paired_is_scipys_on_the_finite_pairs():
@@ -31,15 +51,38 @@ def test_wilcoxon_paired_is_scipys_on_the_finite_pairs():
     x = rng.normal(0, 1, 60)
     y = x + rng.normal(0.6, 1, 60)
     x[[4, 9]], y[17] = np.nan, np.inf
-    w, p, n, med = stats.wilcoxon_paired(x, y)
+    w, p, n, med, direction = stats.wilcoxon_paired(x, y)
     keep = np.isfinite(x) & np.isfinite(y)
     want = wilcoxon(y[keep] - x[keep])
     assert n == 57 and (w, p) == (float(want.statistic), float(want.pvalue))
-    assert med == np.median(y[keep] - x[keep]) and p < 0.05
-    w, p, n, med = stats.wilcoxon_paired(x[:5], x[:5])
-    assert math.isnan(w) and math.isnan(p) and med == 0
+    assert med == np.median(y[keep] - x[keep]) and p < 0.05 and direction == 1
+    w, p, n, med, direction = stats.wilcoxon_paired(x[:5], x[:5])
+    assert math.isnan(w) and math.isnan(p) and math.isnan(med) and n == 0 and direction == 0
     with pytest.raises(ValueError, match="shapes"):
         stats.wilcoxon_paired(x, y[:3])
+
+
+def test_wilcoxon_paired_counts_and_leans_as_the_test_ranks_not_by_the_zeros():
+    """Zero differences are dropped by the test: n counts the others, and the direction is that
+    of the signed ranks, not the median of every pair (here 0, with the evidence positive)."""
+    d = np.r_[np.zeros(30), np.full(12, 0.5), np.full(3, -0.1)]
+    w, p, n, med, direction = stats.wilcoxon_paired(np.zeros(len(d)), d)
+    want = wilcoxon(d[d != 0])
+    assert (w, p, n) == (float(want.statistic), float(want.pvalue), 15) and p < 0.05
+    assert np.median(d) == 0 and med == 0.5 and direction == 1
+    # more negative differences, but small: the ranks lean positive, as the median of all would not say
+    d = np.r_[np.full(7, -0.01), np.full(5, 1.0)]
+    assert np.median(d) < 0 and stats.wilcoxon_paired(np.zeros(12), d)[4] == 1
+
+
+def test_question6_names_the_networks_with_no_difference():
+    n = 40
+    ones = np.ones(n)
+    post_hi = np.r_[np.full(30, 1.0), np.full(10, 3.0)]  # 30 networks: the same change as before (0)
+    text, ok = rc.bins_outcome("t", ones, ones, ones, post_hi, 0.95, 30)
+    assert text.endswith("n = 10 (30 of 40 networks with no difference)") and ok is True
+    text, ok = rc.bins_outcome("t", ones, ones, ones, ones, 0.95, 30)  # no difference at all: no test, no claim
+    assert "n = 0 (40 of 40 networks with no difference)" in text and ok is None
 
 
 def _q4(x, y, resamples=200):
@@ -70,9 +113,18 @@ def test_question4_decides_from_enough_networks_only():
     row = _found(three).iloc[0]
     assert row["text"].endswith("tau 1.00, too few networks to decide (n = 3)") and "differs" not in row["text"]
     assert math.isnan(row["lo"]) and math.isnan(row["hi"]) and row["interval"] is None
-    # with the minimum lowered to 3, the degenerate interval is still not significant
+    # with the minimum lowered to 3, the degenerate interval is a perfect ranking of 3: p = 1/3
     row = _found(three, m=3).iloc[0]
-    assert row["text"].endswith("(zero-width interval: not significant)") and "differs" not in row["text"]
+    assert row["text"].endswith("(zero-width interval: perfect ranking, exact permutation p = 0.33, not significant "
+                                "at 95%)") and "differs" not in row["text"]
+    # 30 networks in perfect agreement: [1, 1] differs from 0 (p = 2/30!), as a single swap would
+    x30 = np.linspace(0.01, 0.3, 30)
+    row = _found(_q4(x30, x30 ** 2)).iloc[0]
+    assert row["text"].endswith("[1.00, 1.00] (bootstrap), 30 networks (zero-width interval: perfect ranking, "
+                                f"exact permutation p = {2 / math.factorial(30):.2g}, differs from 0 at 95%)")
+    swapped = x30 ** 2
+    swapped[[3, 4]] = swapped[[4, 3]]
+    assert _found(_q4(x30, swapped)).iloc[0]["text"].endswith("(interval excludes 0: differs from 0 at 95%)")
     # an interval around 0 names what it tests
     flat = _q4(x, np.random.default_rng(1).uniform(size=200))  # independent of x
     assert flat["lo"].iloc[0] < 0 < flat["hi"].iloc[0]
@@ -87,7 +139,11 @@ def test_question4_claim_needs_networks_and_a_wide_interval():
     assert out.loc["q4", "evidence"] == "tss cifar10 tau 1.00: too few networks to decide (n = 3)"
     out = rc.claims(pd.DataFrame(columns=["space", "hp", "dataset", "accuracy"]), pd.DataFrame(), q4, [15],
                     min_networks=3).set_index("question")
-    assert out.loc["q4", "verdict"] == "undecided at this level"  # [1, 1] is not above 0.5
+    assert out.loc["q4", "verdict"] == "undecided at this level"  # [1, 1] of 3 networks: p = 1/3
+    x30 = np.linspace(0.01, 0.3, 30)
+    out = rc.claims(pd.DataFrame(columns=["space", "hp", "dataset", "accuracy"]), pd.DataFrame(), _q4(x30, x30 + 1),
+                    [15], min_networks=30).set_index("question")
+    assert out.loc["q4", "verdict"] == "does not hold"  # [1, 1] of 30 networks lies above 0.5
 
 
 def test_verdicts():
@@ -208,3 +264,69 @@ def test_question3_counts_undecided_pairs_as_undecided_not_against(intervals, ve
     above = sum(lo > 0 for lo, _ in intervals)
     below = sum(hi < 0 for _, hi in intervals)
     assert q3["evidence"].startswith(f"tss cifar10: {above} of {len(intervals)} pairs above 0, {below} below, 40 networks")
+
+
+def _accuracy_table(rng, n_high: int, n_low: int, slope_high: float, slope_low: float) -> pd.DataFrame:
+    """Networks above and at or below 90 % accuracy, pre ECE ``slope`` x accuracy + noise in each group."""
+    acc_h, acc_l = rng.uniform(0.905, 0.95, n_high), rng.uniform(0.5, 0.9, n_low)
+    ece = np.concatenate([0.1 + slope_high * (acc_h - 0.9) + rng.normal(0, 0.001, n_high),
+                          0.1 + slope_low * (acc_l - 0.5) + rng.normal(0, 0.002, n_low)])
+    return pd.DataFrame({"space": "tss", "hp": "200", "dataset": "cifar10", "accuracy": np.r_[acc_h, acc_l],
+                         "pre_ece_15": ece})
+
+
+@pytest.mark.parametrize("slope_low, verdict", [(0.0, "holds"), (0.1, "holds"), (-0.1, "does not hold")])
+def test_question5_tests_the_good_networks_against_the_others_not_against_all(slope_low, verdict):
+    """"Only among good networks": the networks above 90 % against those at or below, each group on
+    its own (the old test compared the good ones with all networks, a group holding them)."""
+    nets = _accuracy_table(np.random.default_rng(11), 60, 200, -1.0, slope_low)
+    out = rc.claims(nets, pd.DataFrame(), pd.DataFrame(), [15], min_networks=30).set_index("question")
+    assert out.loc["q5", "verdict"] == verdict, out.loc["q5", "evidence"]
+    low = nets[nets["accuracy"] <= 0.9]
+    _, lo, hi = stats.kendall_jackknife(low["accuracy"], low["pre_ece_15"], 0.95)
+    assert f"at or below 90 % [{lo:.2f}, {hi:.2f}] (200)" in out.loc["q5", "evidence"]
+
+
+def test_question5_with_few_networks_at_or_below_90_is_undecided():
+    nets = _accuracy_table(np.random.default_rng(12), 60, 10, -1.0, -0.1)
+    out = rc.claims(nets, pd.DataFrame(), pd.DataFrame(), [15], min_networks=30).set_index("question")
+    assert out.loc["q5", "verdict"] == "undecided at this level"
+    assert out.loc["q5", "evidence"].endswith("at or below 90 % too few networks to decide (n = 10): undecided")
+
+
+def _metric_matrix(taus_of: dict[str, float], n: int = 40, seed: int = 0) -> pd.DataFrame:
+    """Kendall rows of the ``metrics`` figure, both orders, for a symmetric tau matrix: the pair
+    (a, b) at the mean of ``taus_of[a]`` and ``taus_of[b]`` plus a little noise."""
+    rng = np.random.default_rng(seed)
+    names = sorted(taus_of)
+    rows = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            tau = (taus_of[a] + taus_of[b]) / 2 + rng.normal(0, 0.01)
+            for row, col in ((a, b), (b, a)):
+                rows.append({"figure": "metrics", "space": "tss", "hp": "200", "dataset": "cifar10",
+                             "population": "all", "stage": None, "metric": None, "row": row, "col": col, "tau": tau,
+                             "lo": tau - 0.05, "hi": tau + 0.05, "n": n})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("em_tau, verdict", [(0.1, "holds"), (0.595, "undecided at this level"),
+                                             (0.9, "does not hold")])
+def test_question3b_decides_the_lowest_metric_by_a_paired_test_not_by_the_medians_alone(em_tau, verdict):
+    """cwce_em far below the others holds; a hair below the runner-up is lowest by the medians but
+    not by the test (the old claim said "holds"); far above the lowest does not hold."""
+    others = {f"pre_{m}_15": t for m, t in zip(("ece", "ace", "mce", "ece_em", "cwce", "tace"),
+                                               (0.6, 0.7, 0.8, 0.75, 0.65, 0.85))}
+    others |= {"pre_ksce": 0.72, "pre_brier": 0.68, "pre_nll": 0.78}
+    kendall = _metric_matrix({**others, "pre_cwce_em_15": em_tau})
+    out = rc.claims(pd.DataFrame(columns=["space", "hp", "dataset", "accuracy"]), kendall, pd.DataFrame(), [15],
+                    min_networks=30)
+    q3b = out[out["claim"] == rc.CLAIMS["q3b"][0]].iloc[0]
+    assert q3b["verdict"] == verdict, q3b["evidence"]
+    taus = kendall.pivot_table(index="row", columns="col", values="tau")
+    medians = taus.median(axis=1).sort_values()
+    other = medians.index[1] if medians.index[0] == "pre_cwce_em_15" else medians.index[0]
+    third = [c for c in taus.columns if c not in ("pre_cwce_em_15", other)]
+    p = wilcoxon(taus.loc["pre_cwce_em_15", third] - taus.loc[other, third]).pvalue
+    assert f"pre_cwce_em_15 against {other} over 8 third metrics: Wilcoxon p = {p:.3g}" in q3b["evidence"]
+    assert (verdict == "undecided at this level") == (p >= 0.05)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from calibench.analysis.plots import pyplot, save
-from calibench.analysis.tables import HCS_ECE, demo_suffix, label, load_tables, measured
+from calibench.analysis.tables import HCS_ECE, demo_suffix, first_seed, label, load_tables, measured
 from calibench.analysis.registry import output_path
 from calibench.layout import target_name
 from calibench.metrics.hcs import hcs
@@ -25,9 +25,10 @@ COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "params",
 
 
 def hcs_table(df: pd.DataFrame, betas: Sequence[float]) -> pd.DataFrame:
-    """The measured networks (:data:`COLUMNS`) with ``hcs_{beta}`` and ``rank_hcs_{beta}``
-    (1 = best, ties share the lower rank) per (space, hp, dataset) for each beta."""
-    nets = measured(df)[list(COLUMNS)].copy()
+    """The measured networks (:data:`COLUMNS`; one row per network, its first seed, as the
+    Kendall matrices use) with ``hcs_{beta}`` and ``rank_hcs_{beta}`` (1 = best, ties share the
+    lower rank) per (space, hp, dataset) for each beta."""
+    nets = first_seed(measured(df))[list(COLUMNS)].copy()
     for beta in betas:
         col = f"hcs_{beta:g}"
         nets[col] = hcs(nets["accuracy"], nets[HCS_ECE], beta)

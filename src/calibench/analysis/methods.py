@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from calibench.analysis.plots import DPI, fit_annotations, pyplot, save, stage_color
-from calibench.analysis.tables import (KEYS, STAGE_NAMES, STAGES, demo_suffix, group_stages, label,
+from calibench.analysis.tables import (KEYS, STAGE_NAMES, STAGES, demo_suffix, first_seed, group_stages, label,
                                        listed_stages, load_tables, measured, nearest_bins, stage_order,
                                        stages_present, summary_metrics, table_stages)
 from calibench.metrics import registry
@@ -105,7 +105,7 @@ def methods_summary(df: pd.DataFrame, bins: Sequence[int],
     """Population-scale Nixon et al. 2019 Tables 1/2 and Gupta et al. 2021 Table 1.
 
     One row per (space, hp, dataset, stage, metric) over the measured networks (TSS
-    isomorph copies dropped; every seed row counts) of the stages in the tables, for the
+    isomorph copies dropped; one row per network, its first seed, as the Kendall matrices use) of the stages in the tables, for the
     metrics of :func:`summary_metrics`; ``metric`` is the column suffix (``ece_15``,
     ``ksce``...). Columns: :data:`SUMMARY_COLUMNS` (:func:`describe_values`'s statistics
     after the keys). ``stages_by_table`` (:func:`table_stages`): the stages of each table,
@@ -116,7 +116,7 @@ def methods_summary(df: pd.DataFrame, bins: Sequence[int],
     """
     stages = stages_present(df)
     rows = []
-    for (space, hp, dataset), part in measured(df).groupby(["space", "hp", "dataset"]):
+    for (space, hp, dataset), part in first_seed(measured(df)).groupby(["space", "hp", "dataset"]):
         listed = listed_stages(stages_by_table, space, hp, dataset)
         for metric in summary_metrics(bins):
             for stage in group_stages(part, stages, metric, listed):
@@ -133,7 +133,7 @@ def method_wins(df: pd.DataFrame, bins: Sequence[int],
     """How often each stage is the best for a network, and by how much.
 
     Per (space, hp, dataset, metric) over the measured networks (TSS isomorph copies
-    dropped; every seed row is one contest), for each metric of :func:`summary_metrics`:
+    dropped; each network's first seed is its one contest), for each metric of :func:`summary_metrics`:
 
     * The contestants of a network are the stages with a *finite* value (a failed fit,
       NaN, and an infinite NLL take no part) whose fit did not have too little data
@@ -160,7 +160,7 @@ def method_wins(df: pd.DataFrame, bins: Sequence[int],
     """
     stages = stages_present(df)
     rows = []
-    for (space, hp, dataset), part in measured(df).groupby(["space", "hp", "dataset"]):
+    for (space, hp, dataset), part in first_seed(measured(df)).groupby(["space", "hp", "dataset"]):
         listed = listed_stages(stages_by_table, space, hp, dataset)
         for metric in summary_metrics(bins):
             present = group_stages(part, stages, metric, listed)

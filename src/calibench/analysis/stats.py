@@ -11,8 +11,9 @@
 * :func:`kendall_jackknife`: tau-b's jackknife normal interval, about 20x cheaper.
 
 What a finding may conclude from them (issue 25: decide only with enough data):
-:func:`interval_side` (an interval on one side of a bound; a zero-width interval, or one
-with NaN, decides nothing) and :func:`wilcoxon_paired` (paired Wilcoxon signed-rank test,
+:func:`interval_side` (an interval on one side of a bound; one with NaN decides nothing, a
+zero-width one, a perfect ranking, is decided by its exact permutation test) and
+:func:`wilcoxon_paired` (paired Wilcoxon signed-rank test,
 ``scipy.stats.wilcoxon``), each used only from a minimum number of networks (the config's
 ``analysis.min_networks``).
 
@@ -27,6 +28,7 @@ table's columns, and how each one's tau-b is counted without re-sorting).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -37,7 +39,7 @@ import pandas as pd
 from calibench.analysis.tau_b import (_count, _dense_ranks, _jackknife_interval, _level, _pair,
                                       _tau_and_leave_one_out, jackknife_taus, kendall_jackknife, kendall_tau)
 
-__all__ = ["interval_side", "wilcoxon_paired", "kendall_tau", "bootstrap_indices", "bootstrap_taus", "kendall_bootstrap", "jackknife_taus",
+__all__ = ["interval_side", "perfect_ranking_p", "wilcoxon_paired", "kendall_tau", "bootstrap_indices", "bootstrap_taus", "kendall_bootstrap", "jackknife_taus",
            "kendall_jackknife", "kendall_matrix_ci", "kendall_cross_ci"]
 
 
@@ -54,33 +56,52 @@ def _interval(taus: np.ndarray, level: float) -> tuple[float, float]:
 ZERO_WIDTH = 1e-9  # taus lie in [-1, 1]: an interval narrower than this is degenerate
 
 
-def interval_side(lo: float, hi: float, bound: float) -> bool | None:
+def perfect_ranking_p(n: int) -> float:
+    """The exact two-sided permutation p-value of a perfect ranking (tau = 1 or -1) of ``n``
+    untied networks: 2 / n! (1 for n below 2); below 0.05 from n = 5 on."""
+    n = int(n)
+    return 1.0 if n < 2 else min(1.0, math.exp(math.log(2.0) - math.lgamma(n + 1)))
+
+
+def interval_side(lo: float, hi: float, bound: float, n: int = 0, level: float = 0.95) -> bool | None:
     """True if the interval [lo, hi] lies strictly below ``bound``, False if strictly above,
-    None if it contains it, is NaN, or has zero width (a degenerate interval, e.g. the
-    bootstrap of a few networks that all agree, is never significant): a width below
-    :data:`ZERO_WIDTH` (the quantiles' rounding, e.g. [0.9999999999999999, 1]) counts as zero."""
+    None if it contains it or is NaN. A zero-width interval (width below :data:`ZERO_WIDTH`,
+    the quantiles' rounding, e.g. [0.9999999999999999, 1]) is the bootstrap or jackknife of a
+    perfect ranking: there the percentile interval says nothing of the sampling error, so it
+    is decided by the exact permutation test of that ranking instead. At tau = 1 or -1 it
+    decides by position when :func:`perfect_ranking_p` of the ``n`` networks is below
+    ``1 - level`` (e.g. [1, 1] of 30 networks lies above 0), and is None with fewer networks
+    (3 networks in agreement: p = 1/3) or at any other value."""
     lo, hi = float(lo), float(hi)
-    if np.isnan(lo) or np.isnan(hi) or not hi - lo > ZERO_WIDTH:
+    if np.isnan(lo) or np.isnan(hi):
         return None
+    if not hi - lo > ZERO_WIDTH:
+        if abs(lo) < 1 - ZERO_WIDTH or perfect_ranking_p(n) >= 1 - level:
+            return None
+        lo = hi = float(np.sign(lo))
     return True if hi < bound else False if lo > bound else None
 
 
-def wilcoxon_paired(x, y) -> tuple[float, float, int, float]:
-    """(statistic, p-value, n, median difference) of the two-sided Wilcoxon signed-rank test
-    of the paired differences ``y - x`` (``scipy.stats.wilcoxon``, zero differences
-    dropped as its default ``zero_method="wilcox"``) over the pairs where both are finite;
-    n counts those pairs. Statistic and p are NaN when no difference is non-zero."""
-    from scipy.stats import wilcoxon
+def wilcoxon_paired(x, y) -> tuple[float, float, int, float, int]:
+    """(statistic, p-value, n, median difference, direction) of the two-sided Wilcoxon
+    signed-rank test of the paired differences ``y - x`` (``scipy.stats.wilcoxon``) over the
+    pairs where both are finite, zero differences dropped (its default ``zero_method="wilcox"``):
+    n counts the non-zero differences the test ranks, the median is theirs, and direction is
+    the sign of W+ - W- (the sums of the ranks of |d| of the positive and the negative
+    differences: the side the test's evidence lies on). Statistic and p are NaN, direction 0,
+    when no difference is non-zero."""
+    from scipy.stats import rankdata, wilcoxon
 
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"x and y must be 1-d arrays of one length, got shapes {x.shape} and {y.shape}")
     d = (y - x)[np.isfinite(x) & np.isfinite(y)]
-    median = float(np.median(d)) if len(d) else float("nan")
-    if not np.any(d != 0):
-        return float("nan"), float("nan"), len(d), median
+    d = d[d != 0]
+    if not len(d):
+        return float("nan"), float("nan"), 0, float("nan"), 0
     res = wilcoxon(d)
-    return float(res.statistic), float(res.pvalue), len(d), median
+    direction = int(np.sign(np.sum(np.sign(d) * rankdata(np.abs(d)))))
+    return float(res.statistic), float(res.pvalue), len(d), float(np.median(d)), direction
 
 
 def bootstrap_taus(x, y, resamples: int = 1000, seed: int = 0) -> np.ndarray:

@@ -3,8 +3,9 @@ test on these tables (``analysis/claims.csv``) and shown at the head of its ques
 
 Decide only with enough data (issue 25): a table (or pair of datasets) with fewer than
 ``min_networks`` networks (``analysis.min_networks``) decides nothing ("too few networks to
-decide (n = 5)"); an interval decides only where it has positive width and lies on one side
-of the bound (:func:`calibench.analysis.stats.interval_side`); question 6 is a paired
+decide (n = 5)"); an interval decides only where it lies on one side of the bound
+(:func:`calibench.analysis.stats.interval_side`; a zero-width interval, a perfect ranking, by
+its exact permutation p); question 6 is a paired
 Wilcoxon signed-rank test (:func:`calibench.analysis.stats.wilcoxon_paired`), not a
 comparison of medians. A claim no table can decide reads "undecided (too few networks)"."""
 
@@ -29,13 +30,15 @@ CLAIMS = {
     "q3": ("A consistent trend in the ranking of most calibration performance regardless of metric type.",
            "most pairs of calibration-error metrics (before recalibration) have a tau whose interval is above 0"),
     "q3b": ("Equal Mass classwise ECE may not be a reliable metric for calibration measurement.",
-            "cwce_em has the lowest median tau against the other calibration-error metrics"),
+            "cwce_em has the lowest median tau against the other calibration-error metrics, its taus below those "
+            "of the next lowest (paired Wilcoxon signed-rank test over the third metrics, p below 1 - level)"),
     "q4": ("Well-calibrated models do not necessarily exhibit better calibration performance after post-hoc "
            "calibration techniques.",
            "pre against post (temperature scaling) ECE: Kendall tau's interval below 0.5"),
     "q5": ("The positive correlation between accuracy and calibration exists only among architectures with good "
            "prediction performance.",
-           "accuracy against ECE: tau below 0 at this level above 90 % accuracy, and not below 0 over all networks"),
+           "accuracy against ECE: tau's jackknife interval below 0 among the networks above 90 % accuracy, and not "
+           "below 0 among those at or below 90 %"),
     "q6": ("The bin size has a more substantial impact on post-ECE.",
            "per network, the relative change of ECE from the fewest to the most bins after temperature scaling "
            "against before: paired Wilcoxon signed-rank test (two-sided), p below 1 - level, positive median "
@@ -90,20 +93,49 @@ def bins_outcome(what: str, pre_lo, pre_hi, post_lo, post_hi, level: float, min_
     """Question 6 on one table (arrays per network: ECE before and after temperature scaling
     at the fewest and the most bins): the relative change ``hi / lo - 1`` per network, post
     against pre, by :func:`calibench.analysis.stats.wilcoxon_paired`. True where p < 1 - level
-    and the median difference (post - pre) is positive, False where p < 1 - level and it is
-    negative, None otherwise; :data:`FEW` below ``min_networks`` pairs."""
+    and the signed ranks lean positive (post changes more), False where p < 1 - level and they
+    lean negative, None otherwise; :data:`FEW` below ``min_networks`` networks with both changes
+    finite. The evidence names the test's n (the non-zero differences) and, where some were
+    zero, the networks."""
     with np.errstate(divide="ignore", invalid="ignore"):
         pre = np.asarray(pre_hi, float) / np.asarray(pre_lo, float) - 1
         post = np.asarray(post_hi, float) / np.asarray(post_lo, float) - 1
-    w, p, n, diff = stats.wilcoxon_paired(pre, post)
-    if n < min_networks:
-        return _few(what, n)
     ok = np.isfinite(pre) & np.isfinite(post)
+    networks = int(ok.sum())
+    if networks < min_networks:
+        return _few(what, networks)
+    w, p, n, _, direction = stats.wilcoxon_paired(pre, post)
     text = (f"{what}: median change pre {np.median(pre[ok]):+.0%}, post {np.median(post[ok]):+.0%}; Wilcoxon "
-            f"signed-rank W = {w:.1f}, p = {p:.3g}, n = {n}")
-    if np.isnan(p) or p >= 1 - level or diff == 0:
+            f"signed-rank W = {w:.1f}, p = {p:.3g}, n = {n}"
+            + (f" ({networks - n} of {networks} networks with no difference)" if n < networks else ""))
+    if np.isnan(p) or p >= 1 - level or direction == 0:
         return text, None
-    return text, bool(diff > 0)
+    return text, direction > 0
+
+
+def lowest_outcome(what: str, pairs: pd.DataFrame, metric: str, level: float) -> list[tuple[str, object]]:
+    """Question 3b on one table (``pairs``: its Kendall rows of the ``metrics`` figure, both
+    orders): is ``metric``'s median tau against the other metrics the lowest? Its taus are put
+    against those of the runner-up (``metric`` the lowest) or of the lowest metric (otherwise),
+    paired by the third metric, with :func:`calibench.analysis.stats.wilcoxon_paired`: True where
+    ``metric`` is lowest and its taus are significantly lower at ``level``, False where another
+    is lowest and ``metric``'s taus are significantly higher, None where the test cannot tell."""
+    taus = pairs.pivot_table(index="row", columns="col", values="tau")
+    medians = pairs.groupby("row")["tau"].median().dropna()
+    if metric not in medians.index or len(medians) < 2:
+        return []
+    order = medians.sort_values(kind="stable").index
+    other = order[1] if order[0] == metric else order[0]
+    third = [c for c in taus.columns if c not in (metric, other)]
+    _, p, n, _, direction = stats.wilcoxon_paired(taus.loc[other, third].to_numpy(float),
+                                                  taus.loc[metric, third].to_numpy(float))
+    text = (f"{what}: lowest {order[0]} ({medians[order[0]]:.2f}), {metric} against {other} over {n} third metrics: "
+            f"Wilcoxon p = {p:.3g}")
+    if np.isnan(p) or p >= 1 - level:
+        return [(text, None)]
+    if order[0] == metric:
+        return [(text, True if direction < 0 else None)]
+    return [(text, False if direction > 0 else None)]
 
 
 def width_outcomes(nets: pd.DataFrame, col: str, level: float, min_networks: int) -> list[tuple[str, object]]:
@@ -128,7 +160,7 @@ def width_outcomes(nets: pd.DataFrame, col: str, level: float, min_networks: int
             outcomes.append(_few(what, n))
             continue
         tau, lo, hi = stats.kendall_jackknife(channels[ok], ece[ok], level)
-        below = stats.interval_side(lo, hi, 0.0)
+        below = stats.interval_side(lo, hi, 0.0, n, level)
         outcomes.append((f"{what}: tau {tau:.2f} [{lo:.2f}, {hi:.2f}] (jackknife), {n} networks",
                          None if below is None else not below))
     return outcomes
@@ -139,7 +171,7 @@ def claims(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, bins: Se
     """Which of the paper's qualitative claims (:data:`CLAIMS`) hold on these tables, at
     ``level``: each claim's test over every table (or pair of datasets) it applies to, with
     the verdict ("holds", "does not hold", "holds in k of n", undecided where an interval
-    contains the bound or has zero width, "too few networks" below ``min_networks``) and the
+    contains the bound, "too few networks" below ``min_networks``) and the
     evidence per table."""
     m = int(min_networks)
     b = nearest_bins(bins)
@@ -149,7 +181,7 @@ def claims(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, bins: Se
                     & (kendall["metric"] == f"pre_ece_{b}") & (kendall["row"] < kendall["col"])]
         out.append(_claim("q1", [_few(f"{r.space} {r.row}/{r.col} tau {r.tau:.2f}", r.n) if r.n < m else
                                  (f"{r.space} {r.row}/{r.col} tau {r.tau:.2f} [{r.lo:.2f}, {r.hi:.2f}], {r.n} "
-                                  f"networks", stats.interval_side(r.lo, r.hi, 0.5))
+                                  f"networks", stats.interval_side(r.lo, r.hi, 0.5, r.n, level))
                                  for r in k.itertuples()]))
         mk = kendall[(kendall["figure"] == "metrics") & (kendall["population"] == "all") & kendall["stage"].isna()]
         errors = {f"pre_{e}_{b}" for e in _ERROR_METRICS} | {f"pre_{e}" for e in _ERROR_METRICS}
@@ -163,39 +195,40 @@ def claims(nets: pd.DataFrame, kendall: pd.DataFrame, q4: pd.DataFrame, bins: Se
                 continue
             pairs = part[part["row"] < part["col"]].dropna(subset=["lo"])
             if len(pairs):  # decided by the pairs whose interval excludes 0; an interval holding it decides nothing
-                sides = [stats.interval_side(r.lo, r.hi, 0.0) for r in pairs.itertuples()]
+                sides = [stats.interval_side(r.lo, r.hi, 0.0, r.n, level) for r in pairs.itertuples()]
                 positive, negative = sum(side is False for side in sides), sum(side is True for side in sides)
                 ok = True if positive > len(pairs) / 2 else False if negative >= len(pairs) / 2 else None
                 outcomes.append((f"{space} {dataset}: {positive} of {len(pairs)} pairs above 0, {negative} below, "
                                  f"{n} networks", ok))
-            medians = part.groupby("row")["tau"].median().dropna()
-            em = f"pre_cwce_em_{b}"
-            if em in medians.index and len(medians) > 1:
-                unreliable.append((f"{space} {dataset}: lowest {medians.idxmin()} ({medians.min():.2f})",
-                                   medians.idxmin() == em))
+            unreliable.extend(lowest_outcome(f"{space} {dataset}", part, f"pre_cwce_em_{b}", level))
         out.append(_claim("q3", outcomes))
         out.append(_claim("q3b", unreliable))
     if not q4.empty:
         post = q4[q4["stage"] == "post"]
         out.append(_claim("q4", [_few(f"{r.space} {r.dataset} tau {r.tau:.2f}", r.n) if r.n < m else
                                  (f"{r.space} {r.dataset} tau {r.tau:.2f} [{r.lo:.2f}, {r.hi:.2f}], {r.n} networks",
-                                  stats.interval_side(r.lo, r.hi, 0.5))
+                                  stats.interval_side(r.lo, r.hi, 0.5, r.n, level))
                                  for r in post.itertuples()]))
     col = f"pre_ece_{b}"
     outcomes = []
     for (space, hp, dataset), part in nets.groupby(["space", "hp", "dataset"]):
         if col not in part:
             continue
-        high = part[part["accuracy"] > 0.9]
+        high, low = part[part["accuracy"] > 0.9], part[part["accuracy"] <= 0.9]
         if len(high) < max(m, 2):
             outcomes.append(_few(f"{space} {dataset}: networks above 90 %", len(high)))
             continue
         _, lo_h, hi_h = stats.kendall_jackknife(high["accuracy"], high[col], level)
-        _, lo_a, hi_a = stats.kendall_jackknife(part["accuracy"], part[col], level)
-        below_h = stats.interval_side(lo_h, hi_h, 0.0)
-        ok = None if below_h is None else bool(below_h and stats.interval_side(lo_a, hi_a, 0.0) is not True)
-        outcomes.append((f"{space} {dataset}: above 90 % [{lo_h:.2f}, {hi_h:.2f}] ({len(high)} networks), all "
-                         f"[{lo_a:.2f}, {hi_a:.2f}] ({len(part)})", ok))
+        below_h = stats.interval_side(lo_h, hi_h, 0.0, len(high), level)
+        text = f"{space} {dataset}: above 90 % [{lo_h:.2f}, {hi_h:.2f}] ({len(high)} networks)"
+        if len(low) < max(m, 2):  # "only among good networks" needs the others to decide on
+            outcomes.append((f"{text}, at or below 90 % too few networks to decide (n = {len(low)})",
+                             False if below_h is False else None))
+            continue
+        _, lo_l, hi_l = stats.kendall_jackknife(low["accuracy"], low[col], level)
+        below_l = stats.interval_side(lo_l, hi_l, 0.0, len(low), level)
+        ok = None if below_h is None else bool(below_h and below_l is not True)
+        outcomes.append((f"{text}, at or below 90 % [{lo_l:.2f}, {hi_l:.2f}] ({len(low)})", ok))
     out.append(_claim("q5", outcomes))
     lo_b, hi_b = min(bins), max(bins)
     outcomes = []

@@ -9,7 +9,8 @@ A finding is e.g. "pre ECE (15 bins) across datasets, tss hp 200, cifar10 vs cif
 Decide only with enough data (issue 25): a tau on fewer than ``min_networks`` networks (the
 config's ``analysis.min_networks``) is stated without interval and reads "too few networks
 to decide (n = 5)" (``lo``, ``hi`` and ``interval`` empty); question 4's "differs from 0"
-needs an interval of positive width that excludes 0 (:func:`calibench.analysis.stats.interval_side`).
+needs an interval that excludes 0 (:func:`calibench.analysis.stats.interval_side`; a zero-width
+interval, a perfect ranking, by its exact permutation p).
 """
 
 from __future__ import annotations
@@ -42,16 +43,20 @@ def _interval_text(lo: float, hi: float, interval) -> str:
     return f" [{lo:.2f}, {hi:.2f}]" + (f" ({interval})" if isinstance(interval, str) and interval else "")
 
 
-def _zero_text(lo: float, hi: float, level: float) -> str:
-    """What the interval says of tau = 0 (question 4): a degenerate interval decides nothing."""
+def _zero_text(lo: float, hi: float, level: float, n: int) -> str:
+    """What the interval says of tau = 0 (question 4); a zero-width interval is a perfect
+    ranking, decided by its exact permutation p (:func:`calibench.analysis.stats.interval_side`)."""
     if np.isnan(lo) or np.isnan(hi):
         return ""
-    side = stats.interval_side(lo, hi, 0.0)
+    side = stats.interval_side(lo, hi, 0.0, n, level)
+    if hi - lo > stats.ZERO_WIDTH:
+        return (f" (interval excludes 0: differs from 0 at {level:.0%})" if side is not None
+                else f" (0 inside the interval: no difference from 0 at {level:.0%})")
+    p = f"perfect ranking, exact permutation p = {stats.perfect_ranking_p(n):.2g}"
     if side is not None:
-        return f" (interval excludes 0: differs from 0 at {level:.0%})"
-    if not hi - lo > stats.ZERO_WIDTH:
-        return " (zero-width interval: not significant)"
-    return f" (0 inside the interval: no difference from 0 at {level:.0%})"
+        return f" (zero-width interval: {p}, differs from 0 at {level:.0%})"
+    return f" (zero-width interval: {p}, not significant at {level:.0%})" if abs(lo) >= 1 - stats.ZERO_WIDTH \
+        else " (zero-width interval: not significant)"
 
 
 def _tau_row(question, space, hp, dataset, what: str, tau, lo, hi, interval, n: int, min_networks: int,
@@ -61,7 +66,7 @@ def _tau_row(question, space, hp, dataset, what: str, tau, lo, hi, interval, n: 
     n = int(n)
     if n < min_networks:
         return finding_row(question, space, hp, dataset, f"{what}: tau {tau:.2f}, {too_few(n)}", tau)
-    verdict = "" if zero_level is None else _zero_text(lo, hi, zero_level)
+    verdict = "" if zero_level is None else _zero_text(lo, hi, zero_level, n)
     return finding_row(question, space, hp, dataset,
                        f"{what}: tau {tau:.2f}{_interval_text(lo, hi, interval)}, {n} networks{verdict}",
                        tau, lo, hi, interval)

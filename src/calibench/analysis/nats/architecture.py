@@ -26,7 +26,7 @@ from calibench.analysis.hcs import COLUMNS as HCS_COLUMNS
 from calibench.analysis.hcs import hcs_table
 from calibench.analysis.nats import architecture_figures as af
 from calibench.results.archstr import EDGE_NAMES, parse_sss, tss_edge_ops
-from calibench.analysis.tables import STAGES, demo_suffix, load_tables, measured, nearest_bins
+from calibench.analysis.tables import STAGES, demo_suffix, first_seed, load_tables, measured, nearest_bins
 from calibench.analysis.registry import output_path
 from calibench.vocabulary import NATS_SPACES
 
@@ -50,8 +50,9 @@ def edge_op_frequency(hcs_df: pd.DataFrame, top_n: int, beta: float) -> pd.DataF
 
 
 def size_brackets(df: pd.DataFrame) -> pd.DataFrame:
-    """SSS: mean ECE (pre, post) and accuracy by total channel count bracket (Fig. 7)."""
-    nets = measured(df[df["space"] == "sss"]).copy()
+    """SSS: mean ECE (pre, post) and accuracy by total channel count bracket (Fig. 7), over the
+    measured networks (one row each, its first seed, as the Kendall matrices use)."""
+    nets = first_seed(measured(df[df["space"] == "sss"])).copy()
     if nets.empty:
         return pd.DataFrame()
     nets["channels"] = [sum(parse_sss(a)) for a in nets["arch_str"]]

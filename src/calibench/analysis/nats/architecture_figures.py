@@ -54,7 +54,7 @@ import pandas as pd
 
 from calibench.analysis.methods import describe_values
 from calibench.results.archstr import SSS_CHANNEL_CHOICES, parse_sss, tss_edge_ops
-from calibench.analysis.tables import STAGE_NAMES, STAGES, nearest_bins
+from calibench.analysis.tables import STAGE_NAMES, STAGES, first_seed, nearest_bins
 from calibench.analysis.plots import pyplot, stage_color
 
 
@@ -92,14 +92,18 @@ def kernel_parameters(arch_strs: Iterable[str]) -> np.ndarray:
     return values.map(lookup).to_numpy(dtype=np.int64)
 
 
-def _space_rows(df: pd.DataFrame, space: str, include_copies: bool = False) -> pd.DataFrame:
-    """The rows of one search space; measured networks only (``arch_index == measured_by``)
+def _space_rows(df: pd.DataFrame, space: str, include_copies: bool = False, all_seeds: bool = False
+                ) -> pd.DataFrame:
+    """The rows of one search space, one per network (its first seed, as the Kendall matrices
+    use; every seed where ``all_seeds``); measured networks only (``arch_index == measured_by``)
     unless ``include_copies`` or the table has no ``measured_by``."""
     if df is None or df.empty or "space" not in df.columns:
         return pd.DataFrame()
     part = df[df["space"] == space]
     if not include_copies and {"arch_index", "measured_by"} <= set(part.columns):
         part = part[part["arch_index"] == part["measured_by"]]
+    if not all_seeds and {"hp", "dataset", "arch_index", "seed"} <= set(part.columns):
+        part = first_seed(part)
     return part
 
 
@@ -116,10 +120,10 @@ def kernel_parameter_table(df: pd.DataFrame, bins: Sequence[int], stages: Sequen
     One row per (hp, dataset, kernel_params, stage) for each stage of ``stages`` whose
     ``{stage}_ece_{b}`` column is in ``df`` (``b``: the configured bin count nearest 15,
     :func:`nearest_bins`) and holds at least one value for that (hp, dataset); ``metric``
-    is ``ece_{b}``. Statistics over the rows (networks x seeds) with that kernel-parameter
-    value (:func:`describe`): ``n`` (rows), ``n_nan`` (a failed fit; left out of every
+    is ``ece_{b}``. Statistics over the networks (each by its first seed) with that
+    kernel-parameter value (:func:`describe`): ``n``, ``n_nan`` (a failed fit; left out of every
     statistic), ``mean``, ``median``, ``q25``, ``q75`` (linear interpolation), ``iqr``; and
-    ``accuracy_median``, the median network accuracy of the same rows. Sorted by hp,
+    ``accuracy_median``, the median network accuracy of the same networks. Sorted by hp,
     dataset (paper order), kernel_params, stage (in ``stages`` order). Empty (with these
     columns) when there is no TSS row or no stage column.
     """
@@ -168,7 +172,7 @@ def width_progression_table(df: pd.DataFrame, stages: Sequence[str] | None = Non
     hp, dataset (paper order), width. Empty when there is no SSS row or no uniform-width one.
     """
     b = nearest_bins(bins)
-    nets = _space_rows(df, "sss")
+    nets = _space_rows(df, "sss", all_seeds=True)
     stages = list(STAGE_ORDER) if stages is None else list(dict.fromkeys(stages))
     ece_cols = [f"{s}_ece_{b}" for s in stages if f"{s}_ece_{b}" in nets.columns]
     columns = WIDTH_KEYS + ece_cols
