@@ -149,6 +149,14 @@ def test_the_tao2024_export_of_a_run_equals_it_on_the_exported_columns(workflow_
         for column in ("params", "temperature", "pre_accuracy", "arch_index", "measured_by", "vs_ece_15"):
             assert csv.loc[("sss_90_cifar10", column), "status"] == "only_a", column
         assert csv.loc[("sss_90_cifar10", "pre_ece_15"), "status"] == "equal"
+    # with the isomorph copies, marked by measured_by in NATS-Bench's indices (the mini benchmark's are
+    # its archive's): still equal, measured_by is not compared (it read "differs" on every TSS table)
+    interop.export_tao2024(results, tmp_path / "tao_all", expand_isomorphs=True)
+    interop.import_tao2024(tmp_path / "tao_all", tmp_path / "imported_all")
+    code, out, _ = run_cli(capsys, results, tmp_path / "imported_all", "--atol", "1e-12", "--out", tmp_path / "out4")
+    assert code == 0 and "verdict: EQUAL: 6 tables" in out, out[-1500:]
+    csv = pd.read_csv(layout.compare_csv(tmp_path / "out4")).set_index(["table", "column"])
+    assert csv.loc[("tss_200_cifar10", "measured_by"), "status"] == "only_a"
     # a difference in a carried column still makes them different
     frame = pd.read_csv(tmp_path / "tao" / "cifar10_sss.csv")
     frame.loc[0, "pre_ECE_15"] += 1e-3
@@ -252,3 +260,36 @@ def test_usage_mistakes_exit_2_in_one_or_two_lines(tmp_path, capsys, rng):
         assert code == 2 and printed == "" and err.strip().startswith(f"calibench compare: {said}"), err
         assert len(err.strip().splitlines()) == 1
     assert sorted(p.name for p in run_a.rglob("*")) == before and (tmp_path / "afile").read_text() == "x"
+
+
+def test_a_populations_models_are_matched_by_name_not_by_their_row(tmp_path, capsys, rng):
+    """A model added at the top of models.csv shifts every other's arch_index (its row): the
+    runs are still the same measurements of the same models, matched by name; the rows are a
+    setting that differs, and the new model is one of run B only."""
+    names = [f"m{i}" for i in range(8)]
+    ece = rng.uniform(0, 0.3, len(names))
+
+    def table(root: Path, models, values) -> Path:
+        frame = pd.DataFrame({"space": "zoo", "hp": "", "dataset": "cifar10", "arch_index": np.arange(len(models)),
+                              "measured_by": np.arange(len(models)), "seed": 0, "arch_str": models,
+                              "pre_ece_15": values})
+        path = layout.table_path(root, "zoo", "cifar10")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(path, index=False)
+        return root
+
+    run_a = table(tmp_path / "a", names, ece)
+    run_b = table(tmp_path / "b", ["new", *names], np.r_[0.5, ece])
+    cmp = compare_runs(run_a, run_b)
+    (t,) = cmp.tables
+    assert t.networks["key"] == ["arch_str", "seed"] and t.networks["n_both"] == 8
+    assert t.networks["only_b"] == [("new", 0)] and not t.networks["only_a"]
+    rows = t.columns.set_index("column")
+    assert rows.loc["pre_ece_15", "status"] == "equal" and rows.loc["arch_index", "kind"] == "setting"
+    assert ("column arch_index (8 of 8 rows differ)", "8 values, e.g. 0", "8 values, e.g. 1") in t.settings
+    run_c = table(tmp_path / "c", names[::-1], np.r_[ece[::-1][:-1], ece[0] + 0.01])  # m0 last, its ECE changed
+    rows = compare_runs(run_a, run_c).tables[0].columns.set_index("column")
+    assert rows.loc["pre_ece_15", "status"] == "differs" and rows.loc["pre_ece_15", "n_differ"] == 1
+    assert rows.loc["pre_ece_15", "max_abs_diff"] == pytest.approx(0.01, abs=1e-12)
+    code, out, _ = run_cli(capsys, run_a, tmp_path / "a", "--out", tmp_path / "o")
+    assert code == 0, out

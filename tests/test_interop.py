@@ -10,6 +10,7 @@ import itertools
 import json
 import logging
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -371,6 +372,7 @@ def test_names_and_targets_are_checked(tmp_path):
         interop.import_tao2024([bad], tmp_path / "results")
     good = write_published(frame, tmp_path / "in2" / "cifar100_sss.csv")
     measured = build(tmp_path / "results", "sss", "90", "cifar100", 3)  # a measured table already there
+    shutil.rmtree(tmp_path / "results" / "population")  # its tables copied out of the workflow's results
     with pytest.raises(ValueError, match="holds measured results"):
         interop.import_tao2024(good, tmp_path / "results")
     assert tables.table_metadata(measured).get("source") is None
@@ -479,3 +481,25 @@ def test_a_csv_cut_short_is_named_by_line_and_valid_ones_pass(tmp_path, text, cu
     else:
         with pytest.raises(ValueError, match=f"line {cut} has 2 fields, the header 3: a file cut short"):
             interop._whole_rows(path, text)
+
+
+def test_a_workflows_results_directory_is_refused_and_an_import_is_not_repaired_away(tmp_path, capsys):
+    """The workflow owns its results' tables: an import there is refused before anything is
+    read or written. A results directory of imports alone has no failures files, and the
+    repair check before a run does not take that for a lost output (it set the tables aside)."""
+    from calibench.run import repair
+    from calibench.run.cli import main
+
+    good = write_published(_good(np.random.default_rng(4)), tmp_path / "in" / "cifar100_sss.csv")
+    workflow = tmp_path / "results"
+    (workflow / "population").mkdir(parents=True)
+    with pytest.raises(ValueError, match="is a workflow's results directory .*population.*--results published"):
+        interop.import_tao2024(good, workflow)
+    assert not (workflow / "tables").exists()
+    assert main(["import", "--format", "tao2024", str(good), "--results", str(workflow)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("calibench import: ") and len(err.strip().splitlines()) <= 2 and "Traceback" not in err
+    imported = tmp_path / "published"
+    (table,) = interop.import_tao2024(good, imported)
+    assert repair.lost_outputs(imported) == []
+    assert repair.repair_before_run(imported) == [] and table.exists()

@@ -211,6 +211,8 @@ def test_the_nchw_form_cuda_runs_gives_the_channels_last_logits(space, arch):
     for hook in hooks:
         hook.remove()
     assert layouts == [True] * len(nchw.cells)
-    assert float((got - want).abs().max()) <= 1e-6 * max(float(want.abs().max()), 1e-30)
+    # float32 summation order through 17 layers: the two forms' kernels sum in different orders, by as
+    # much as 2.9e-6 of the largest logit on some CPUs (all-3x3 TSS on an AMD EPYC), below 1e-6 on others
+    assert float((got - want).abs().max()) <= 1e-5 * max(float(want.abs().max()), 1e-30)
     with pytest.raises(ValueError, match="memory_format"):
         inference_network(net, torch.preserve_format)

@@ -39,6 +39,7 @@ BAD = {  # model -> what its cifar10 file gets wrong (and the words its failure 
     "nanlogits": "non-finite logits",
     "otherlabels": "labels differ from the dataset's",
     "ghost": "no such file",
+    "wide": "12 logit columns, but the cifar10 models have 10 (the class count most of its files have)",
 }
 N = {"cifar10": 2500, "shifted": 1500}
 K = 10
@@ -115,6 +116,7 @@ def write_logits_population(root: Path) -> dict:
     nan[7, 3] = np.nan
     np.savez(bad / "nanlogits.npz", logits=nan, labels=y)
     np.savez(bad / "otherlabels.npz", logits=z.astype(np.float32), labels=(y + 1) % K)
+    np.savez(bad / "wide.npz", logits=np.pad(z, ((0, 0), (0, 2))).astype(np.float32), labels=y)  # 12 classes of 10
     rows = ["model,family,loss,params"]
     for i, name in enumerate([*TEMPERATURES, *BAD]):
         rows.append(f"{name},{FAMILY.get(name, 'c')},{'ce' if TEMPERATURES.get(name, 9) < 2 else 'focal'},{1000 * (i + 1)}")
@@ -269,8 +271,13 @@ def test_a_logits_store_is_a_population_too_and_a_second_import_reads_nothing(ru
     settings = {"source": "logits", "path": str(workdir / "results"), "space": "zoo", "datasets": ["cifar10"]}
     results = tmp_path / "results"
     for space, datasets in (("zoo", ["cifar10", "shifted"]), ("tiny", ["cifar10", "own"])):
-        config = {"populations": {"again": {"source": "logits", "path": str(workdir / "results"), "space": space}}}
+        config = {"populations": {"again": {"source": "logits", "path": str(workdir / "results"), "space": space}},
+                  "chunk_size": 4}
         assert stage.population_datasets(config, "again") == datasets  # found in the store, per tree
+        # the jobs' settings carry the tree they read (they dropped it: a store of two trees stopped the job)
+        assert stage.population_settings(config, "again")["space"] == space
+        assert stage.inference_settings(config, "again")["space"] == space and "hp" not in stage.inference_settings(
+            config, "again")
     doc = write_population({**settings, "chunk_size": 4}, "again", results / "population" / "again.json")
     assert doc["layout"] == "store" and doc["arch_strs"] == list(TEMPERATURES)
     write_labels(settings, "cifar10", layout.labels_path(results, "cifar10", space="again"), space="again")

@@ -7,7 +7,10 @@ of result tables, one table, or a folder (or file) of tao2024 CSVs (read with
 
 Rows are matched by (network, seed): the network is ``nats_index`` where both tables hold it
 for every row (a tao2024 file knows only the NATS-Bench index; the mini benchmark's
-``arch_index`` is not it), else ``arch_index``. Per column shared by both, over the rows in
+``arch_index`` is not it); a population beyond NATS-Bench's spaces by its model's name,
+``arch_str`` (its ``arch_index`` is its row in ``models.csv`` or in the callables' list: a
+model added or moved shifts the others', so there it is compared as a setting, as
+``measured_by``); else ``arch_index``. Per column shared by both, over the rows in
 both (:func:`numeric_difference`, :func:`label_difference`): the largest and the median
 absolute difference, the rows where exactly one side is NaN (both NaN: equal; +inf equals
 +inf), the rows that differ by more than ``atol``, and Kendall's tau-b of the two rankings
@@ -52,13 +55,15 @@ from calibench.analysis.tables import measured
 from calibench.analysis.tau_b import kendall_tau
 from calibench.results import interop
 from calibench.results.tables import NATS_INDEX, PROVENANCE, table_metadata
+from calibench.vocabulary import NATS_SPACES
 
 SETTING_COLUMNS = ("config_hash", "logits_key", "source_bytes", "source_mtime", "calibench_version")
+POSITIONS = ("arch_index", "measured_by")  # a population's models matched by name: their rows, a setting
 assert set(SETTING_COLUMNS) <= set(PROVENANCE)
 STATUSES = ("equal", "differs", "only_a", "only_b")
 CSV_COLUMNS = ["table", "column", "status", "n_both", "n_only_a", "n_only_b", "max_abs_diff", "median_abs_diff",
                "n_nan_mismatch", "kendall_tau", "n_differ", "kind"]
-_MATCH = ("arch_index", NATS_INDEX, "seed")  # the columns rows are matched by
+_MATCH = ("arch_index", NATS_INDEX, "seed", "space", "arch_str")  # the columns rows are matched by
 
 
 # ---------------------------------------------------------------- one column (pure)
@@ -130,8 +135,14 @@ def column_difference(a: pd.Series, b: pd.Series, atol: float = 0.0) -> dict:
 
 def match_key(a: pd.DataFrame, b: pd.DataFrame) -> list[str]:
     """The columns rows are matched by: ``nats_index`` where both tables have it for every
-    row, else ``arch_index``; then ``seed`` where both have it."""
-    net = NATS_INDEX if all(NATS_INDEX in f and f[NATS_INDEX].notna().all() for f in (a, b)) else "arch_index"
+    row; ``arch_str`` (the model's name) where both are tables of a population beyond
+    NATS-Bench's spaces; else ``arch_index``; then ``seed`` where both have it."""
+    if all(NATS_INDEX in f and f[NATS_INDEX].notna().all() for f in (a, b)):
+        net = NATS_INDEX
+    elif all(own_population(f) for f in (a, b)):
+        net = "arch_str"
+    else:
+        net = "arch_index"
     for f, side in ((a, "A"), (b, "B")):
         if net not in f:
             raise ValueError(f"table of run {side} has no {net} column: rows cannot be matched")
@@ -155,7 +166,15 @@ def align(a: pd.DataFrame, b: pd.DataFrame, key: Sequence[str]) -> tuple[np.ndar
     return ia, ib, only_a, only_b
 
 
+def own_population(f: pd.DataFrame) -> bool:
+    """Whether ``f`` is a table of a population beyond NATS-Bench's spaces, with model names."""
+    return ("space" in f and "arch_str" in f and not f["space"].isin(NATS_SPACES).any()
+            and f["arch_str"].notna().all())
+
+
 def _key_values(f: pd.DataFrame, column: str, side: str) -> np.ndarray:
+    if column == "arch_str":
+        return f[column].astype(str).to_numpy(dtype=object)
     values = f[column].to_numpy(dtype=float, na_value=np.nan)
     if np.isnan(values).any():
         raise ValueError(f"run {side}: {column} is missing in {int(np.isnan(values).sum())} rows: "
@@ -172,6 +191,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, columns: Sequence[str] | No
     tables' column names where the frames hold only some of them (read narrowed)."""
     key = match_key(a, b)
     ia, ib, only_a, only_b = align(a, b, key)
+    settings = set(SETTING_COLUMNS) | set(POSITIONS if key[0] == "arch_str" else ())
     cols_a, cols_b = list(cols_a or a.columns), list(cols_b or b.columns)
     wanted = set(cols_a) | set(cols_b) if columns is None else set(columns)
     set_b, set_a = set(cols_b), set(cols_a)
@@ -179,7 +199,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, columns: Sequence[str] | No
     counts = {"n_both": len(ia), "n_only_a": len(only_a), "n_only_b": len(only_b)}
     rows = []
     for c in order:
-        kind = "setting" if c in SETTING_COLUMNS else "data"
+        kind = "setting" if c in settings else "data"
         if c not in set_b or c not in set_a:
             rows.append({"column": c, "status": "only_a" if c in set_a else "only_b", **counts,
                          "max_abs_diff": math.nan, "median_abs_diff": math.nan, "n_nan_mismatch": 0,
@@ -336,11 +356,14 @@ def not_carried(meta: Mapping) -> set[str] | None:
     """The columns of a table read from the tao2024 layout (``meta``: its schema metadata or
     the reader's) that its file did not carry: derived on import (``pre_accuracy`` is the file's
     ``acc``, ``measured_by`` found from equal rows), unavailable in the layout (params, the
-    temperature, provenance), and ``arch_index`` (the file's config, the NATS-Bench index that
-    rows are matched by). None for a table calibench measured."""
+    temperature, provenance), ``arch_index`` (the file's config, the NATS-Bench index that
+    rows are matched by) and ``measured_by`` (derived, or carried by ``export --expand-isomorphs``
+    as NATS-Bench indices too, where a mini benchmark's are its archive's). None for a table
+    calibench measured."""
     if meta.get("source") != interop.FORMAT:
         return None
-    return set(meta.get("unavailable") or []) | (set(meta.get("derived") or {}) - {NATS_INDEX}) | {"arch_index"}
+    return (set(meta.get("unavailable") or []) | (set(meta.get("derived") or {}) - {NATS_INDEX})
+            | {"arch_index", "measured_by"})
 
 
 @dataclass
@@ -554,8 +577,9 @@ def compare_runs(path_a: str | Path, path_b: str | Path, patterns: Sequence[str]
             settings_a, settings_b = ({k: v for k, v in st.items() if k in settings_a and k in settings_b}
                                       for st in (settings_a, settings_b))
         rows_a, rows_b = networks.pop("rows_a"), networks.pop("rows_b")
+        positions = POSITIONS if networks["key"][0] == "arch_str" else ()
         settings = settings_differences(settings_a, settings_b) + column_settings(
-            frame_a, frame_b, rows_a, rows_b, [c for c in SETTING_COLUMNS if not external or
+            frame_a, frame_b, rows_a, rows_b, [c for c in (*SETTING_COLUMNS, *positions) if not external or
                                                (c in held_a and c in held_b)])
         del frame_a, frame_b
         columns.insert(0, "table", ref_a.name)

@@ -138,6 +138,12 @@ def _torch_specs(spec: Mapping) -> list[str]:
     return [models] if isinstance(models, str) else list(models or [])
 
 
+def _store_tree_keys(spec: Mapping) -> dict:
+    """A logits store's ``space`` and ``hp`` (the tree it reads) where given: absent otherwise, so
+    a population without them keeps its params."""
+    return {k: str(spec[k]) for k in ("space", "hp") if spec.get(k) not in (None, "")}
+
+
 def population_settings(config: Mapping, space: str) -> dict:
     """The architectures of one space (or the members of one population) and their chunks."""
     if space in NATS_SPACES:
@@ -147,7 +153,7 @@ def population_settings(config: Mapping, space: str) -> dict:
     chunk_size = int(spec.get("chunk_size", config["chunk_size"]))
     if spec["source"] == "logits":
         return {"source": "logits", "path": str(spec["path"]), "datasets": population_datasets(config, space),
-                "chunk_size": chunk_size}
+                "chunk_size": chunk_size, **_store_tree_keys(spec)}
     return {"source": "torch", "models": [_callable_fingerprint(s, spec.get("python_path"))
                                           for s in _torch_specs(spec)],
             "python_path": [str(p) for p in spec.get("python_path") or []], "chunk_size": chunk_size}
@@ -178,7 +184,7 @@ def inference_settings(config: Mapping, space: str) -> dict:
     spec = populations(config)[space]
     if spec["source"] == "logits":
         return {"source": "logits", "path": str(spec["path"]), "datasets": population_datasets(config, space),
-                "inference_version": INFERENCE_VERSION}
+                "inference_version": INFERENCE_VERSION, **_store_tree_keys(spec)}
     python_path = spec.get("python_path")
     return {"source": "torch", "models": [_callable_fingerprint(s, python_path) for s in _torch_specs(spec)],
             "transform": _callable_fingerprint(spec["transform"], python_path) if spec.get("transform") else None,

@@ -16,6 +16,11 @@ B_SUFFIX, DIFF_SUFFIX = " [B]", " [B-A]"  # run B's column and the difference, b
 LISTED_KEYS = 50  # networks of one run only named per table (the count is exact)
 
 
+def _plain(value):
+    """A key value as JSON holds it: an index as int, a model's name as str."""
+    return value if isinstance(value, str) else int(value)
+
+
 def network_differences(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per network, B - A: 0 where the two are equal (equal infinities, as
     :func:`calibench.analysis.compare.numeric_difference` counts them), NaN where either is
@@ -41,7 +46,7 @@ def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_
     data = result.columns[result.columns["kind"] == "data"]
     status = rows["status"]
     differing = [c for c in plotted if status.get(c) == "differs"]
-    need = set(differing) | {"arch_index", "nats_index", "seed", "measured_by"}
+    need = set(differing) | {"arch_index", "nats_index", "seed", "measured_by", "space", "arch_str"}
     frame_b, _ = read_table(ref_b, [c for c in table_columns(ref_b) if c in need])
     frame_b, _ = measured_rows(frame_b)
     key = match_key(measured, frame_b)
@@ -63,8 +68,8 @@ def compare_columns(measured: pd.DataFrame, plotted: Sequence[str], result, ref_
     stats = {name: {f: (None if pd.isna(v := rows.at[name, f]) else (int(v) if f.startswith("n_") else float(v)))
                     for f in figures} for name in differing}
     summary = {"key": key, "n_both": int(len(ia)), "n_only_a": len(only_a), "n_only_b": len(only_b),
-               "only_a": [list(map(int, k)) for k in only_a[:LISTED_KEYS]],
-               "only_b": [list(map(int, k)) for k in only_b[:LISTED_KEYS]],
+               "only_a": [list(map(_plain, k)) for k in only_a[:LISTED_KEYS]],
+               "only_b": [list(map(_plain, k)) for k in only_b[:LISTED_KEYS]],
                "differs": differing, "stats": stats, "n_differs": int(counts.get("differs", 0)),
                "n_equal": int(counts.get("equal", 0)),
                "only_columns_a": data.loc[data["status"] == "only_a", "column"].tolist(),

@@ -263,11 +263,16 @@ def import_tao2024(src: str | Path | Iterable[str | Path], results_dir: str | Pa
     ``src``: a directory (every ``{dataset}_{space}[_hp{hp}].csv`` in it; other files are
     skipped with a warning), one file, or a list of files. Every file is read and checked
     before any table is written. A table of the same (space, hp, dataset) that was not
-    itself imported from tao2024 (a measured one) is not replaced unless ``overwrite``.
+    itself imported from tao2024 (a measured one) is not replaced unless ``overwrite``; a
+    workflow's results directory (one with ``population/`` or ``chunks/``) is refused.
     Returns the tables written.
     """
-    files = _source_files(src)
     results_dir = Path(results_dir)
+    owned = [d for d in (layout.population_path(results_dir, "x").parent, layout.chunks_dir(results_dir)) if d.is_dir()]
+    if owned:
+        raise ValueError(f"{results_dir} is a workflow's results directory (it holds {owned[0]}): the workflow owns "
+                         "its tables; import into a results directory of its own (e.g. --results published)")
+    files = _source_files(src)
     planned: dict[Path, tuple[Path, tuple[str, str, str]]] = {}
     for f in files:
         key = parse_file_name(f)

@@ -131,6 +131,17 @@ def lost_manifests(results: str | os.PathLike, logits: bool = True) -> list[tupl
     return lost
 
 
+def _imported(table: Path) -> bool:
+    """Whether a result table was imported (``calibench import``: no job built it, no failures file)."""
+    from calibench.results.interop import FORMAT
+    from calibench.results.tables import table_metadata
+
+    try:
+        return table_metadata(table).get("source") == FORMAT
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def lost_outputs(results: str | os.PathLike, logits: bool = True) -> list[tuple[Path, str, list[Path]]]:
     """(file, "deleted", what is set aside with it) for every file that jobs read, gone while
     what was built from it is not: Snakemake plans nothing for a missing output whose
@@ -142,7 +153,7 @@ def lost_outputs(results: str | os.PathLike, logits: bool = True) -> list[tuple[
     gone = "deleted since it was written"
     for table in layout.result_tables(results):
         target, _, dataset = table.stem.rpartition("_")
-        if not layout.failures_path(results, target, dataset).exists():
+        if not layout.failures_path(results, target, dataset).exists() and not _imported(table):
             out.append((layout.failures_path(results, target, dataset), gone, [table]))
     measured = [d for d in layout.matching(layout.measure_manifest_dir(results, "*", "*")) if d.is_dir()]
     by_population: dict[Path, list[Path]] = {}

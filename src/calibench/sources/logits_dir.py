@@ -225,8 +225,24 @@ def read_npz(path: str | Path, num_labels: int | None = None) -> tuple[np.ndarra
     return z, y.astype(np.int64), ood
 
 
+def _npz_columns(path: Path) -> int | None:
+    """The column count of a file's ``logits`` array, from its header alone; None if unreadable."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf, zf.open("logits.npy") as fh:
+            version = np.lib.format.read_magic(fh)
+            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape = read(fh)[0]
+    except Exception:  # the model's own import reports it
+        return None
+    return int(shape[1]) if len(shape) == 2 else None
+
+
 def write_labels(settings: Mapping, space: str, dataset: str, out: str | Path) -> Path:
-    """A dataset's labels: those most of the population's files carry (npz), or the store's."""
+    """A dataset's labels: those most of the population's files carry (npz), with the logit
+    column count most of those files have (``classes``: a model with another is a failure of
+    that model), or the store's."""
     kind, root = layout(settings["path"])
     if kind == "store":
         own = paths.store_labels_path(root, dataset, settings.get("space") or None)
@@ -236,6 +252,7 @@ def write_labels(settings: Mapping, space: str, dataset: str, out: str | Path) -
     names = read_models_csv(root / MODELS_CSV)["model"].tolist()
     seen: dict[str, tuple[np.ndarray, str]] = {}
     votes: Counter = Counter()
+    columns: dict[str, Counter] = {}
     for name in names:
         path = _npz_path(root, dataset, name)
         try:
@@ -247,6 +264,7 @@ def write_labels(settings: Mapping, space: str, dataset: str, out: str | Path) -
         sha = store.labels_sha256(y)
         seen.setdefault(sha, (y, str(path)))
         votes[sha] += 1
+        columns.setdefault(sha, Counter())[_npz_columns(path)] += 1
     if not votes:
         raise SourceError(f"{root / dataset}: no model file of dataset {dataset} has usable labels")
     sha, count = votes.most_common(1)[0]
@@ -254,7 +272,13 @@ def write_labels(settings: Mapping, space: str, dataset: str, out: str | Path) -
         log.warning("%s: %d different label arrays; those of %d of %d files are the dataset's (first: %s)",
                     root / dataset, len(votes), count, sum(votes.values()), seen[sha][1])
     y, first = seen[sha]
-    return store.write_labels(out, y, dataset=dataset, key=sha[:16], source=first)
+    counts = Counter({k: v for k, v in columns[sha].items() if k is not None})
+    classes = counts.most_common(1)[0][0] if counts else None
+    if len(counts) > 1:
+        log.warning("%s: the files with the dataset's labels have %s logit columns; %d of them have %d, the "
+                    "dataset's class count (a file with another is a failure of its model)", root / dataset,
+                    " or ".join(str(k) for k in sorted(counts)), counts[classes], classes)
+    return store.write_labels(out, y, dataset=dataset, key=sha[:16], source=first, classes=classes)
 
 
 def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk: int, results: str | Path,
@@ -290,8 +314,12 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
 
     def labels_of(dataset: str) -> np.ndarray:
         if dataset not in labels:
-            labels[dataset] = store.read_labels(labels_files[dataset]).labels
-        return labels[dataset]
+            labels[dataset] = store.read_labels(labels_files[dataset])
+        return labels[dataset].labels
+
+    def classes_of(dataset: str) -> int | None:
+        labels_of(dataset)
+        return labels[dataset].meta.get("classes")
 
     numbers = doc.get("numbers") or {}
 
@@ -307,6 +335,10 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                 try:
                     if kind == "npz":
                         z, y, ood = read_npz(path)
+                        classes = classes_of(dataset)
+                        if classes is not None and z.shape[1] != classes:
+                            raise SourceError(f"{path}: {z.shape[1]} logit columns, but the {dataset} models have "
+                                              f"{classes} (the class count most of its files have)")
                         if store.labels_sha256(y) != store.labels_sha256(expected):
                             raise SourceError(f"{path}: its labels differ from the dataset's ({len(y)} vs "
                                               f"{len(expected)} labels, {int((y != expected).sum()) if len(y) == len(expected) else 'all'} "

@@ -136,13 +136,17 @@ def labels_sha256(labels: np.ndarray) -> str:
 
 # ---------------------------------------------------------------- labels
 
-def write_labels(path: str | Path, labels: np.ndarray, *, dataset: str, key: str, source: str) -> Path:
-    """The labels of one evaluation set, once per dataset."""
+def write_labels(path: str | Path, labels: np.ndarray, *, dataset: str, key: str, source: str,
+                 classes: int | None = None) -> Path:
+    """The labels of one evaluation set, once per dataset; ``classes``: the logit columns its
+    models must have, where the source knows it (recorded as ``meta["classes"]``)."""
     labels = np.asarray(labels)
     table = pa.table({"image": pa.array(np.arange(len(labels), dtype=np.int32)),
                       "label": pa.array(labels.astype(np.int16))})
     meta = {"format": FORMAT_VERSION, "kind": "labels", "dataset": dataset, "key": key, "n": len(labels),
             "labels_sha256": labels_sha256(labels), "source": source}
+    if classes is not None:
+        meta["classes"] = int(classes)
     return _write(path, table, meta)
 
 
