@@ -330,3 +330,15 @@ def test_question3b_decides_the_lowest_metric_by_a_paired_test_not_by_the_median
     p = wilcoxon(taus.loc["pre_cwce_em_15", third] - taus.loc[other, third]).pvalue
     assert f"pre_cwce_em_15 against {other} over 8 third metrics: Wilcoxon p = {p:.3g}" in q3b["evidence"]
     assert (verdict == "undecided at this level") == (p >= 0.05)
+
+
+def test_the_question4_table_states_each_tau_with_its_interval_and_n():
+    from calibench.analysis.kendall import q4_html
+
+    rows = [{"figure": "pre_post", "population": "all", "row": "pre_ece_15", "col": f"{s}_ece_15", "stage": s,
+             "space": "tss", "hp": "200", "dataset": "cifar10", "tau": t, "lo": t - 0.05, "hi": t + 0.04, "n": 40}
+            for s, t in (("post", 0.8), ("vs", 0.5))]
+    html = q4_html(pd.DataFrame(rows), [15])
+    assert "<td>40</td>" in html and "<td>0.800 [0.75, 0.84]</td>" in html and "<td>0.500 [0.45, 0.54]</td>" in html
+    no_interval = pd.DataFrame(rows).assign(lo=np.nan, hi=np.nan)  # bootstrap resamples: 0
+    assert "<td>0.800</td>" in q4_html(no_interval, [15])

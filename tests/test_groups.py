@@ -17,7 +17,7 @@ DATASETS = ["c10", "c100"]
 SETTINGS = {"bins": BINS, "analysis": {"top_k": [100], "bootstrap": {"resamples": 0, "seed": 0, "level": 0.95,
                                                                      "scope": "findings"}}}
 # family -> (networks, ECE offset): "hot" is clearly worse calibrated; "pair" and "solo" are too small
-# for Kendall matrices ("solo" is also too small for the Kruskal-Wallis test).
+# for Kendall matrices and for the Kruskal-Wallis test (5 networks a group).
 FAMILIES = {"cold": (10, 0.0), "mid": (10, 0.01), "hot": (10, 0.15), "pair": (2, 0.02), "solo": (1, 0.03)}
 
 
@@ -99,6 +99,13 @@ def test_group_kendall_group_values_are_strings(table):
     assert set(m["group"]) == {"1", "2"}
 
 
+def test_group_kendall_counts_measured_networks_not_isomorph_copies():
+    small = wide_table({"x": (2, 0.0), "y": (5, 0.1)})
+    copies = small[small["family"] == "x"].assign(arch_index=lambda f: f["arch_index"] + 100)  # copies of x's 2
+    m = groups.group_kendall(pd.concat([small, copies], ignore_index=True), "family", SETTINGS)
+    assert set(m["group"]) == {"y"}  # x: 2 measured networks, 4 rows (was counted as 4)
+
+
 def test_group_kendall_empty_when_no_group_qualifies():
     small = wide_table({"x": (2, 0.0), "y": (1, 0.1)})
     m = groups.group_kendall(small, "family", SETTINGS)
@@ -140,9 +147,9 @@ def test_kruskal_wallis_equals_scipy_and_separates_the_families(table, summary):
     for dataset in DATASETS:
         for stage in ("pre", "post"):
             rows = table[table["dataset"] == dataset]
-            # every family of two or more networks; "solo" (one network) cannot enter the test
+            # every family of 5 or more networks (the chi-square approximation); "pair" and "solo" do not enter
             samples = [rows.loc[rows["family"] == f, f"{stage}_ece_15"].to_numpy()
-                       for f in ("cold", "mid", "hot", "pair")]
+                       for f in ("cold", "mid", "hot")]
             expected = kruskal(*samples).pvalue
             p = summary.loc[(summary["dataset"] == dataset) & (summary["stage"] == stage), "p_groups"]
             assert p.nunique() == 1  # one test per (space, hp, dataset, stage), on every group's row
@@ -162,6 +169,9 @@ def test_p_groups_nan_with_fewer_than_two_testable_groups():
     assert one["p_groups"].isna().all() and (one["n"] == 8).all()
     lonely = groups.group_summary(wide_table({"big": (8, 0.0), "solo": (1, 0.1)}), "family", BINS)
     assert lonely["p_groups"].isna().all()
+    pairs = groups.group_summary(wide_table({"a": (2, 0.0), "b": (2, 0.5), "c": (2, 1.0)}), "family", BINS)
+    assert pairs["p_groups"].isna().all()  # groups of 2: the chi-square approximation does not hold
+    assert groups.group_summary(wide_table({"a": (5, 0.0), "b": (5, 0.5)}), "family", BINS)["p_groups"].notna().all()
 
 
 def test_group_summary_counts_measured_networks_of_the_first_seed(table):

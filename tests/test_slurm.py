@@ -185,7 +185,16 @@ def _cluster_project(tmp: Path, local: Path) -> Path:
 
 
 def _assert_table_equals_local(cluster: Path, local: Path) -> None:
-    pd.testing.assert_frame_equal(pd.read_parquet(local / TABLE), pd.read_parquet(cluster / TABLE))
+    """The tables are equal, except an underdetermined ``ms`` or ``dir`` fit's flat optimum: there
+    L-BFGS stops where the float sums of the job's threads lead it (2 here, 1 locally;
+    docs/recalibration.md), at the same objective."""
+    a, b = pd.read_parquet(local / TABLE), pd.read_parquet(cluster / TABLE)
+    flat = [s for s in ("ms", "dir") if f"{s}_fit_underdetermined" in a and (a[f"{s}_fit_underdetermined"] == 1).all()]
+    for s in flat:
+        np.testing.assert_allclose(b[f"{s}_fit_objective"], a[f"{s}_fit_objective"], rtol=1e-9)
+    free = [c for c in a.columns if not any(c.startswith(f"{s}_") and not c.endswith("_underdetermined") for s in flat)]
+    assert len(free) > 100  # the other stages, exactly
+    pd.testing.assert_frame_equal(a[free], b[free], check_exact=True)
 
 
 def _assert_logits_equal_local(cluster: Path, local: Path) -> None:

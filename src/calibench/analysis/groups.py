@@ -28,6 +28,7 @@ from calibench.analysis.registry import output_path
 log = logging.getLogger(__name__)
 
 MIN_GROUP = 3  # networks a group needs for its own Kendall matrices
+MIN_KRUSKAL = 5  # networks a group needs to enter the Kruskal-Wallis test (its chi-square approximation)
 SUMMARY_COLUMNS = ["space", "hp", "dataset", "group_by", "group", "stage", "n", "accuracy_median", "ece_bins",
                    "ece_median", "ece_q25", "ece_q75", "p_groups"]
 
@@ -47,14 +48,16 @@ def _first_seed_measured(df: pd.DataFrame) -> pd.DataFrame:
 
 def group_kendall(df: pd.DataFrame, group_by: str, settings: Mapping) -> pd.DataFrame:
     """:func:`calibench.analysis.kendall.kendall_all` on each group's networks, with columns ``group_by``
-    and ``group``; groups of fewer than :data:`MIN_GROUP` networks are skipped (logged)."""
+    and ``group``; groups of fewer than :data:`MIN_GROUP` measured networks in a table (isomorph
+    copies and further seeds not counted) are skipped (logged)."""
     from calibench.analysis.kendall import kendall_all  # here: a run without groups needs no Kendall machinery
 
     _check_column(df, group_by)
     out = []
     for group, part in df.dropna(subset=[group_by]).groupby(group_by, sort=True):
-        n = part["arch_index"].nunique()
-        if n < MIN_GROUP:
+        nets = _first_seed_measured(part) if {"measured_by", "seed"} <= set(part.columns) else part
+        n = int(nets.groupby(["space", "hp", "dataset"])["arch_index"].nunique().min()) if len(nets) else 0
+        if n < MIN_GROUP:  # measured networks (no isomorph copies) of its smallest table
             log.info("group_by %s = %s: %d networks, fewer than %d; no Kendall matrices", group_by, group, n, MIN_GROUP)
             continue
         m = kendall_all(part, settings)
@@ -69,8 +72,9 @@ def group_kendall(df: pd.DataFrame, group_by: str, settings: Mapping) -> pd.Data
 def group_summary(df: pd.DataFrame, group_by: str, bins: Sequence[int]) -> pd.DataFrame:
     """One row per (space, hp, dataset, group, stage): networks, median accuracy, ECE at the bin
     count nearest 15 (median, quartiles), and ``p_groups``, the Kruskal-Wallis p-value of that
-    ECE across the groups of the (space, hp, dataset, stage) (NaN with fewer than two groups of
-    two or more networks)."""
+    ECE across the groups of the (space, hp, dataset, stage) that have at least
+    :data:`MIN_KRUSKAL` networks (its chi-square approximation; NaN with fewer than two such
+    groups)."""
     from scipy.stats import kruskal
 
     _check_column(df, group_by)
@@ -88,7 +92,7 @@ def group_summary(df: pd.DataFrame, group_by: str, bins: Sequence[int]) -> pd.Da
         tests = {}
         for key, part in nets.groupby(["space", "hp", "dataset"], sort=False):
             samples = [s.dropna().to_numpy() for _, s in part.groupby(group_by)[col]]
-            samples = [s for s in samples if len(s) >= 2]
+            samples = [s for s in samples if len(s) >= MIN_KRUSKAL]
             p = np.nan
             if len(samples) >= 2 and np.ptp(np.concatenate(samples)) > 1e-12:  # all equal (to rounding): no test
                 p = float(kruskal(*samples).pvalue)

@@ -273,7 +273,8 @@ def question4_findings(kendall: pd.DataFrame, bins: Sequence[int]) -> pd.DataFra
 
 def q4_html(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
     """Kendall tau of pre- against post-method ECE at the same bin count (nearest 15), all
-    networks: one row per table, one column per method."""
+    networks: one row per table with its networks (``n``), one column per method, each cell
+    tau with its interval where the table has one (``0.812 [0.78, 0.84]``)."""
     if kendall.empty or "stage" not in kendall.columns:
         return ""
     b = nearest_bins(bins)
@@ -281,10 +282,18 @@ def q4_html(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
                  & (kendall["row"] == f"pre_ece_{b}") & (kendall["col"] == kendall["stage"] + f"_ece_{b}")]
     if q4.empty:
         return ""
-    grid = q4.pivot(index=["space", "hp", "dataset"], columns="stage", values="tau")
+    def cell(r) -> str:
+        if pd.isna(r.tau):
+            return "–"
+        interval = f" [{r.lo:.2f}, {r.hi:.2f}]" if "lo" in q4 and pd.notna(r.lo) and pd.notna(r.hi) else ""
+        return f"{r.tau:.3f}{interval}"
+
+    q4 = q4.assign(cell=[cell(r) for r in q4.itertuples()])
+    grid = q4.pivot(index=["space", "hp", "dataset"], columns="stage", values="cell")
     grid = grid[stage_order(grid.columns)]
     grid.columns.name = None
-    return grid.to_html(float_format=lambda x: f"{x:.3f}", na_rep="–")
+    grid.insert(0, "n", q4.groupby(["space", "hp", "dataset"])["n"].max().astype(int))
+    return grid.to_html(na_rep="–")
 
 
 def q4_block(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
@@ -294,7 +303,8 @@ def q4_block(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
         return ""
     b = nearest_bins(bins)
     return (f"<h3>Question 4: does a method affect all networks uniformly?</h3><p>Kendall tau-b between "
-            f"the networks' ECE before and after each method ({b} bins, all networks). Near 1: the method "
+            f"the networks' ECE before and after each method ({b} bins, all networks; n networks per table, "
+            f"the bootstrap interval in brackets where the run computes one). Near 1: the method "
             f"keeps the networks' calibration ranking; low: it reorders them. The full matrices across bin "
             f"counts are the heatmaps below (<code>analysis/kendall.parquet</code>, figure "
             f"<code>pre_post</code>, column <code>stage</code>).</p>" + table)

@@ -35,7 +35,7 @@ from calibench.analysis.registry import output_path
 from calibench.layout import target_name
 
 SUMMARY_COLUMNS = ["space", "hp", "dataset", "stage", "metric", "n", "n_nan", "n_inf", "mean", "median", "q25", "q75",
-                   "iqr", "n_underdetermined", "n_worse_than_pre"]
+                   "iqr", "n_underdetermined", "n_worse_than_pre", "best", "next_stage", "p_vs_next", "n_vs_next"]
 WINS_COLUMNS = ["space", "hp", "dataset", "metric", "stage", "n_networks", "outright", "tied", "share",
                 "margin_median", "margin_mean", "n_margin", "n_underdetermined"]
 FLAG = "fit_underdetermined"  # {stage}_fit_underdetermined: 1 where the fit had too little data
@@ -100,8 +100,33 @@ def describe_values(values) -> dict:
             "median": median, "q25": q25, "q75": q75, "iqr": float(iqr)}
 
 
+def best_against_next(part: pd.DataFrame, rows: Sequence[dict], metric: str,
+                      include_underdetermined: bool = False) -> dict[str, object]:
+    """Of one table's summary ``rows`` of ``metric`` (one per stage): the stage with the best
+    median (lowest; highest for accuracy) among those with a finite median and, unless
+    ``include_underdetermined``, no fit on too little data; the next best; and the paired
+    Wilcoxon signed-rank test (:func:`calibench.analysis.stats.wilcoxon_paired`) of their values
+    over the table's networks: ``{"best", "next_stage", "p_vs_next", "n_vs_next"}`` (p NaN where
+    there is no next stage, or where the signed ranks lean the other way than the medians)."""
+    from calibench.analysis.stats import wilcoxon_paired
+
+    sign = -1.0 if registry.higher_is_better(metric) else 1.0
+    eligible = [r for r in rows if np.isfinite(r["median"]) and (include_underdetermined or not r["n_underdetermined"])]
+    if not eligible:
+        return {"best": None, "next_stage": None, "p_vs_next": np.nan, "n_vs_next": 0}
+    ranked = sorted(eligible, key=lambda r: sign * r["median"])
+    best = ranked[0]["stage"]
+    if len(ranked) < 2:
+        return {"best": best, "next_stage": None, "p_vs_next": np.nan, "n_vs_next": 0}
+    nxt = ranked[1]["stage"]
+    x, y = (part[f"{s}_{metric}"].to_numpy(dtype=float) for s in (best, nxt))
+    _, p, n, _, direction = wilcoxon_paired(sign * x, sign * y)  # y - x > 0: the best is better
+    return {"best": best, "next_stage": nxt, "p_vs_next": p if direction > 0 else np.nan, "n_vs_next": n}
+
+
 def methods_summary(df: pd.DataFrame, bins: Sequence[int],
-                    stages_by_table: Mapping[tuple[str, str, str], Sequence[str]] | None = None) -> pd.DataFrame:
+                    stages_by_table: Mapping[tuple[str, str, str], Sequence[str]] | None = None,
+                    include_underdetermined: bool = False) -> pd.DataFrame:
     """Population-scale Nixon et al. 2019 Tables 1/2 and Gupta et al. 2021 Table 1.
 
     One row per (space, hp, dataset, stage, metric) over the measured networks (TSS
@@ -112,18 +137,26 @@ def methods_summary(df: pd.DataFrame, bins: Sequence[int],
     so that a method that failed on all of a table's networks still has its rows (all NaN).
     The statistics are over every network; ``n_underdetermined`` counts those whose fit of
     the stage had too little data, ``n_worse_than_pre`` those on which the stage is worse
-    than ``pre`` (:func:`worse_than_pre`).
+    than ``pre`` (:func:`worse_than_pre`). ``best`` marks the stage with the best median of the
+    table and metric, and its row holds ``next_stage`` and the paired test against it
+    (``p_vs_next``, ``n_vs_next``: :func:`best_against_next`).
     """
     stages = stages_present(df)
     rows = []
     for (space, hp, dataset), part in first_seed(measured(df)).groupby(["space", "hp", "dataset"]):
         listed = listed_stages(stages_by_table, space, hp, dataset)
         for metric in summary_metrics(bins):
-            for stage in group_stages(part, stages, metric, listed):
-                rows.append({"space": space, "hp": hp, "dataset": dataset, "stage": stage, "metric": metric,
-                             **describe_values(part[f"{stage}_{metric}"]),
-                             "n_underdetermined": int(underdetermined(part, stage).sum()),
-                             "n_worse_than_pre": worse_than_pre(part, stage, metric)})
+            group = [{"space": space, "hp": hp, "dataset": dataset, "stage": stage, "metric": metric,
+                      **describe_values(part[f"{stage}_{metric}"]),
+                      "n_underdetermined": int(underdetermined(part, stage).sum()),
+                      "n_worse_than_pre": worse_than_pre(part, stage, metric)}
+                     for stage in group_stages(part, stages, metric, listed)]
+            found = best_against_next(part, group, metric, include_underdetermined)
+            for row in group:
+                is_best = row["stage"] == found["best"]
+                rows.append({**row, "best": is_best, "next_stage": found["next_stage"] if is_best else None,
+                             "p_vs_next": found["p_vs_next"] if is_best else np.nan,
+                             "n_vs_next": found["n_vs_next"] if is_best else 0})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -319,13 +352,13 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def summary_grid(summary: pd.DataFrame, include_underdetermined: bool = False) -> pd.DataFrame:
+def summary_grid(summary: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     """The method summary for the report: one row per (space, hp, dataset, stage) with the
     networks, the failed fits (NaN accuracy), the fits on too little data and the networks
-    whose NLL is worse than ``pre``'s, one HTML cell per metric, ``median [q25–q75]``, the
-    best median of each table and metric in bold (among the rows without fits on too little
-    data, unless ``include_underdetermined``), infinite values and NaNs beyond the row's
-    failed fits noted."""
+    whose NLL is worse than ``pre``'s, one HTML cell per metric, ``median [q25–q75]``; the best
+    median of each table and metric (``best``, :func:`best_against_next`) in bold where the
+    paired test puts it ahead of the next stage at ``level``, else marked "best median, not
+    ahead of <next> (p = …)"; infinite values and NaNs beyond the row's failed fits noted."""
     s = summary.copy()
     for name in ("n_underdetermined", "n_worse_than_pre"):
         if name not in s.columns:
@@ -335,18 +368,17 @@ def summary_grid(summary: pd.DataFrame, include_underdetermined: bool = False) -
     acc_nan = s["n_nan"].where(s["metric"] == "accuracy")
     failed = acc_nan.groupby([s[k] for k in keys]).transform("max").fillna(
         s.groupby(keys)["n_nan"].transform("min")).astype(int)
-    lower = ~s["metric"].map(lambda m: bool(registry.higher_is_better(m)))
-    key = s["median"].where(lower, -s["median"])
-    if not include_underdetermined:  # a ranking leaves fits on too little data out
-        key = key.where(s["n_underdetermined"] == 0)
-    best = key.eq(key.groupby([s["space"], s["hp"], s["dataset"], s["metric"]]).transform("min")) & key.notna()
     cells = []
-    for row, is_best, fail in zip(s.itertuples(), best, failed):
+    for row, fail in zip(s.itertuples(), failed):
         text = f"{_fmt(row.median)} [{_fmt(row.q25)}–{_fmt(row.q75)}]"
-        if is_best:
+        ahead = bool(row.best) and row.p_vs_next < 1 - level
+        if ahead:
             text = f"<b>{text}</b>"
         extra = row.n_nan - fail
         notes = [f"{extra} NaN"] * (extra > 0) + [f"{row.n_inf} inf"] * (row.n_inf > 0)
+        if row.best and not ahead and isinstance(row.next_stage, str):
+            p = "signed ranks lean the other way" if row.p_vs_next != row.p_vs_next else f"p = {row.p_vs_next:.2g}"
+            notes.append(f"best median, not ahead of {html.escape(row.next_stage)}: {p}")
         if notes:
             text += f" <small>({', '.join(notes)})</small>"
         cells.append(text)
@@ -366,9 +398,9 @@ def summary_grid(summary: pd.DataFrame, include_underdetermined: bool = False) -
     return grid
 
 
-def summary_html(summary: pd.DataFrame, include_underdetermined: bool = False) -> str:
+def summary_html(summary: pd.DataFrame, level: float = 0.95) -> str:
     """:func:`summary_grid` as an HTML table ('' if there is nothing to show)."""
-    return summary_grid(summary, include_underdetermined).to_html(escape=False) if not summary.empty else ""
+    return summary_grid(summary, level).to_html(escape=False) if not summary.empty else ""
 
 
 def wins_html(wins: pd.DataFrame, metric: str) -> str:
@@ -402,7 +434,7 @@ def flagged_text(summary: pd.DataFrame) -> str:
 
 
 def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int],
-                   include_underdetermined: bool = False) -> list[tuple[str, int, str]]:
+                   include_underdetermined: bool = False, level: float = 0.95) -> list[tuple[str, int, str]]:
     """The methods section's blocks (section, order, HTML): the stages and the summary (10),
     the win shares (30); question 4 per method (20) is the Kendall part's."""
     if summary.empty:
@@ -432,8 +464,11 @@ def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int
              f"<p>Binned metrics at {b} bins; cwce is Nixon et al.'s SCE, ksce the top-1 KS error of Gupta et "
              f"al. Bold: the best median of the table and metric (lowest; highest for accuracy)"
              + ("" if include_underdetermined else " among the stages without fits on too little data")
-             + ". Full numbers (n, mean, IQR, the counts): <code>analysis/methods_summary.csv</code>.</p>"
-             + summary_html(summary, include_underdetermined))
+             + f", where a paired Wilcoxon signed-rank test over the networks puts that stage ahead of the "
+               f"next best at {level:.0%} (two-sided, no correction for the many tables and metrics); a best "
+               f"median the test does not separate from the next is marked as such. Full numbers (n, mean, "
+               f"IQR, the counts, the test's p and n): <code>analysis/methods_summary.csv</code>.</p>"
+             + summary_html(summary, level))
     blocks = [("methods", 10, intro + "\n" + table)]
     if not wins.empty:
         left = ("" if include_underdetermined else " A stage whose fit had too little data on a network takes no "
@@ -457,9 +492,10 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
     wanted |= {f"{s}_{FLAG}" for s in STAGES}
     df = load_tables(tables, wanted)
     stages_by_table = table_stages(tables)
-    summary = methods_summary(df, bins, stages_by_table)
+    level = float(settings.get("level", 0.95))
+    summary = methods_summary(df, bins, stages_by_table, include)
     summary.to_parquet(output_path(results, "methods", "summary"), index=False)
     summary.to_csv(output_path(results, "methods", "summary_csv"), index=False)
     wins = method_wins(df, bins, stages_by_table, include)
     wins.to_parquet(output_path(results, "methods", "wins"), index=False)
-    return {"plots": make_plots(df, wins, settings, plots), "blocks": section_blocks(summary, wins, bins, include)}
+    return {"plots": make_plots(df, wins, settings, plots), "blocks": section_blocks(summary, wins, bins, include, level)}

@@ -86,7 +86,8 @@ BUILTIN = (
          "The post-hoc methods: distribution of each metric per stage, wins and margins",
          lambda s: {**_bins_demo(s),
                     "include_underdetermined": bool(s["analysis"].get(
-                        "include_underdetermined", schema_default("analysis", "include_underdetermined")))},
+                        "include_underdetermined", schema_default("analysis", "include_underdetermined"))),
+                    "level": _level(s)},
          {"summary": "methods_summary.parquet", "summary_csv": "methods_summary.csv", "wins": "method_wins.parquet"}),
     Part("reliability", "calibench.analysis.reliability", "Reliability diagrams",
          "Reliability diagrams of the best and worst network by HCS of every table (from the shards)",
