@@ -655,3 +655,28 @@ def test_the_closing_summary_names_searches_worse_than_identity(tmp_path):
     tables[first]["dir_search_worse_than_identity"] = 0.0
     assert failures.search_summary(_write(tables, tmp_path / "clean")) == ""
     assert failures.search_summary([tmp_path / "missing.parquet"]) == ""
+
+
+@pytest.mark.parametrize("name", ["zoo__cifar10.parquet", "tss_200_cifar10.parquet"])
+def test_every_part_runs_on_a_table_without_columns(tmp_path, name):
+    """A table whose every network failed holds no column: each part finds nothing to do and
+    writes its outputs (overview, hcs and methods stopped on a KeyError 'arch_index')."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from calibench.analysis import parts as analysis_parts
+    from calibench.analysis import registry
+
+    table = tmp_path / "tables" / name
+    table.parent.mkdir()
+    pq.write_table(pa.table({}), table)
+    s = {**settings(demo=True, top_k=()), "groups": {}, "seeds": "first"}
+    s["analysis"].update({"bootstrap": {"resamples": 0, "seed": 0, "level": 0.95, "scope": "findings"},
+                          "nas": {"repeats": 2, "budget": 5, "seed": 0}})
+    names = ["kendall", "overview", "hcs", "methods", "groups"]
+    if name.startswith("tss"):
+        names += ["architecture", "nas", "schedules", "reliability"]
+    for part in names:
+        analysis_parts.run_part(part, registry.part_settings(s, registry.find(part)), [str(table)], tmp_path / "results")
+        assert analysis_parts.part_manifest(tmp_path / "results", part).is_file(), part
+    assert len(pd.read_parquet(tmp_path / "results" / "analysis" / "hcs.parquet")) == 0

@@ -326,3 +326,26 @@ def test_a_budget_reaching_a_six_row_table_reports_the_optimum_once():
     searched = nas.nas_tables(df, {"repeats": 3, "budget": 5})
     assert len(searched) == 12 and not searched["exhaustive"].any()
     assert "Exhaustive" not in nas.nas_tables_html(searched)
+
+
+def test_a_population_beyond_nats_bench_is_named_not_guessed_and_the_cli_skips_it(tmp_path, dense50, capsys):
+    """A population table (space "zoo", model names as arch_str) has no search space: NAS says so
+    (it guessed SSS from the name and failed to parse it); `calibench nas` over a run's tables
+    searches the NATS-Bench ones and names the tables it skipped."""
+    from calibench import layout
+    from calibench.run.cli import main
+
+    zoo = dense50.assign(space="zoo", hp="", arch_str=[f"m{i}" for i in range(len(dense50))])
+    with pytest.raises(ValueError, match="space 'zoo' is not a NATS-Bench space"):
+        nas.nas_table(zoo)
+    results = tmp_path / "results"
+    for frame, target in ((dense50, "sss_90"), (zoo, "zoo")):
+        path = layout.table_path(results, target, "cifar10")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(path)
+    assert main(["nas", "--results", str(results), "--budget", "5", "--repeats", "2", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr()
+    assert "skipped (not a NATS-Bench space, or no rows): zoo_cifar10" in out.err
+    assert (tmp_path / "o" / "nas_sss_90_cifar10.csv").is_file() and not (tmp_path / "o" / "nas_zoo_cifar10.csv").exists()
+    code = main(["nas", str(layout.table_path(results, "zoo", "cifar10")), "--out", str(tmp_path / "o2")])
+    assert code == 2 and "not a NATS-Bench space" in capsys.readouterr().err

@@ -44,3 +44,22 @@ def test_unknown_stages_and_missing_parameters_are_named():
         stage_transform("pre", {})
     with pytest.raises(ValueError, match=r"ms: parameters \['b'\] missing"):
         stage_transform("ms", {"W": np.eye(3)[None]})
+
+
+def test_a_fitted_map_takes_numpy_arrays_and_gives_numpy_back():
+    """docs/python.md: arrays in, numbers out. A fitted map applied to a numpy array gives a numpy
+    array, equal to what the tensor gives (it raised AttributeError: 'numpy.ndarray' has no 'to')."""
+    import numpy as np
+    import torch
+
+    from calibench import recalibration
+
+    rng = np.random.default_rng(0)
+    z, y = rng.normal(size=(2, 200, 5)), rng.integers(0, 5, 200)
+    for stage in ("post", "vs", "ms", "dir", "iso", "hist", "spline"):
+        fitted = recalibration.fit_stage(stage, z, y, {s: {"lambda": 1e-1, "mu": 1e-1} for s in ("ms", "dir")})
+        for name in ("logits", "log_probs", "probs"):
+            out = getattr(fitted, name)(z)
+            assert isinstance(out, np.ndarray) and out.shape == z.shape, (stage, name)
+            np.testing.assert_array_equal(out, getattr(fitted, name)(torch.as_tensor(z)).numpy())
+        assert np.allclose(fitted.probs(z).sum(-1), 1)

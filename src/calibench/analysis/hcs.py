@@ -28,7 +28,7 @@ def hcs_table(df: pd.DataFrame, betas: Sequence[float]) -> pd.DataFrame:
     """The measured networks (:data:`COLUMNS`; one row per network, its first seed, as the
     Kendall matrices use) with ``hcs_{beta}`` and ``rank_hcs_{beta}`` (1 = best, ties share the
     lower rank) per (space, hp, dataset) for each beta."""
-    nets = first_seed(measured(df))[list(COLUMNS)].copy()
+    nets = first_seed(measured(df)).reindex(columns=list(COLUMNS))  # a column no table has: NaN
     for beta in betas:
         col = f"hcs_{beta:g}"
         nets[col] = hcs(nets["accuracy"], nets[HCS_ECE], beta)

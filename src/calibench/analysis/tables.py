@@ -67,7 +67,9 @@ def table_columns(paths: Sequence[str | Path]) -> list[str]:
 def load_tables(paths: Sequence[str | Path], columns: Callable[[str], bool] | Iterable[str] | None = None
                 ) -> pd.DataFrame:
     """The tables concatenated (empty tables left out); ``columns``: the names to read, or a
-    test on a name (default: every column). A column one table lacks is NaN in its rows."""
+    test on a name (default: every column). A column one table lacks is NaN in its rows.
+    With no row in any table: an empty frame with the key columns (:data:`KEYS`) and the
+    tables' columns asked for, so that a part finds nothing to do instead of no column."""
     if columns is not None and not callable(columns):
         names = set(columns)
         columns = names.__contains__
@@ -80,7 +82,11 @@ def load_tables(paths: Sequence[str | Path], columns: Callable[[str], bool] | It
         pa.default_memory_pool().release_unused()  # arrow's buffers, converted: give them back
         if not frame.empty:
             frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if frames:
+        return pd.concat(frames, ignore_index=True)
+    names = [c for c in dict.fromkeys([*KEYS, *table_columns(paths)]) if columns is None or columns(c)]
+    return pd.DataFrame({c: pd.Series(dtype=object if c in ("space", "hp", "dataset", "arch_str") else float)
+                         for c in dict.fromkeys([*KEYS, *names])})
 
 
 def measured(df: pd.DataFrame) -> pd.DataFrame:

@@ -43,18 +43,26 @@ class Fitted:
     failures: list[str | None]
     params: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    def logits(self, logits: torch.Tensor) -> torch.Tensor:
+    def _apply(self, logits, then: Callable[[torch.Tensor], torch.Tensor] | None = None):
+        """The map on a tensor or array: a numpy array (or list) gives a numpy array back."""
+        array = not isinstance(logits, torch.Tensor)
+        z = torch.as_tensor(np.asarray(logits) if array else logits).to(torch.float64)
+        out = self.transform(z)
+        out = then(out) if then is not None else out
+        return out.cpu().numpy() if array else out
+
+    def logits(self, logits: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
         """(M, N, K) logits -> (M, N, K) float64 recalibrated logits (log-probabilities up to
-        a constant per row; ``-inf`` for probability 0)."""
-        return self.transform(logits.to(torch.float64))
+        a constant per row; ``-inf`` for probability 0); numpy in, numpy out."""
+        return self._apply(logits)
 
-    def log_probs(self, logits: torch.Tensor) -> torch.Tensor:
+    def log_probs(self, logits: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
         """(M, N, K) logits -> (M, N, K) float64 log-probabilities of the recalibrated map."""
-        return torch.log_softmax(self.logits(logits), dim=-1)
+        return self._apply(logits, lambda z: torch.log_softmax(z, dim=-1))
 
-    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+    def probs(self, logits: torch.Tensor | np.ndarray) -> torch.Tensor | np.ndarray:
         """(M, N, K) logits -> (M, N, K) float64 probabilities, rows summing to 1."""
-        return torch.softmax(self.logits(logits), dim=-1)
+        return self._apply(logits, lambda z: torch.softmax(z, dim=-1))
 
 
 def as_info(values: dict[str, torch.Tensor | np.ndarray]) -> dict[str, np.ndarray]:

@@ -199,9 +199,18 @@ def _screenshot(args: argparse.Namespace) -> int:
 def _nas(args: argparse.Namespace) -> int:
     from calibench.analysis.nats import nas
 
-    tables = [Path(t) for t in args.tables] or layout.result_tables(args.results)
+    tables = [Path(t) for t in args.tables]
+    if not tables:  # every NATS-Bench table of the run; a population of one's own has no search space
+        from calibench.analysis.tables import table_key
+        from calibench.vocabulary import NATS_SPACES
+
+        found = layout.result_tables(args.results)
+        tables = [t for t in found if (table_key(t) or ("",))[0] in NATS_SPACES]
+        skipped = [t.stem for t in found if t not in tables]
+        if skipped:
+            print(f"calibench nas: skipped (not a NATS-Bench space, or no rows): {', '.join(skipped)}", file=sys.stderr)
     if not tables:
-        print(f"calibench nas: no result tables under {layout.tables_dir(args.results)}", file=sys.stderr)
+        print(f"calibench nas: no NATS-Bench result tables under {layout.tables_dir(args.results)}", file=sys.stderr)
         return 2
     out_dir = Path(args.out or layout.analysis_dir(args.results) / "nas")
     if out_dir.exists() and not out_dir.is_dir():

@@ -196,7 +196,9 @@ def _oracle(df: pd.DataFrame, objectives: Sequence[str], metrics: Sequence[str])
     space = None
     if "space" in df.columns and df["space"].notna().any():
         space = str(df["space"].dropna().iloc[0])
-    space = space if space in _SHAPE else _space_of(strings[0])
+        if space not in _SHAPE:
+            raise ValueError(f"space {space!r} is not a NATS-Bench space (tss, sss): NAS searches those spaces only")
+    space = space or _space_of(strings[0])
     lookup = _code_of(space)
     codes = np.fromiter((lookup.get(s, -1) for s in strings), np.int64, len(strings))
     for i in np.flatnonzero(codes < 0):
