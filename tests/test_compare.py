@@ -293,3 +293,15 @@ def test_a_populations_models_are_matched_by_name_not_by_their_row(tmp_path, cap
     assert rows.loc["pre_ece_15", "max_abs_diff"] == pytest.approx(0.01, abs=1e-12)
     code, out, _ = run_cli(capsys, run_a, tmp_path / "a", "--out", tmp_path / "o")
     assert code == 0, out
+
+
+def test_disjoint_runs_compare_no_column(tmp_path, capsys):
+    def table(root: Path, index) -> Path:
+        frame = pd.DataFrame({"space": "tss", "hp": "200", "dataset": "cifar10", "arch_index": index, "seed": 777,
+                              "arch_str": [f"n{i}" for i in index], "pre_ece_15": np.linspace(0, 1, len(index))})
+        return write_table(root, frame)
+
+    code, out, _ = run_cli(capsys, table(tmp_path / "a", np.arange(5)), table(tmp_path / "b", np.arange(10, 15)),
+                           "--out", tmp_path / "o")
+    assert code == 1 and "0 networks in both, 5 only in A, 5 only in B" in out
+    assert "data columns: 7 in both, not compared (no network in both)" in out and "equal," not in out

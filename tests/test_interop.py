@@ -503,3 +503,19 @@ def test_a_workflows_results_directory_is_refused_and_an_import_is_not_repaired_
     (table,) = interop.import_tao2024(good, imported)
     assert repair.lost_outputs(imported) == []
     assert repair.repair_before_run(imported) == [] and table.exists()
+
+
+def test_a_population_table_is_not_exported_and_a_second_import_says_what_it_replaces(tmp_path, caplog):
+    results = tmp_path / "results"
+    nats = build(results, "sss", "90", "cifar100", 3)
+    zoo = pd.read_parquet(nats).assign(space="zoo", hp="", arch_str=lambda f: [f"m{i}" for i in range(len(f))])
+    zoo.to_parquet(results / "tables" / "zoo_cifar100.parquet")
+    caplog.set_level(logging.WARNING, logger="calibench.results.interop")
+    written = interop.export_tao2024(results, tmp_path / "tao")
+    assert [p.name for p in written] == ["cifar100_sss.csv"]  # not cifar100_zoo_hp.csv
+    assert "zoo_cifar100.parquet: a population beyond NATS-Bench (space 'zoo')" in caplog.text
+    caplog.clear()
+    interop.import_tao2024(written, tmp_path / "published")
+    assert "replaces" not in caplog.text
+    interop.import_tao2024(written, tmp_path / "published")
+    assert "cifar100_sss.csv: replaces" in caplog.text and "the import of cifar100_sss.csv" in caplog.text

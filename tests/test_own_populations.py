@@ -406,7 +406,8 @@ def test_models_csv_problems_are_errors_naming_the_file_and_column(tmp_path):
     for text, words in [("name,family\na,x\n", "no 'model' column"), ("model\na\nb\na\n", "listed twice: a"),
                         ("model,accuracy\na,0.5\n", "accuracy would shadow"),
                         ("model,pre_ece_15\na,0.5\n", "pre_ece_15 would shadow"),
-                        ("model\na/b\n", "not file names"), ("model,params\na,many\n", "'params' must be numeric")]:
+                        ("model\na/b\n", "not file names"), ("model,params\na,many\n", "'params' must be numeric"),
+                        ("model,family\n", "lists no model")]:
         path.write_text(text)
         with pytest.raises(SourceError, match=words) as err:
             logits_dir.read_models_csv(path)
@@ -534,3 +535,15 @@ def test_the_terminal_summary_names_the_tables_an_earlier_run_built(tmp_path):
     old.unlink()
     assert fl.terminal_summary(results, [old, new], since=start - 1).endswith("recorded them: zoo_cifar10")
     assert "Not built" not in fl.terminal_summary(results, [old, new])  # no start given: nothing said
+
+
+def test_a_listed_dataset_without_files_stops_the_run_before_any_job_naming_it(tmp_path):
+    root = tmp_path / "zoo"
+    (root / "cifar10").mkdir(parents=True)
+    (root / "models.csv").write_text("model\na\n")
+    np.savez(root / "cifar10" / "a.npz", logits=np.zeros((4, 3), np.float32), labels=np.arange(4) % 3)
+    config = {"populations": {"zoo": {"source": "logits", "path": str(root), "datasets": ["cifar10", "cifar100"]}}}
+    with pytest.raises(ValueError, match=r"populations.zoo.datasets: no .npz files in .*zoo/cifar100; remove it"):
+        stage.population_datasets(config, "zoo")
+    config["populations"]["zoo"]["datasets"] = ["cifar10"]
+    assert stage.population_datasets(config, "zoo") == ["cifar10"]

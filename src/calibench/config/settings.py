@@ -100,7 +100,16 @@ def population_datasets(config: Mapping, space: str) -> list[str]:
         return list(config["datasets"])
     spec = (config.get("populations") or {})[space] or {}
     if spec.get("datasets") is not None or spec.get("source") == "torch":
-        return [str(d) for d in (spec.get("datasets") or [])] + [str(d) for d in (spec.get("data") or {})]
+        named = [str(d) for d in (spec.get("datasets") or [])]
+        root = Path(str(spec.get("path", "")))
+        if spec.get("source") == "logits" and (root / "models.csv").is_file():
+            # a dataset with no files would stop every chunk's import (each reads every dataset's labels)
+            missing = [d for d in named if not (root / d).is_dir() or not any((root / d).glob("*.npz"))]
+            if missing:
+                raise ValueError(f"populations.{space}.datasets: no .npz files in {root / missing[0]}"
+                                 + (f" (nor for {', '.join(missing[1:])})" if len(missing) > 1 else "")
+                                 + "; remove it from the list or add its files")
+        return named + [str(d) for d in (spec.get("data") or {})]
     root = Path(spec["path"])
     if not root.is_dir():
         raise ValueError(f"populations.{space}.path: {root} is not a directory")

@@ -134,8 +134,11 @@ def summary_text(cmp: Comparison) -> str:
                 lines.append(f"  networks only in {side.upper()}: {_keys(n[f'only_{side}'])}")
         data = t.columns[t.columns["kind"] == "data"]
         counts = data["status"].value_counts()
-        lines.append(f"  data columns: {counts.get('equal', 0)} equal, {counts.get('differs', 0)} differ, "
-                     f"{counts.get('only_a', 0)} only in A, {counts.get('only_b', 0)} only in B{_largest(data)}")
+        both = counts.get("equal", 0) + counts.get("differs", 0)
+        compared = (f"{counts.get('equal', 0)} equal, {counts.get('differs', 0)} differ" if n["n_both"] else
+                    f"{both} in both, not compared (no network in both)")
+        lines.append(f"  data columns: {compared}, {counts.get('only_a', 0)} only in A, "
+                     f"{counts.get('only_b', 0)} only in B{_largest(data)}")
         for status, side in (("only_a", "A"), ("only_b", "B")):
             names = data.loc[data["status"] == status, "column"].tolist()
             if names:

@@ -93,13 +93,19 @@ def export_tao2024(tables: str | Path | Iterable[str | Path], out_dir: str | Pat
     ``tables``: result table paths, or a directory of them (``results/tables`` or a results
     directory). Each measurement once; ``expand_isomorphs``: TSS isomorph copies too, marked
     (:func:`export_frame`). Returns the files written (a table without rows or without columns,
-    one a build that measured no network leaves, writes none, with a warning).
+    one a build that measured no network leaves, writes none, with a warning; so does a table of
+    a population beyond NATS-Bench, which the layout cannot hold).
     """
     paths = _table_paths(tables)
     out_dir = Path(out_dir)
     planned: dict[Path, Path] = {}
     for p in paths:
-        name = _export_name(*_table_key(p))
+        key = _table_key(p)
+        if key[0] not in DEFAULT_HP:
+            log.warning("%s: a population beyond NATS-Bench (space %r); the %s layout holds NATS-Bench's spaces "
+                        "only, not exported", p, key[0], FORMAT)
+            continue
+        name = _export_name(*key)
         if out_dir / name in planned:
             raise ValueError(f"{p} and {planned[out_dir / name]} would both be written to {out_dir / name}")
         planned[out_dir / name] = p
@@ -287,6 +293,11 @@ def import_tao2024(src: str | Path | Iterable[str | Path], results_dir: str | Pa
     converted = [(target, *read_tao2024(f, *key)) for target, (f, key) in planned.items()]
     written = []
     for target, frame, meta in converted:
+        if target.exists():
+            before = table_metadata(target)
+            log.warning("%s: replaces %s (%s)", meta["source_file"], target,
+                        f"the import of {before.get('source_file')}" if before.get("source") == FORMAT
+                        else "measured results, --overwrite")
         atomic_write(target, lambda out, fr=frame, m=meta: _write_parquet(fr, out, m))
         log.info("%s -> %s: %d rows", meta["source_file"], target, len(frame))
         written.append(target)

@@ -85,6 +85,8 @@ def read_models_csv(path: str | Path):
         raise SourceError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from exc
     if "model" not in df.columns:
         raise SourceError(f"{path}: no 'model' column (columns: {', '.join(map(str, df.columns))})")
+    if df.empty:
+        raise SourceError(f"{path}: lists no model (a header only); one row per model, its name under 'model'")
     names = df["model"]
     if names.isna().any():
         raise SourceError(f"{path}: row(s) {', '.join(str(i + 2) for i in np.flatnonzero(names.isna()))} have no model name")
