@@ -547,3 +547,23 @@ def test_a_listed_dataset_without_files_stops_the_run_before_any_job_naming_it(t
         stage.population_datasets(config, "zoo")
     config["populations"]["zoo"]["datasets"] = ["cifar10"]
     assert stage.population_datasets(config, "zoo") == ["cifar10"]
+
+
+def test_own_data_may_give_its_class_count_where_a_class_has_no_test_image(tmp_path):
+    """Labels 0..6 of a 10-class task: without ``classes`` the labels job records 7 (the largest
+    label + 1, and 10-class models would all fail); with it, 10."""
+    images, labels = np.zeros((14, 3, 4, 4), np.uint8), np.arange(14) % 7
+    np.savez(tmp_path / "mine.npz", images=images, labels=labels, classes=np.int64(10))
+    np.savez(tmp_path / "plain.npz", images=images, labels=labels)
+    np.savez(tmp_path / "bad.npz", images=images, labels=labels, classes=np.int64(6))
+    assert torch_models.own_data(str(tmp_path / "mine.npz"), "k")[2] == 10
+    assert torch_models.own_data(str(tmp_path / "plain.npz"), "k")[2] is None
+    with pytest.raises(SourceError, match=r"k: .*bad.npz: classes must be one integer above every label \(largest 6\)"):
+        torch_models.own_data(str(tmp_path / "bad.npz"), "k")
+    (tmp_path / "owncode.py").write_text("import numpy as np\n\ndef three():\n"
+                                         "    return np.zeros((4, 3, 2, 2), np.uint8), np.arange(4), 12\n")
+    assert torch_models.own_data("owncode:three", "k", [str(tmp_path)])[2] == 12
+    for name, want in (("mine", 10), ("plain", 7)):
+        settings = {"data": {name: {"file": str(tmp_path / f"{name}.npz")}}, "python_path": []}
+        out = torch_models.write_labels(settings, "zoo", name, tmp_path / f"labels_{name}.parquet")
+        assert store.read_labels(out).meta["classes"] == want

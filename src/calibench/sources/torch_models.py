@@ -142,17 +142,24 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
 
 # ---------------------------------------------------------------- evaluation data
 
-def own_data(spec: str, key: str, python_path: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-    """A user's test set: ``images`` (N, C, H, W) and ``labels`` (N,) from an ``.npz`` file or a
-    callable returning ``(images, labels)``; SourceError naming ``key`` if unusable."""
+def own_data(spec: str, key: str, python_path: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """A user's test set: ``images`` (N, C, H, W), ``labels`` (N,) and the class count (None where
+    not given: the largest label + 1) from an ``.npz`` file (``images``, ``labels``, optional
+    ``classes``) or a callable returning ``(images, labels)`` or ``(images, labels, classes)``;
+    SourceError naming ``key`` if unusable."""
+    classes = None
     if ":" in spec and not Path(spec).is_file():
         with on_path(python_path):
             try:
-                images, labels = resolve(spec, key, python_path)()
+                returned = tuple(resolve(spec, key, python_path)())
+                images, labels = returned[:2]
+                classes = returned[2] if len(returned) == 3 else None
+                if len(returned) not in (2, 3):
+                    raise ValueError(f"returned {len(returned)} values")
             except SourceError:
                 raise
             except Exception as exc:
-                raise SourceError(f"{key}: {spec} raised or returned no (images, labels) pair "
+                raise SourceError(f"{key}: {spec} raised or returned no (images, labels[, classes]) "
                                   f"({type(exc).__name__}: {exc})") from exc
         source = spec
     else:
@@ -164,18 +171,29 @@ def own_data(spec: str, key: str, python_path: Sequence[str] = ()) -> tuple[np.n
             if missing:
                 raise SourceError(f"{key}: {path}: no {missing[0]!r} array (it has: {', '.join(f.files)})")
             images, labels = f["images"], f["labels"]
+            classes = f["classes"] if "classes" in f.files else None
         source = str(path)
     images, labels = np.asarray(images), np.asarray(labels)
     if images.ndim < 2 or labels.ndim != 1 or len(images) != len(labels) or not np.issubdtype(labels.dtype, np.integer):
         raise SourceError(f"{key}: {source}: expected images (N, ...) and integer labels (N,), got "
                           f"{images.dtype} {images.shape} and {labels.dtype} {labels.shape}")
-    return images, labels.astype(np.int64)
+    if classes is not None:
+        value = np.asarray(classes)
+        if value.ndim != 0 or not np.issubdtype(value.dtype, np.integer) or (len(labels) and value <= labels.max()):
+            raise SourceError(f"{key}: {source}: classes must be one integer above every label (largest "
+                              f"{int(labels.max()) if len(labels) else None}), got {classes!r}")
+        classes = int(value)
+    return images, labels.astype(np.int64), classes
 
 
-def _dataset_classes(settings: Mapping, dataset: str, labels: np.ndarray) -> int:
+def _dataset_classes(dataset: str, labels: np.ndarray, given: int | None = None) -> int:
+    """The class count a model's output must have: a standard dataset's, the own data's ``classes``,
+    else its largest label + 1."""
     from calibench.inference.data import NUM_CLASSES
 
-    return NUM_CLASSES[dataset] if dataset in NUM_CLASSES else int(labels.max()) + 1
+    if dataset in NUM_CLASSES:
+        return NUM_CLASSES[dataset]
+    return int(given) if given is not None else int(labels.max()) + 1
 
 
 def _eval_fields(settings: Mapping, dataset: str) -> dict:
@@ -187,10 +205,12 @@ def _eval_fields(settings: Mapping, dataset: str) -> dict:
 def write_labels(settings: Mapping, space: str, dataset: str, out: str | Path) -> Path:
     """A dataset's labels: the standard test set's, or the user's own data's."""
     if dataset in settings.get("data", {}):
-        _, labels = own_data(settings["data"][dataset]["callable"] if "callable" in settings["data"][dataset]
-                             else settings["data"][dataset]["file"], f"populations.{space}.data.{dataset}",
-                             settings.get("python_path") or [])
+        _, labels, classes = own_data(settings["data"][dataset]["callable"] if "callable" in settings["data"][dataset]
+                                      else settings["data"][dataset]["file"], f"populations.{space}.data.{dataset}",
+                                      settings.get("python_path") or [])
         source = json.dumps(settings["data"][dataset])
+        return store.write_labels(out, labels, dataset=dataset, key=store.digest(_eval_fields(settings, dataset)),
+                                  source=source, classes=_dataset_classes(dataset, labels, classes))
     else:
         from calibench.inference.data import load_eval_set
 
@@ -201,7 +221,8 @@ def write_labels(settings: Mapping, space: str, dataset: str, out: str | Path) -
 
 
 def _eval_data(settings: Mapping, space: str, dataset: str, device, transform: Callable | None):
-    """The evaluation set (and CIFAR-10's OoD sets) on the device, through ``transform`` if given."""
+    """The evaluation set (and CIFAR-10's OoD sets) on the device, through ``transform`` if given,
+    and the class count the user's own data gives (None otherwise)."""
     import torch
 
     from calibench.inference.engine import EvalData, load_eval_data, ood_options
@@ -209,7 +230,7 @@ def _eval_data(settings: Mapping, space: str, dataset: str, device, transform: C
     ood = settings["ood"]
     if dataset not in settings.get("data", {}):
         if transform is None:
-            return load_eval_data(dataset, settings["datasets_root"], device=device, **ood_options(ood))
+            return load_eval_data(dataset, settings["datasets_root"], device=device, **ood_options(ood)), None
         raw = load_eval_data(dataset, settings["datasets_root"], device="cpu", ood=())  # labels and source
         from calibench.inference.data import gaussian_noise, load_eval_set, load_svhn_test
 
@@ -223,16 +244,17 @@ def _eval_data(settings: Mapping, space: str, dataset: str, device, transform: C
                 sets["svhn"] = load_svhn_test(ood["svhn"], subset=options["svhn_subset"],
                                               seed=options["svhn_subset_seed"]).images
         return EvalData(dataset, torch.as_tensor(transform(torch.from_numpy(images))).to(device), raw.labels.to(device),
-                        raw.source, {k: torch.as_tensor(transform(torch.from_numpy(v))).to(device) for k, v in sets.items()})
+                        raw.source, {k: torch.as_tensor(transform(torch.from_numpy(v))).to(device)
+                                     for k, v in sets.items()}), None
     entry = settings["data"][dataset]
-    images, labels = own_data(entry.get("callable") or entry.get("file"), f"populations.{space}.data.{dataset}",
-                              settings.get("python_path") or [])
+    images, labels, classes = own_data(entry.get("callable") or entry.get("file"),
+                                       f"populations.{space}.data.{dataset}", settings.get("python_path") or [])
     x = torch.from_numpy(np.ascontiguousarray(images))
     if transform is not None:
         x = torch.as_tensor(transform(x))
     elif x.dtype == torch.uint8:
         x = x.float() / 255.0
-    return EvalData(dataset, x.float().to(device), torch.from_numpy(labels).to(device), json.dumps(entry))
+    return EvalData(dataset, x.float().to(device), torch.from_numpy(labels).to(device), json.dumps(entry)), classes
 
 
 def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk: int, results: str | Path,
@@ -277,9 +299,9 @@ def infer_chunk(settings: Mapping, runtime: Mapping, space: str, hp: str, chunk:
                 key = (dataset, id(transform))
                 if key not in cache:
                     cache[key] = _eval_data(settings, space, dataset, device, transform)
-                    labels.setdefault(dataset, cache[key].labels.cpu().numpy())
-                data = cache[key]
-                classes = _dataset_classes(settings, dataset, labels[dataset])
+                    labels.setdefault(dataset, cache[key][0].labels.cpu().numpy())
+                data, given = cache[key]
+                classes = _dataset_classes(dataset, labels[dataset], given)
                 try:
                     net = models[name].eval().to(device)
                     logits, ood = module_logits(net, data, classes, batch_size)
