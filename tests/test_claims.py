@@ -342,3 +342,12 @@ def test_the_question4_table_states_each_tau_with_its_interval_and_n():
     assert "<td>40</td>" in html and "<td>0.800 [0.75, 0.84]</td>" in html and "<td>0.500 [0.45, 0.54]</td>" in html
     no_interval = pd.DataFrame(rows).assign(lo=np.nan, hi=np.nan)  # bootstrap resamples: 0
     assert "<td>0.800</td>" in q4_html(no_interval, [15])
+
+
+def test_the_claims_say_each_outcome_is_decided_on_its_own():
+    x30 = np.linspace(0.01, 0.3, 30)
+    out = rc.claims(pd.DataFrame(columns=["space", "hp", "dataset", "accuracy"]), pd.DataFrame(), _q4(x30, x30 + 1),
+                    [15], min_networks=30)
+    html = rc.claims_html(out, "q4", 0.95)
+    assert "decided at 95% on its own, with no correction for how many are tested" in html
+    assert "about 5% of m may still read decided" in html

@@ -154,6 +154,7 @@ def test_an_empty_table_and_a_lost_manifest_are_told_by_status_and_the_next_run_
     shard.unlink()
     proc = _calibench_run(workdir)
     assert f"{MEASURE}/chunk00001.json: manifest lost" in proc.stderr and "empty file" in proc.stderr
+    assert not list((workdir / "results").rglob(f"*{repair.SET_ASIDE}"))  # rebuilt: the set-aside copies are gone
     summary = integrity.read_json(workdir / MEASURE / "chunk00001.json")
     assert summary["computed"] == 1 and summary["shards"].keys() == {"1"}
     _frames_equal(small_sss_run / SHARD_DIR / "arch=000001.parquet", shard)

@@ -567,3 +567,33 @@ def test_own_data_may_give_its_class_count_where_a_class_has_no_test_image(tmp_p
         settings = {"data": {name: {"file": str(tmp_path / f"{name}.npz")}}, "python_path": []}
         out = torch_models.write_labels(settings, "zoo", name, tmp_path / f"labels_{name}.parquet")
         assert store.read_labels(out).meta["classes"] == want
+
+
+def test_a_model_added_at_the_top_of_models_csv_is_the_only_one_measured(run, tmp_path):
+    """Each model keeps its index across edits of models.csv (calibench.sources.indices): a model
+    added at the top takes the next free index and is the only one measured; the others' rows
+    are unchanged (their index was their row, so every one moved and was measured again)."""
+    workdir = tmp_path / "copy"
+    shutil.copytree(run[0], workdir, symlinks=True)
+    before = pd.read_parquet(workdir / "results/tables/zoo_cifar10.parquet").set_index("arch_str")
+    listed = (workdir / "zoo" / "models.csv").read_text().splitlines()
+    for dataset in N:
+        shutil.copy(workdir / "zoo" / dataset / "t600.npz", workdir / "zoo" / dataset / "newcomer.npz")
+    (workdir / "zoo" / "models.csv").write_text("\n".join([listed[0], "newcomer,a,ce,1", *listed[1:]]) + "\n")
+    _snakemake(workdir, "results/tables/zoo_cifar10.parquet")
+    after = pd.read_parquet(workdir / "results/tables/zoo_cifar10.parquet").set_index("arch_str")
+    n_listed = len(listed) - 1
+    assert after.loc["newcomer", "arch_index"] == n_listed  # the next free index, not 0
+    kept = list(before.index)
+    pd.testing.assert_frame_equal(after.loc[kept, before.columns], before)  # every other row as it was
+    assert after.loc["newcomer", "temperature"] == pytest.approx(before.loc["t600", "temperature"], rel=1e-12)
+    doc = json.loads((workdir / "results/population/zoo.json").read_text())
+    assert doc["arch_strs"][n_listed] == "newcomer" and doc["selected"] == list(range(n_listed + 1))
+    measured = re.findall(r"(\d+) already measured \(skipped\), (\d+) to measure",
+                          "".join(p.read_text() for p in sorted((workdir / "results/logs/measure").glob("zoo_cifar10_*.log"))))
+    assert sum(int(m) for _, m in measured) >= 1 and all(m == "0" for _, m in measured[:2]), measured
+    # removed again: its index is not reused, the table is as before
+    (workdir / "zoo" / "models.csv").write_text("\n".join(listed) + "\n")
+    _snakemake(workdir, "results/tables/zoo_cifar10.parquet")
+    again = pd.read_parquet(workdir / "results/tables/zoo_cifar10.parquet").set_index("arch_str")
+    pd.testing.assert_frame_equal(again[before.columns], before)

@@ -93,6 +93,11 @@ def population_path(results: str | Path, space: str) -> Path:
     return Path(results) / "population" / f"{space}.json"
 
 
+def population_indices_path(results: str | Path, space: str) -> Path:
+    """A population of one's own: each model's index, kept across edits of its list."""
+    return Path(results) / "population" / "indices" / f"{space}.json"
+
+
 def logits_dir(results: str | Path) -> Path:
     return Path(results) / "logits"
 

@@ -8,8 +8,8 @@ of result tables, one table, or a folder (or file) of tao2024 CSVs (read with
 Rows are matched by (network, seed): the network is ``nats_index`` where both tables hold it
 for every row (a tao2024 file knows only the NATS-Bench index; the mini benchmark's
 ``arch_index`` is not it); a population beyond NATS-Bench's spaces by its model's name,
-``arch_str`` (its ``arch_index`` is its row in ``models.csv`` or in the callables' list: a
-model added or moved shifts the others', so there it is compared as a setting, as
+``arch_str`` (its ``arch_index`` depends on the run's history, :mod:`calibench.sources.indices`:
+two runs of the same models may number them differently, so there it is compared as a setting, as
 ``measured_by``); else ``arch_index``. Per column shared by both, over the rows in
 both (:func:`numeric_difference`, :func:`label_difference`): the largest and the median
 absolute difference, the rows where exactly one side is NaN (both NaN: equal; +inf equals

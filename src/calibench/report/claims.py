@@ -252,4 +252,7 @@ def claims_html(table: pd.DataFrame, question: str, level: float) -> str:
     items = "".join(f"<li>Tao et al.: “{html.escape(r.claim)}” <b>{html.escape(r.verdict)}</b> at {level:.0%} "
                     f"<small>(test: {html.escape(r.test)}; {html.escape(r.evidence)})</small></li>"
                     for r in rows.itertuples())
-    return f"<p>The paper's answer, tested on these tables:</p><ul class='claims'>{items}</ul>"
+    return (f"<p>The paper's answer, tested on these tables:</p><ul class='claims'>{items}</ul>"
+            f"<p><small>Each table (or pair) is decided at {level:.0%} on its own, with no correction for how "
+            f"many are tested: of m outcomes where the claim's effect is absent, about {1 - level:.0%} of m "
+            f"may still read decided.</small></p>")

@@ -95,7 +95,8 @@ def _q2(robustness: pd.DataFrame | None, m: int) -> list[dict]:
         out.append(_tau_row("q2", space, hp, dataset,
                             f"{strongest['metric']} against robustness, {_name(space, hp)}, {dataset}: strongest "
                             f"column {strongest['robustness']} (median tau over {len(part)} columns "
-                            f"{part['tau'].median():.2f})",
+                            f"{part['tau'].median():.2f}; the strongest of {len(part)}, its interval not "
+                            f"widened for that choice)",
                             strongest["tau"], strongest["lo"], strongest["hi"], None, int(strongest["n"]), m))
     return out
 
@@ -108,7 +109,8 @@ def _q3(kendall: pd.DataFrame, b: int, m: int) -> list[dict]:
     for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
         for label, r in (("most", part.loc[part["tau"].idxmax()]), ("least", part.loc[part["tau"].idxmin()])):
             out.append(_tau_row("q3", space, hp, dataset,
-                                f"ECE ({b} bins) agrees {label} with {r['col']} ({_name(space, hp)}, {dataset})",
+                                f"ECE ({b} bins) agrees {label} with {r['col']} ({_name(space, hp)}, {dataset}; the "
+                                f"{label} of {len(part)} metrics, its interval not widened for that choice)",
                                 r["tau"], r["lo"], r["hi"], r["interval"], int(r["n"]), m))
     return out
 

@@ -83,7 +83,8 @@ def terminal_summary(results: str | Path, tables: Sequence[str | Path], since: f
         lines.append(f"  ... and {len(found) - SHOWN} more: calibench query \"SELECT * FROM "
                      f"read_parquet('{layout.failures_dir(results) / '*.parquet'}')\"")
     if len(pairs) or short:
-        lines.append("  Repair the file named and run again: changed or restored inputs are retried.")
+        lines.append("  Repair the file or model named and run again: changed or restored inputs (a file, a model's "
+                     "code) are retried.")
     earlier = sorted({Path(t).stem for t in tables if since is not None and (
         not Path(t).is_file() or Path(t).stat().st_mtime < since)} & (set(found.get("table", [])) | {c["table"] for c in short}))
     if earlier:
@@ -102,8 +103,8 @@ def html(results: str | Path, tables: Sequence[str | Path]) -> str:
         return f"<p>Every selected network was measured ({measured} networks over {len(cover)} tables); nothing failed.</p>"
     parts = [f"<p class='warn'><b>{total - measured} of {total} selected networks are not in the tables</b>; "
              f"{len(found)} failure row(s) in <code>{_html.escape(str(layout.failures_dir(results)))}/</code>. "
-             "Repair the file named and run "
-             "again: changed or restored inputs are retried, damaged results recomputed.</p>"]
+             "Repair the file or model named and run again: changed or restored inputs (a file, a model's "
+             "code) are retried, damaged results recomputed.</p>"]
     rows = "".join(f"<tr><td>{_html.escape(c['table'])}</td><td>{c['measured']}</td><td>{c['selected']}</td></tr>"
                    for c in cover if c["measured"] < c["selected"])
     if rows:

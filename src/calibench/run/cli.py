@@ -204,8 +204,12 @@ def _nas(args: argparse.Namespace) -> int:
         from calibench.analysis.tables import table_key
         from calibench.vocabulary import NATS_SPACES
 
+        def space_of(table: Path) -> str:
+            with integrity.naming(table):  # a damaged table: named, exit 2
+                return (table_key(table) or ("",))[0]
+
         found = layout.result_tables(args.results)
-        tables = [t for t in found if (table_key(t) or ("",))[0] in NATS_SPACES]
+        tables = [t for t in found if space_of(t) in NATS_SPACES]
         skipped = [t.stem for t in found if t not in tables]
         if skipped:
             print(f"calibench nas: skipped (not a NATS-Bench space, or no rows): {', '.join(skipped)}", file=sys.stderr)

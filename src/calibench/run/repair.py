@@ -301,6 +301,7 @@ def clear_rebuilt(results: str | os.PathLike) -> list[Path]:
     results = Path(results)
     removed = []
     where = [results.glob(f"*{SET_ASIDE}"), layout.tables_dir(results).glob(f"*{SET_ASIDE}"),
+             layout.failures_dir(results).glob(f"*{SET_ASIDE}"),
              layout.chunks_dir(results).glob(f"*/*/*{SET_ASIDE}"), layout.explorer_dir(results).glob(f"*{SET_ASIDE}")]
     for kept in sorted(p for found in where for p in found):  # where set_aside* put them, not the shards
         original = kept.with_name(kept.name.removesuffix(SET_ASIDE))
@@ -331,7 +332,8 @@ def repair_before_run(results: str | os.PathLike, logits: bool = True, by: str =
     said += [describe(manifest, reasons, by=by) for manifest, reasons in changed]
     if changed:
         moved = set_aside(results, changed)
-        said.append(f"set aside as *{SET_ASIDE} (rebuilt by {by}): " + ", ".join(str(p) for p in moved))
+        if moved:  # a chunk whose table was never built sets nothing aside
+            said.append(f"set aside as *{SET_ASIDE} (rebuilt by {by}): " + ", ".join(str(p) for p in moved))
     return said
 
 

@@ -135,6 +135,10 @@ def _run(args: argparse.Namespace) -> int:
     from calibench.results import failures
 
     stopped = stop is not None and code != 0  # a signal stopped the run (not one that came as it finished)
+    if code == 0:  # what this run set aside and rebuilt: the copies go now, not at the next run
+        from calibench.run import repair
+
+        repair.clear_rebuilt(Path(results))
     tables = [t for t in targets if t.endswith(".parquet")]
     told = [stop[1] if stopped else "",
             failures.failed_jobs_summary(Path.cwd(), since=started - 1) if code != 0 and not stopped else "",

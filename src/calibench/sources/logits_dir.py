@@ -30,7 +30,7 @@ import json
 import logging
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -151,17 +151,32 @@ def _store_members(tree: Path, datasets) -> tuple[list[str], dict[str, list], li
 
 # ---------------------------------------------------------------- the jobs
 
+def by_index(values: Sequence, rows: Sequence[int], size: int) -> list:
+    """``values`` (one per listed model) placed at the models' indices; None at the others."""
+    out = [None] * size
+    for value, i in zip(values, rows):
+        out[i] = value
+    return out
+
+
 def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
-    """Every model of the directory (models.csv order) and its chunks."""
+    """Every model of the directory and its chunks: a models.csv's models by their stable
+    indices (:mod:`calibench.sources.indices`; models.csv order on a first build), a store's
+    by its own."""
     from calibench.integrity import write_json
+    from calibench.sources import indices
     from calibench.sources.nats.population import chunks
 
     kind, root = layout(settings["path"])
     if kind == "npz":
         df = read_models_csv(root / MODELS_CSV)
         names = df["model"].tolist()
-        metadata = _metadata(df)
-        numbers = {c: [None if v != v else float(v) for v in df[c]] for c in ("params", "flops") if c in df.columns}
+        arch_strs, selected, index = indices.assign(
+            names, paths.population_indices_path(Path(out).parent.parent, space))
+        rows = [index[n] for n in names]
+        metadata = {c: by_index(v, rows, len(arch_strs)) for c, v in _metadata(df).items()}
+        numbers = {c: by_index([None if v != v else float(v) for v in df[c]], rows, len(arch_strs))
+                   for c in ("params", "flops") if c in df.columns}
         identity = store.file_sha256(root / MODELS_CSV)
         missing = [f"{d}/{n}.npz" for d in settings["datasets"] for n in names if not (root / d / f"{n}.npz").is_file()]
         for m in missing[:20]:
@@ -172,9 +187,9 @@ def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
         names, metadata, _ = _store_members(tree, settings["datasets"])
         numbers = {}
         identity = hashlib.sha256(json.dumps(names).encode()).hexdigest()
-    selected = list(range(len(names)))
+        arch_strs, selected = names, list(range(len(names)))
     doc = {"space": space, "source": "logits", "layout": kind, "path": str(root), "meta_sha256": identity,
-           "arch_strs": names, "representatives": None, "metadata": metadata, "numbers": numbers,
+           "arch_strs": arch_strs, "representatives": None, "metadata": metadata, "numbers": numbers,
            "selected": selected, "chunks": chunks(selected, int(settings["chunk_size"]))}
     if not names:
         raise SourceError(f"{root}: no models")

@@ -122,17 +122,22 @@ def _count_parameters(model) -> float:
 
 
 def write_population(settings: Mapping, space: str, out: str | Path) -> dict:
-    """The models the callables give (instantiated once to learn their names and sizes)."""
+    """The models the callables give (instantiated once to learn their names and sizes), by their
+    stable indices (:mod:`calibench.sources.indices`; the callables' order on a first build)."""
+    from calibench import layout
     from calibench.integrity import write_json
+    from calibench.sources import indices
+    from calibench.sources.logits_dir import by_index
     from calibench.sources.nats.population import chunks
 
     pairs, _, origin = load_models(settings)
     names = [n for n, _ in pairs]
-    selected = list(range(len(names)))
+    arch_strs, selected, index = indices.assign(names, layout.population_indices_path(Path(out).parent.parent, space))
+    rows = [index[n] for n in names]
     doc = {"space": space, "source": "torch", "meta_sha256": store.digest({"models": settings["models"], "names": names}),
-           "arch_strs": names, "representatives": None,
-           "metadata": {"callable": [origin[n] for n in names]},
-           "numbers": {"params": [_count_parameters(m) for _, m in pairs]},
+           "arch_strs": arch_strs, "representatives": None,
+           "metadata": {"callable": by_index([origin[n] for n in names], rows, len(arch_strs))},
+           "numbers": {"params": by_index([_count_parameters(m) for _, m in pairs], rows, len(arch_strs))},
            "selected": selected, "chunks": chunks(selected, int(settings["chunk_size"]))}
     write_json(doc, out)
     log.info("%s: %d models from %s, %d chunks", space, len(names),
