@@ -413,6 +413,7 @@ def test_wins_html_gives_shares_and_margins(df):
     row = wins[(wins["metric"] == "ece_15") & (wins["stage"] == "spline") & (wins["space"] == "sss")
                & (wins["dataset"] == "cifar10")].iloc[0]
     assert f"{100 * row.share:.0f}% ({am._fmt(row.margin_median)})" in text
+    assert f"<td>{row.n_networks}</td>" in text  # the table's contests: n
 
 
 # ---------------------------------------------------------------- end to end

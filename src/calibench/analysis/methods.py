@@ -404,8 +404,8 @@ def summary_html(summary: pd.DataFrame, level: float = 0.95) -> str:
 
 
 def wins_html(wins: pd.DataFrame, metric: str) -> str:
-    """One metric's win shares and median margins: one row per table, one column per stage,
-    cells ``share (median margin)``."""
+    """One metric's win shares and median margins: one row per table with its contests
+    (``networks``), one column per stage, cells ``share (median margin)``."""
     part = wins[wins["metric"] == metric]
     if part.empty:
         return ""
@@ -415,6 +415,7 @@ def wins_html(wins: pd.DataFrame, metric: str) -> str:
     grid = part.pivot(index=["space", "hp", "dataset"], columns="stage", values="cell")
     grid = grid[stage_order(grid.columns)].fillna("–")
     grid.columns.name = None
+    grid.insert(0, "networks", part.groupby(["space", "hp", "dataset"])["n_networks"].max().astype(int))
     return grid.to_html()
 
 
@@ -479,7 +480,9 @@ def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int
                        "stage's share of the networks; <code>analysis/method_wins.parquet</code> adds outright "
                        "wins, ties and the median and mean margin over the runner-up of the outright wins.</p>"
                        f"<p>ECE ({b} bins): share of networks won (median margin of the outright wins over the "
-                       f"runner-up, in ECE)</p>" + wins_html(wins, f"ece_{b}")))
+                       f"runner-up, in ECE), over the table's networks with a contest; a description of "
+                       f"these networks, not a test (the bold medians above are tested)</p>"
+                       + wins_html(wins, f"ece_{b}")))
     return blocks
 
 
