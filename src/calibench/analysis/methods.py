@@ -130,9 +130,9 @@ def methods_summary(df: pd.DataFrame, bins: Sequence[int],
     """Population-scale Nixon et al. 2019 Tables 1/2 and Gupta et al. 2021 Table 1.
 
     One row per (space, hp, dataset, stage, metric) over the measured networks (TSS
-    isomorph copies dropped; one row per network, its first seed, as the Kendall matrices use) of the stages in the tables, for the
-    metrics of :func:`summary_metrics`; ``metric`` is the column suffix (``ece_15``,
-    ``ksce``...). Columns: :data:`SUMMARY_COLUMNS` (:func:`describe_values`'s statistics
+    isomorph copies dropped; one row per network, its first seed, as the Kendall matrices
+    use) of the stages in the tables, for the metrics of :func:`summary_metrics`; ``metric``
+    is the column suffix (``ece_15``, ``ksce``...). Columns: :data:`SUMMARY_COLUMNS` (:func:`describe_values`'s statistics
     after the keys). ``stages_by_table`` (:func:`table_stages`): the stages of each table,
     so that a method that failed on all of a table's networks still has its rows (all NaN).
     The statistics are over every network; ``n_underdetermined`` counts those whose fit of
@@ -501,4 +501,5 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
     summary.to_csv(output_path(results, "methods", "summary_csv"), index=False)
     wins = method_wins(df, bins, stages_by_table, include)
     wins.to_parquet(output_path(results, "methods", "wins"), index=False)
-    return {"plots": make_plots(df, wins, settings, plots), "blocks": section_blocks(summary, wins, bins, include, level)}
+    return {"plots": make_plots(df, wins, settings, plots),
+            "blocks": section_blocks(summary, wins, bins, include, level)}
