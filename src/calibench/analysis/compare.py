@@ -7,21 +7,19 @@ of result tables, one table, or a folder (or file) of tao2024 CSVs (read with
 
 Rows are matched by (network, seed): the network is ``nats_index`` where both tables hold it
 for every row (a tao2024 file knows only the NATS-Bench index; the mini benchmark's
-``arch_index`` is not it); a population beyond NATS-Bench's spaces by its model's name,
-``arch_str`` (its ``arch_index`` depends on the run's history, :mod:`calibench.sources.indices`:
-two runs of the same models may number them differently, so there it is compared as a setting, as
-``measured_by``); else ``arch_index``. Per column shared by both, over the rows in
+``arch_index`` is not it); a population of one's own by the model's name, ``arch_str`` (its
+``arch_index`` depends on the run's history, :mod:`calibench.sources.indices`: a setting
+there, as ``measured_by``); else ``arch_index``. Per column shared by both, over the rows in
 both (:func:`numeric_difference`, :func:`label_difference`): the largest and the median
 absolute difference, the rows where exactly one side is NaN (both NaN: equal; +inf equals
 +inf), the rows that differ by more than ``atol``, and Kendall's tau-b of the two rankings
-(:func:`calibench.analysis.tau_b.kendall_tau`; 1 for identical columns, and for columns
-that rank the rows alike, without computing it; NaN for a constant one). A column of one
-side only is ``only_a`` / ``only_b``.
+(:func:`calibench.analysis.tau_b.kendall_tau`; 1 for identical columns, and for columns that
+rank the rows alike, without computing it; NaN for a constant one); a column of one side only
+is ``only_a`` / ``only_b``.
 
-Settings, not data (:data:`SETTING_COLUMNS`): ``config_hash`` and ``logits_key`` are keys
-of the settings and software a number was computed with (they change when the settings
-change, even where no number does), ``source_bytes`` and ``source_mtime`` describe the
-archive file the logits were read from, ``calibench_version`` the software. They are
+Settings, not data (:data:`SETTING_COLUMNS`): ``config_hash`` and ``logits_key`` key the
+settings and software a number was computed with (changed with the settings even where no
+number is), ``source_bytes``, ``source_mtime`` the logits' archive file, ``calibench_version``. They are
 compared like the rest and written to the CSV (``kind`` ``setting``), but their differences
 are reported among the settings that differ and never make two runs unequal; the other
 provenance columns (params, flops, temperature, accuracy, recorded_accuracy, n_eval,

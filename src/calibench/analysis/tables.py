@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["STAGES", "STAGE_NAMES", "HCS_ECE", "KEYS", "BINNED_SUMMARY", "UNBINNED_SUMMARY",
            "label", "demo_suffix", "table_columns", "load_tables", "measured", "first_seed", "stages_present",
-           "method_stages", "nearest_bins", "summary_metrics", "table_key", "table_stages", "listed_stages", "group_stages",
+           "method_stages", "nearest_bins", "summary_metrics", "table_key", "nats_tables", "table_stages",
+           "listed_stages", "group_stages",
            "binned", "metric_columns", "figure_bins", "metric_candidates", "top_populations", "stage_order"]
 
 STAGE_NAMES = {"pre": "no recalibration: the network's softmax", "post": "temperature scaling", "vs": "vector scaling",
@@ -98,6 +99,20 @@ def first_seed(nets: pd.DataFrame) -> pd.DataFrame:
     """One row per measured network: its first seed (as the Kendall matrices use)."""
     first = nets.groupby(["space", "hp", "dataset", "arch_index"])["seed"].transform("min") == nets["seed"]
     return nets[first]
+
+
+def nats_tables(paths: Sequence[Path]) -> tuple[list[Path], list[str]]:
+    """(the result tables of a NATS-Bench space, the names of the others): a population of
+    one's own, or a table without rows, has no search space. A damaged table is named."""
+    from calibench import integrity
+    from calibench.vocabulary import NATS_SPACES
+
+    def space_of(table: Path) -> str:
+        with integrity.naming(table):
+            return (table_key(table) or ("",))[0]
+
+    kept = [t for t in paths if space_of(t) in NATS_SPACES]
+    return kept, [t.stem for t in paths if t not in kept]
 
 
 # ---------------------------------------------------------------- stages, bins, metrics

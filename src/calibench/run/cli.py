@@ -201,16 +201,9 @@ def _nas(args: argparse.Namespace) -> int:
 
     tables = [Path(t) for t in args.tables]
     if not tables:  # every NATS-Bench table of the run; a population of one's own has no search space
-        from calibench.analysis.tables import table_key
-        from calibench.vocabulary import NATS_SPACES
+        from calibench.analysis.tables import nats_tables
 
-        def space_of(table: Path) -> str:
-            with integrity.naming(table):  # a damaged table: named, exit 2
-                return (table_key(table) or ("",))[0]
-
-        found = layout.result_tables(args.results)
-        tables = [t for t in found if space_of(t) in NATS_SPACES]
-        skipped = [t.stem for t in found if t not in tables]
+        tables, skipped = nats_tables(layout.result_tables(args.results))
         if skipped:
             print(f"calibench nas: skipped (not a NATS-Bench space, or no rows): {', '.join(skipped)}", file=sys.stderr)
     if not tables:
