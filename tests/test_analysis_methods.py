@@ -460,7 +460,10 @@ def test_run_analysis_with_five_methods(tmp_path):
     for heading in ("Post-hoc recalibration methods", "Distribution over networks", "Question 4",
                     "Which method is best for a network"):
         assert heading in report
-    assert report.count("<b>") >= 2 * 8  # a best median per table and metric
+    best = summary[summary["best"]]  # a best median per table and metric: bold where the paired test says so
+    assert len(best) == 2 * 8
+    not_ahead = best[~(best["p_vs_next"] < 0.05) & best["next_stage"].notna()]
+    assert report.count("best median, not ahead of") == len(not_ahead)
     assert "<th>failed</th>" in report and "<th>networks</th>" in report and " inf)</small>" in report
     plots = sorted((results / "plots").rglob("*.png"))
     for plot in plots:

@@ -87,7 +87,9 @@ def test_both_loading_paths_honour_the_subset(tmp_path, svhn):
     # a user's torch models with their own transform load the sets themselves
     from calibench.sources.torch_models import _eval_data
 
-    mine = _eval_data({"datasets_root": str(tmp_path), "ood": ood}, "mine", "cifar10", "cpu", lambda x: x.float())
+    mine, classes = _eval_data({"datasets_root": str(tmp_path), "ood": ood}, "mine", "cifar10", "cpu",
+                               lambda x: x.float())
+    assert classes is None  # a standard dataset: its own class count
     np.testing.assert_array_equal(mine.ood["svhn"].numpy(), D.load_svhn_test(svhn).images[rows].astype(np.float32))
 
 
