@@ -27,7 +27,6 @@ and once more after (a ``stat`` each); per file, projected to the population's f
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time

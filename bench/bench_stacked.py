@@ -36,7 +36,6 @@ import random
 import time
 
 import torch
-from torch import nn
 
 from calibench.inference.engine import resolve_device
 from calibench.sources.nats.archstr import SSS_CHANNEL_CHOICES, parse_sss

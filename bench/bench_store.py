@@ -18,7 +18,6 @@ import argparse
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import torch

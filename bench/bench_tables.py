@@ -155,7 +155,6 @@ def _write_chunk(job) -> int:
 def prepare(directory: Path, networks: int, stages: int, dataset: str, fit: bool, workers: int) -> dict:
     """Shards, population and manifests under ``directory/results`` (kept if already there)."""
     from calibench import layout
-    from calibench.results import shards
 
     results = directory / "results"
     config = {"networks": networks, "stages": stages, "dataset": dataset, "fit": fit}

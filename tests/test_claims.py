@@ -75,6 +75,19 @@ def test_wilcoxon_paired_counts_and_leans_as_the_test_ranks_not_by_the_zeros():
     assert np.median(d) < 0 and stats.wilcoxon_paired(np.zeros(12), d)[4] == 1
 
 
+def test_paired_lower_gives_the_tests_p_only_where_its_ranks_put_the_first_lower():
+    """The one-sided reading that q3b and the methods' bold mark share: the two-sided p where the
+    signed ranks of second - first lean positive, NaN where they lean negative or all are zero."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(0, 1, 40)
+    y = x + rng.normal(0.4, 1, 40)
+    p, n = stats.paired_lower(x, y)
+    assert (p, n) == (float(wilcoxon(y - x).pvalue), 40) and p < 0.05
+    p, n = stats.paired_lower(y, x)
+    assert math.isnan(p) and n == 40
+    assert math.isnan(stats.paired_lower(x, x)[0]) and stats.paired_lower(x, x)[1] == 0
+
+
 def test_question6_names_the_networks_with_no_difference():
     n = 40
     ones = np.ones(n)

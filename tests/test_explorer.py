@@ -342,7 +342,7 @@ def test_a_tss_tables_isomorphs_are_listed_with_their_representative_not_drawn_a
     copy = copies.iloc[0]
     hover = page.evaluate("Array.from(document.getElementById('scatter').data[0].text)")
     rep_point = [table.iloc[r]["arch_index"] for r in trace["rows"]].index(copy["measured_by"])
-    assert f"also its isomorphs: " in hover[rep_point] and str(int(copy["arch_index"])) in hover[rep_point]
+    assert "also its isomorphs: " in hover[rep_point] and str(int(copy["arch_index"])) in hover[rep_point]
     note = page.evaluate("document.getElementById('scatter').layout.annotations[0].text")
     assert f"of {len(measured)} measured; {len(copies)} isomorph copies in their hover" in note, note
     page.evaluate(f"(() => {{ const s = document.getElementById('search'); s.value = '{int(copy['arch_index'])}';"

@@ -131,6 +131,7 @@ def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
     tss_made = pd.read_parquet(made[0])
     measured = tss_made[tss_made["arch_index"] == tss_made["measured_by"]]
     assert len(measured) < len(tss_made)
+    assert len(once) == 3 and tmp_path / "once" / "cifar10_tss.csv" in once
     written = pd.read_csv(tmp_path / "once" / "cifar10_tss.csv")
     assert written["config"].tolist() == sorted(measured["arch_index"]) and "measured_by" not in written
     assert "isomorph copies left out" in caplog.text

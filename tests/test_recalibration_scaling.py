@@ -548,7 +548,7 @@ def test_masked_lbfgs_takes_the_unmasked_iterates_with_a_look_per_iteration(k):
             results[masked] = lbfgs._fit_odir(x, y, w, lam, mu, 400, 1e-6, masked=masked)
         looks[masked] = counter.looks
         per_iteration[masked] = sum(counter.looks.values()) / int(results[masked][3].max())
-    (t0, f0, g0, i0, c0, l0, r0), (t1, f1, g1, i1, c1, l1, r1) = results[False], results[True]
+    (t0, f0, _, i0, c0, l0, r0), (t1, f1, _, i1, c1, l1, r1) = results[False], results[True]
     assert torch.equal(i0, i1) and torch.equal(c0, c1) and torch.equal(l0, l1) and r0 == r1
     assert int(i0.min()) < int(i0.max())  # some networks stop before others: frozen, then dropped
     assert torch.allclose(t0, t1, rtol=0, atol=1e-12) and torch.allclose(f0, f1, rtol=1e-13, atol=0)

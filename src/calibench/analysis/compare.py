@@ -358,7 +358,7 @@ def not_carried(meta: Mapping) -> set[str] | None:
     rows are matched by) and ``measured_by`` (derived, or carried by ``export --expand-isomorphs``
     as NATS-Bench indices too, where a mini benchmark's are its archive's). None for a table
     calibench measured."""
-    if meta.get("source") != interop.FORMAT:
+    if not interop.is_import(meta):
         return None
     return (set(meta.get("unavailable") or []) | (set(meta.get("derived") or {}) - {NATS_INDEX})
             | {"arch_index", "measured_by"})
@@ -422,7 +422,7 @@ def open_run(path: str | Path) -> Run:
 def _table_run(path: Path, kind: str, files: list[Path], results: Path | None) -> Run:
     run = Run(path, kind)
     for f in files:
-        key = interop._table_key(f)
+        key = interop.table_key(f)
         if key in run.tables:
             raise ValueError(f"{f} and {run.tables[key].path} are both (space, hp, dataset) = {key}")
         run.tables[key] = TableRef(key, f, "table", results)

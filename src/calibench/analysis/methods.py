@@ -105,10 +105,11 @@ def best_against_next(part: pd.DataFrame, rows: Sequence[dict], metric: str,
     """Of one table's summary ``rows`` of ``metric`` (one per stage): the stage with the best
     median (lowest; highest for accuracy) among those with a finite median and, unless
     ``include_underdetermined``, no fit on too little data; the next best; and the paired
-    Wilcoxon signed-rank test (:func:`calibench.analysis.stats.wilcoxon_paired`) of their values
-    over the table's networks: ``{"best", "next_stage", "p_vs_next", "n_vs_next"}`` (p NaN where
-    there is no next stage, or where the signed ranks lean the other way than the medians)."""
-    from calibench.analysis.stats import wilcoxon_paired
+    Wilcoxon signed-rank test of their values over the table's networks
+    (:func:`calibench.analysis.stats.paired_lower`, best first): ``{"best", "next_stage",
+    "p_vs_next", "n_vs_next"}`` (p NaN where there is no next stage, or where the signed ranks
+    lean the other way than the medians)."""
+    from calibench.analysis.stats import paired_lower
 
     sign = -1.0 if registry.higher_is_better(metric) else 1.0
     eligible = [r for r in rows if np.isfinite(r["median"]) and (include_underdetermined or not r["n_underdetermined"])]
@@ -120,8 +121,8 @@ def best_against_next(part: pd.DataFrame, rows: Sequence[dict], metric: str,
         return {"best": best, "next_stage": None, "p_vs_next": np.nan, "n_vs_next": 0}
     nxt = ranked[1]["stage"]
     x, y = (part[f"{s}_{metric}"].to_numpy(dtype=float) for s in (best, nxt))
-    _, p, n, _, direction = wilcoxon_paired(sign * x, sign * y)  # y - x > 0: the best is better
-    return {"best": best, "next_stage": nxt, "p_vs_next": p if direction > 0 else np.nan, "n_vs_next": n}
+    p, n = paired_lower(sign * x, sign * y)
+    return {"best": best, "next_stage": nxt, "p_vs_next": p, "n_vs_next": n}
 
 
 def methods_summary(df: pd.DataFrame, bins: Sequence[int],

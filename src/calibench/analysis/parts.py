@@ -15,7 +15,6 @@ The parts themselves (module, outputs, title, settings, when a run has them) are
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path

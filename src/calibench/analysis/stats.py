@@ -39,7 +39,7 @@ import pandas as pd
 from calibench.analysis.tau_b import (_count, _dense_ranks, _jackknife_interval, _level, _pair,
                                       _tau_and_leave_one_out, jackknife_taus, kendall_jackknife, kendall_tau)
 
-__all__ = ["interval_side", "perfect_ranking_p", "wilcoxon_paired", "kendall_tau", "bootstrap_indices",
+__all__ = ["interval_side", "perfect_ranking_p", "wilcoxon_paired", "paired_lower", "kendall_tau", "bootstrap_indices",
            "bootstrap_taus", "kendall_bootstrap", "jackknife_taus",
            "kendall_jackknife", "kendall_matrix_ci", "kendall_cross_ci"]
 
@@ -103,6 +103,14 @@ def wilcoxon_paired(x, y) -> tuple[float, float, int, float, int]:
     res = wilcoxon(d)
     direction = int(np.sign(np.sum(np.sign(d) * rankdata(np.abs(d)))))
     return float(res.statistic), float(res.pvalue), len(d), float(np.median(d)), direction
+
+
+def paired_lower(first, second) -> tuple[float, int]:
+    """(p, n) of :func:`wilcoxon_paired` ``(first, second)`` as a test that ``first`` is lower:
+    its two-sided p where the signed ranks put ``first`` below ``second``, NaN where they lean
+    the other way or no difference is non-zero; n the non-zero differences it ranks."""
+    _, p, n, _, direction = wilcoxon_paired(first, second)
+    return (p if direction > 0 else float("nan")), n
 
 
 def bootstrap_taus(x, y, resamples: int = 1000, seed: int = 0) -> np.ndarray:

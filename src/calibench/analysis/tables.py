@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from calibench.results.tables import table_key
 from calibench.vocabulary import STAGES
 
 log = logging.getLogger(__name__)
@@ -146,15 +147,6 @@ def summary_metrics(bins: Sequence[int]) -> list[str]:
     bin count nearest 15, then KS error (top-1), NLL, Brier score and accuracy."""
     b = nearest_bins(bins)
     return [f"{m}_{b}" for m in BINNED_SUMMARY] + list(UNBINNED_SUMMARY)
-
-
-def table_key(path: str | Path) -> tuple[str, str, str] | None:
-    """(space, hp, dataset) of a result table, from its first row; None if it has no rows."""
-    with pq.ParquetFile(path) as table:
-        if table.metadata.num_rows == 0:
-            return None
-        first = table.read_row_group(0, columns=["space", "hp", "dataset"]).slice(0, 1).to_pylist()[0]
-    return str(first["space"]), str(first["hp"]), str(first["dataset"])
 
 
 def table_stages(paths: Sequence[str | Path]) -> dict[tuple[str, str, str], list[str]]:

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,8 +33,7 @@ from calibench.store import fits as fit_store
 from calibench.store import logits as store
 from calibench.results import provenance as prov
 from calibench.results import shards
-from calibench.inference.jobs import log_slurm, progress_bar
-from calibench.metrics.scores import auroc
+from calibench.inference.jobs import progress_bar
 from calibench.results.kept import KeptRows, kept_plan, kept_rows_of, merged_reliability, merged_stages, stage_keys
 
 log = logging.getLogger(__name__)

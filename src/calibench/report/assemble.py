@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from calibench import integrity
 from calibench.analysis import parts as analysis_parts

@@ -117,7 +117,7 @@ def lowest_outcome(what: str, pairs: pd.DataFrame, metric: str, level: float) ->
     """Question 3b on one table (``pairs``: its Kendall rows of the ``metrics`` figure, both
     orders): is ``metric``'s median tau against the other metrics the lowest? Its taus are put
     against those of the runner-up (``metric`` the lowest) or of the lowest metric (otherwise),
-    paired by the third metric, with :func:`calibench.analysis.stats.wilcoxon_paired`: True where
+    paired by the third metric, with :func:`calibench.analysis.stats.paired_lower`: True where
     ``metric`` is lowest and its taus are significantly lower at ``level``, False where another
     is lowest and ``metric``'s taus are significantly higher, None where the test cannot tell."""
     taus = pairs.pivot_table(index="row", columns="col", values="tau")
@@ -127,15 +127,13 @@ def lowest_outcome(what: str, pairs: pd.DataFrame, metric: str, level: float) ->
     order = medians.sort_values(kind="stable").index
     other = order[1] if order[0] == metric else order[0]
     third = [c for c in taus.columns if c not in (metric, other)]
-    _, p, n, _, direction = stats.wilcoxon_paired(taus.loc[other, third].to_numpy(float),
-                                                  taus.loc[metric, third].to_numpy(float))
+    low, high = (metric, other) if order[0] == metric else (other, metric)
+    p, n = stats.paired_lower(taus.loc[low, third].to_numpy(float), taus.loc[high, third].to_numpy(float))
     text = (f"{what}: lowest {order[0]} ({medians[order[0]]:.2f}), {metric} against {other} over {n} third metrics: "
-            f"Wilcoxon p = {p:.3g}")
+            + (f"Wilcoxon p = {p:.3g}" if np.isfinite(p) else f"the Wilcoxon signed ranks do not put {low} lower"))
     if np.isnan(p) or p >= 1 - level:
         return [(text, None)]
-    if order[0] == metric:
-        return [(text, True if direction < 0 else None)]
-    return [(text, False if direction > 0 else None)]
+    return [(text, order[0] == metric)]
 
 
 def width_outcomes(nets: pd.DataFrame, col: str, level: float, min_networks: int) -> list[tuple[str, object]]:

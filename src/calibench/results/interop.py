@@ -43,13 +43,12 @@ import json
 import logging
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from calibench import integrity
 from calibench import __version__, layout
@@ -61,6 +60,7 @@ from calibench.results.interop_columns import (  # noqa: F401 (the column table,
 from calibench.results.interop_columns import (ALIASES, BINNED, OUR_BINNED, PER_ROW, REQUIRED, SCALARS,
                                                UNBINNED, our_name)
 from calibench.results.tables import FIRST, METADATA_KEY, NATS_INDEX, PROVENANCE, table_metadata
+from calibench.results.tables import table_key as first_row_key
 from calibench.vocabulary import NATS_SPACE_SIZES, not_a_result_table
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def export_tao2024(tables: str | Path | Iterable[str | Path], out_dir: str | Pat
     out_dir = Path(out_dir)
     planned: dict[Path, Path] = {}
     for p in paths:
-        key = _table_key(p)
+        key = table_key(p)
         if key[0] not in DEFAULT_HP:
             log.warning("%s: a population beyond NATS-Bench (space %r); the %s layout holds NATS-Bench's spaces "
                         "only, not exported", p, key[0], FORMAT)
@@ -137,14 +137,15 @@ def _table_paths(tables) -> list[Path]:
     return [Path(t) for t in tables]
 
 
-def _table_key(path: Path) -> tuple[str, str, str]:
+def is_import(meta: Mapping) -> bool:
+    """Whether a result table (``meta``: its :func:`calibench.results.tables.table_metadata`)
+    was imported from the published layout by :func:`import_tao2024`, not built by a job."""
+    return meta.get("source") == FORMAT
+
+
+def table_key(path: Path) -> tuple[str, str, str]:
     """(space, hp, dataset) of a result table, from its first row or else its file name."""
-    with integrity.naming(path), pq.ParquetFile(path) as f:
-        names = f.schema_arrow.names
-        if f.metadata.num_rows and {"space", "hp", "dataset"} <= set(names):
-            first = f.read_row_group(0, columns=["space", "hp", "dataset"]).slice(0, 1).to_pylist()[0]
-            return str(first["space"]), str(first["hp"]), str(first["dataset"])
-    parts = path.stem.split("_", 2)
+    parts = first_row_key(path) or path.stem.split("_", 2)
     if len(parts) != 3:
         raise ValueError(f"{path}: an empty table whose name is not {{space}}_{{hp}}_{{dataset}}.parquet")
     return parts[0], parts[1], parts[2]
@@ -287,7 +288,7 @@ def import_tao2024(src: str | Path | Iterable[str | Path], results_dir: str | Pa
             raise ValueError(f"{f} and {planned[target][0]} are both (space, hp, dataset) = {key}")
         planned[target] = (f, key)
     for target, (f, _) in planned.items():
-        if target.exists() and not overwrite and table_metadata(target).get("source") != FORMAT:
+        if target.exists() and not overwrite and not is_import(table_metadata(target)):
             raise ValueError(f"{f}: {target} exists and holds measured results, not a {FORMAT} import "
                              f"(--overwrite replaces it)")
     converted = [(target, *read_tao2024(f, *key)) for target, (f, key) in planned.items()]
@@ -296,7 +297,7 @@ def import_tao2024(src: str | Path | Iterable[str | Path], results_dir: str | Pa
         if target.exists():
             before = table_metadata(target)
             log.warning("%s: replaces %s (%s)", meta["source_file"], target,
-                        f"the import of {before.get('source_file')}" if before.get("source") == FORMAT
+                        f"the import of {before.get('source_file')}" if is_import(before)
                         else "measured results, --overwrite")
         atomic_write(target, lambda out, fr=frame, m=meta: _write_parquet(fr, out, m))
         log.info("%s -> %s: %d rows", meta["source_file"], target, len(frame))

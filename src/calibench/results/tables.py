@@ -564,6 +564,16 @@ def _write_parquet(wide: pd.DataFrame, f, meta: Mapping) -> None:
     integrity.write_parquet_to(f, table, compression="snappy")
 
 
+def table_key(path: str | Path) -> tuple[str, str, str] | None:
+    """(space, hp, dataset) of a result table, from its first row; None if it has no rows or no
+    such columns (a table of a build that measured no network)."""
+    with integrity.naming(path), pq.ParquetFile(path) as table:
+        if table.metadata.num_rows == 0 or not {"space", "hp", "dataset"} <= set(table.schema_arrow.names):
+            return None
+        first = table.read_row_group(0, columns=["space", "hp", "dataset"]).slice(0, 1).to_pylist()[0]
+    return str(first["space"]), str(first["hp"]), str(first["dataset"])
+
+
 def table_metadata(path: str | Path) -> dict:
     """The metadata a wide table was written with: ``stages``, ``constants`` ({stage: {fit_*: value}})."""
     meta = pq.read_schema(path).metadata or {}

@@ -17,7 +17,6 @@ only lists what a run would repair: it changes no file.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -133,11 +132,11 @@ def lost_manifests(results: str | os.PathLike, logits: bool = True) -> list[tupl
 
 def _imported(table: Path) -> bool:
     """Whether a result table was imported (``calibench import``: no job built it, no failures file)."""
-    from calibench.results.interop import FORMAT
+    from calibench.results.interop import is_import
     from calibench.results.tables import table_metadata
 
     try:
-        return table_metadata(table).get("source") == FORMAT
+        return is_import(table_metadata(table))
     except (OSError, ValueError, KeyError):
         return False
 

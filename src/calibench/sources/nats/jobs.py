@@ -5,7 +5,6 @@ most once, and only if some dataset's logits of that architecture are missing or
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
