@@ -1,6 +1,8 @@
 """Batched float64 primitives shared by the solvers of :mod:`calibench.recalibration.scaling`
 (vector scaling's Newton) and :mod:`calibench.recalibration.lbfgs` (the ODIR L-BFGS): B
-problems at once, each on its own, bit for bit as a batch of one on CPU (see :func:`_gram`).
+problems at once, each on its own. On the CPU the small products are summed as a batch of one
+would (:func:`_gram`, :func:`_bmv`); larger ones (K * (K + 1) above 128) are one batched product,
+whose last bits can depend on the batch (docs/recalibration.md, "The stages in a run").
 """
 
 from __future__ import annotations
