@@ -597,3 +597,27 @@ def test_a_model_added_at_the_top_of_models_csv_is_the_only_one_measured(run, tm
     _snakemake(workdir, "results/tables/zoo_cifar10.parquet")
     again = pd.read_parquet(workdir / "results/tables/zoo_cifar10.parquet").set_index("arch_str")
     pd.testing.assert_frame_equal(again[before.columns], before)
+
+
+def test_the_search_sample_of_an_own_population_moves_only_where_a_model_is_added_or_removed():
+    """A population of one's own draws the lambda, mu search's networks by a seeded hash of each
+    index: a model added (the next free index) changes the sample only if it enters it (then by
+    one network), a model outside it removed changes nothing. NATS-Bench keeps its seeded
+    choice over the members (fixed by the config), so finished runs keep their sample."""
+    from calibench.config.settings import population_search_sample
+
+    own = {"source": "logits", "selected": list(range(200))}
+    sample = population_search_sample(own, 16, 0)
+    assert len(sample) == 16 and sample == sorted(set(sample)) and set(sample) <= set(range(200))
+    entered = 0
+    for new in range(200, 260):
+        grown = population_search_sample({**own, "selected": [*own["selected"], new]}, 16, 0)
+        assert len(set(grown) - set(sample)) <= 1 and (grown == sample or new in grown)
+        entered += new in grown
+    assert 0 < entered < 20  # about 60 * 16 / 201 enter
+    outside = next(i for i in range(200) if i not in sample)
+    assert population_search_sample({**own, "selected": [i for i in range(200) if i != outside]}, 16, 0) == sample
+    assert population_search_sample(own, 16, 1) != sample  # the seed draws another
+    assert population_search_sample(own, 500, 0) == list(range(200))  # fewer members than asked: all
+    nats = {"selected": list(range(200))}
+    assert population_search_sample(nats, 16, 0) == sorted(np.random.RandomState(0).choice(200, 16, replace=False))

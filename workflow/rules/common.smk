@@ -291,7 +291,7 @@ def odir_manifests(wildcards):
     population = checkpoints.population.get(space=space_of(wildcards)).output[0]
     doc = integrity.read_json(population)
     search = stage.odir_search_settings(config)
-    sample = set(stage.search_sample(doc["selected"], search["networks"], search["seed"]))
+    sample = set(stage.population_search_sample(doc, search["networks"], search["seed"]))
     chunks = [i for i, chunk in enumerate(doc["chunks"]) if sample & set(chunk)]
     return [results_path(layout.infer_manifest, wildcards.target, i) for i in chunks]
 

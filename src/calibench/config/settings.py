@@ -355,15 +355,35 @@ def odir_search_settings(config: Mapping) -> dict:
             "tolerance": rec["tolerance"], "fit_rules": FIT_RULES}
 
 
-def search_sample(selected: list[int], networks: int, seed: int) -> list[int]:
-    """The seeded sample of a population's networks the lambda, mu search fits (sorted)."""
+def search_sample(selected: list[int], networks: int, seed: int, stable: bool = False) -> list[int]:
+    """The seeded sample of a population's networks the lambda, mu search fits (sorted):
+    ``RandomState(seed).choice`` over the sorted indices; ``stable``, the ``networks`` indices
+    with the smallest seeded hash (:func:`_sample_rank`), so that adding or removing a network
+    changes the sample only where that network is, or enters, it (docs/recalibration.md,
+    "Choosing lambda and mu")."""
     import numpy as np
 
     selected = sorted(int(i) for i in selected)
     if len(selected) <= networks:
         return selected
+    if stable:
+        return sorted(sorted(selected, key=lambda i: (_sample_rank(seed, i), i))[:networks])
     chosen = np.random.RandomState(seed).choice(len(selected), size=networks, replace=False)
     return sorted(selected[i] for i in chosen)
+
+
+def _sample_rank(seed: int, index: int) -> int:
+    import hashlib
+
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest(), "big")
+
+
+def population_search_sample(doc: Mapping, networks: int, seed: int) -> list[int]:
+    """:func:`search_sample` of a population document (``results/population/{space}.json``):
+    stable for a population of one's own (its models are edited, their indices kept,
+    docs/populations.md), the choice over the members for NATS-Bench (whose members are fixed
+    by the config)."""
+    return search_sample(doc["selected"], networks, seed, stable=doc.get("source") is not None)
 
 
 def under_minibench(config: Mapping, path: str | Path, built: bool = False) -> bool:

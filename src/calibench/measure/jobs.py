@@ -219,11 +219,11 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
     from calibench.inference.engine import resolve_device
     from calibench.measure.stages import split_indices
     from calibench.recalibration.odir_search import search_odir
-    from calibench.config.settings import search_sample
+    from calibench.config.settings import population_search_sample
 
     results = Path(results)
     doc = integrity.read_json(layout.population_path(results, space))
-    sample = set(search_sample(doc["selected"], settings["networks"], settings["seed"]))
+    sample = set(population_search_sample(doc, settings["networks"], settings["seed"]))
     keys: dict[int, str] = {}
     for m in infer_manifests:
         keys.update({int(i): k for i, k in integrity.read_json(m)["datasets"].get(dataset, {}).items()})
