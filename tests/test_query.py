@@ -58,11 +58,38 @@ def test_top_by_hcs_ranks_by_the_view(tmp_path, capsys):
     assert cli.main(["top", "--space", "tss", "--dataset", "cifar10", "--by", "hcs_1", "-n", "5",
                      "--results", str(tmp_path)]) == 0
     said, *shown = capsys.readouterr().out.splitlines()
-    assert said == "tss cifar10: the top 5 measured networks by hcs_1, highest first (higher is better)"
+    measured = int((table["arch_index"] == table["measured_by"]).sum())
+    assert said == f"tss cifar10: the top 5 of {measured} measured networks by hcs_1, highest first (higher is better)"
     assert shown[0].split()[:2] == ["arch_index", "measured_by"] and "hcs_1" in shown[0]
     scores = pd.Series(hcs(table["accuracy"], table["pre_ece_15"], 1), index=table["arch_index"])
     best = scores.dropna().sort_values(ascending=False, kind="stable").index[:5].tolist()
     assert [int(line.split()[0]) for line in shown[1:]] == best
+
+
+def test_top_of_a_space_with_two_schedules_asks_which_and_ranks_only_that_table(tmp_path, capsys):
+    """Two tables of one space and dataset (hp 200 and 12): without --hp, one line naming both and
+    exit 2 (ranking them together listed each network twice); with --hp, that table's networks only."""
+    write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(1))
+    twelve = write_table(tmp_path, "tss_12", "cifar10", np.random.default_rng(2))
+    argv = ["top", "--space", "tss", "--dataset", "cifar10", "--by", "accuracy", "-n", "100", "--results", str(tmp_path)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "2 tables (hp 12, 200): name one with --hp" in err[0], err
+    assert cli.main(argv + ["--hp", "12"]) == 0
+    said, _, *rows = capsys.readouterr().out.splitlines()
+    measured = twelve[twelve["arch_index"] == twelve["measured_by"]]
+    assert said.startswith(f"tss cifar10 (hp 12): the top {len(measured)} of {len(measured)} measured networks")
+    want = measured.sort_values("accuracy", ascending=False, kind="stable")["arch_index"].tolist()
+    assert [int(r.split()[0]) for r in rows] == want
+    assert cli.main(argv + ["--hp", "90"]) == 2 and "--hp 90: not measured for tss cifar10" in capsys.readouterr().err
+
+
+def test_a_results_path_with_a_quote_is_read(tmp_path, capsys):
+    """Paths go into DuckDB's SQL as escaped string literals."""
+    results = tmp_path / "it's"
+    write_table(results, "tss_200", "cifar10", np.random.default_rng(1), n=12)
+    assert cli.main(["query", "SELECT count(*) AS n FROM networks_all", "--results", str(results)]) == 0
+    assert "12" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("by, lowest_first", [("post_ece_15", True), ("pre_ece_15", True), ("accuracy", False),

@@ -58,7 +58,7 @@ def connect(results: str | Path = "results", betas=None):
     # otherwise install and load httpfs by itself (INSTALL and LOAD are refused in _sql)
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     register_hcs(con)
-    files = ", ".join(f"'{t}'" for t in tables)
+    files = ", ".join(sql_string(t) for t in tables)
     betas = schema_default("analysis", "hcs_betas") if betas is None else betas
     hcs = ", ".join(f'hcs(accuracy, {HCS_ECE}, {float(b)!r}) AS "hcs_{b:g}"' for b in betas)
     # networks: each measurement once; networks_all: every row, TSS isomorph copies too (is_copy),
@@ -111,7 +111,7 @@ def _unreadable_table(con, tables: list[Path], exc: Exception) -> ValueError:
 
     for table in tables:
         try:
-            con.execute(f"DESCRIBE SELECT * FROM read_parquet('{table}')")
+            con.execute(f"DESCRIBE SELECT * FROM read_parquet({sql_string(table)})")
         except duckdb.Error as own:
             return ValueError(f"{table}: DuckDB cannot read this result table ({_user_message(own)})")
     return ValueError(f"the result tables under {tables[0].parent} do not combine into one view "
@@ -124,6 +124,11 @@ _FILE_VIEWS = {"metrics": ("*", layout.shards_dir, "shard"),
                         layout.fits_dir, "fit-store file")}
 
 
+def sql_string(value) -> str:
+    """``value`` as an SQL string literal (a path with a quote in it stays one string)."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
 def _parquet_files(folder: Path) -> list[Path]:
     return sorted(folder.rglob("*.parquet"))
 
@@ -131,7 +136,8 @@ def _parquet_files(folder: Path) -> list[Path]:
 def _create(con, view: str, files: Path | list[Path]) -> None:
     """``view`` over every parquet file under a folder (a glob) or over the ``files`` listed."""
     columns = _FILE_VIEWS[view][0]
-    source = f"'{files}/**/*.parquet'" if isinstance(files, Path) else "[" + ", ".join(f"'{p}'" for p in files) + "]"
+    source = (sql_string(f"{files}/**/*.parquet") if isinstance(files, Path)
+              else "[" + ", ".join(sql_string(p) for p in files) + "]")
     con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT {columns} FROM read_parquet({source}, "
                 "hive_partitioning = false, union_by_name = true)")
 
@@ -333,12 +339,13 @@ def refuse_inside(path: str | Path, results: str | Path, option: str, why: str) 
 
 
 def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str | Path = "results",
-        ascending: bool | None = None):
+        ascending: bool | None = None, hp: str | None = None):
     """The top ``n`` measured networks of one table by any column of the ``networks`` view
     (every stage's metric, e.g. ``vs_ece_15``, ``spline_ksce``, ``ms_fit_lambda``): best first
     by the column's direction (:mod:`calibench.metrics.registry`: lowest first for an error,
     highest first for accuracy, HCS, AUROC; largest first for a column that is not a score),
-    which a first line says; ``ascending`` overrides."""
+    which a first line says; ``ascending`` overrides. ``hp``: the table's schedule, needed
+    where the space holds several for ``dataset``."""
     from calibench.metrics import registry
 
     import difflib
@@ -359,14 +366,24 @@ def top(space: str, dataset: str, by: str = "hcs_1", n: int = 20, results: str |
             raise QueryError(f"--space {space}: not in the tables (spaces: {', '.join(spaces)})")
         raise QueryError(f"--dataset {dataset}: not measured for space {space} "
                          f"(datasets: {', '.join(d for s, d in pairs if s == space)})")
+    hps = [r[0] for r in con.execute("SELECT DISTINCT hp FROM networks WHERE space = ? AND dataset = ? ORDER BY 1",
+                                     [space, dataset]).fetchall()]
+    if hp is None and len(hps) > 1:
+        raise QueryError(f"{space} {dataset} has {len(hps)} tables (hp {', '.join(hps)}): name one with --hp")
+    hp = hps[0] if hp is None else str(hp)
+    if hp not in hps:
+        raise QueryError(f"--hp {hp}: not measured for {space} {dataset} (hp: {', '.join(hps)})")
+    count = con.execute("SELECT count(*) FROM networks WHERE space = ? AND hp = ? AND dataset = ?",
+                        [space, hp, dataset]).fetchall()[0][0]
     shown = [c for c in ("arch_index", "measured_by", "arch_str", "accuracy", "pre_ece_15", "post_ece_15",
                          "temperature") if c in columns]
     shown += [by] if by not in shown else []
     descending = registry.best_first_descending(by) if ascending is None else not ascending
     order = "DESC" if descending else "ASC"
-    print(f"{space} {dataset}: the top {int(n)} measured networks by {by}, "
+    label = f"{space} {dataset}" + (f" (hp {hp})" if len(hps) > 1 else "")
+    print(f"{label}: the top {min(int(n), count)} of {count} measured networks by {by}, "
           f"{registry.direction_words(by, descending)}")
     select = ", ".join(f'"{c}"' for c in shown)
-    sql = (f"SELECT {select} FROM networks WHERE space = '{space}' AND dataset = '{dataset}' "
-           f"ORDER BY \"{by}\" {order} NULLS LAST LIMIT {int(n)}")
+    sql = (f"SELECT {select} FROM networks WHERE space = {sql_string(space)} AND hp = {sql_string(hp)} "
+           f"AND dataset = {sql_string(dataset)} ORDER BY \"{by}\" {order} NULLS LAST LIMIT {int(n)}")
     return run_query(sql, results, con=con)

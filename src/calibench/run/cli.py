@@ -110,7 +110,7 @@ def _query(args: argparse.Namespace) -> int:
 def _top(args: argparse.Namespace) -> int:
     from calibench.results.query import top
 
-    top(args.space, args.dataset, args.by, args.n, results=args.results, ascending=args.ascending)
+    top(args.space, args.dataset, args.by, args.n, results=args.results, ascending=args.ascending, hp=args.hp)
     return 0
 
 
@@ -404,6 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("top", help="the top networks by a column of the networks view")
     t.add_argument("--space", required=True, help="tss, sss or a population's name")
     t.add_argument("--dataset", required=True)
+    t.add_argument("--hp", help="the table's schedule (e.g. 200, 12), where the space has several")
     t.add_argument("--by", default="hcs_1", help="a column, e.g. hcs_1, accuracy, pre_ece_15; best first: lowest "
                    "for an error, highest for accuracy, HCS, AUROC (the first line says which)")
     t.add_argument("-n", type=_count("networks"), default=20)
