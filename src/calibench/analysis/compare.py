@@ -52,7 +52,7 @@ from calibench import integrity, layout
 from calibench.analysis.tables import measured
 from calibench.analysis.tau_b import kendall_tau
 from calibench.results import interop
-from calibench.results.tables import NATS_INDEX, PROVENANCE, table_metadata
+from calibench.results.tables import NATS_INDEX, PROVENANCE, check_result_table, table_metadata
 from calibench.vocabulary import NATS_SPACES
 
 SETTING_COLUMNS = ("config_hash", "logits_key", "source_bytes", "source_mtime", "calibench_version")
@@ -356,8 +356,7 @@ def not_carried(meta: Mapping) -> set[str] | None:
     ``acc``, ``measured_by`` found from equal rows), unavailable in the layout (params, the
     temperature, provenance), ``arch_index`` (the file's config, the NATS-Bench index that
     rows are matched by) and ``measured_by`` (derived, or carried by ``export --expand-isomorphs``
-    as NATS-Bench indices too, where a mini benchmark's are its archive's). None for a table
-    calibench measured."""
+    as NATS-Bench indices too, where a mini benchmark's are its archive's). None if measured."""
     if not interop.is_import(meta):
         return None
     return (set(meta.get("unavailable") or []) | (set(meta.get("derived") or {}) - {NATS_INDEX})
@@ -422,6 +421,7 @@ def open_run(path: str | Path) -> Run:
 def _table_run(path: Path, kind: str, files: list[Path], results: Path | None) -> Run:
     run = Run(path, kind)
     for f in files:
+        check_result_table(f)
         key = interop.table_key(f)
         if key in run.tables:
             raise ValueError(f"{f} and {run.tables[key].path} are both (space, hp, dataset) = {key}")

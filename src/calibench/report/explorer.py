@@ -471,11 +471,14 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     if compare is not None:
         from calibench.analysis.compare import compare_runs
         from calibench.report.compare_page import default_out
+        from calibench.results.query import refuse_inside_runs
 
+        option = "--out" if out is not None else "the default output folder (--out)"
         cmp = compare_runs(results, compare, columns)
         found = {t.key: t for t in cmp.tables if t.side == "both"}
         others = {key: (found[key], cmp.b.tables[key]) for key in found}
         out = Path(out) if out is not None else default_out(cmp)
+        refuse_inside_runs(out, [results, compare], option, "a comparison's explorer goes beside compare's files")
     where = out if cmp is not None else results  # a comparison's page goes beside compare's files
     root = explorer_dir(where)
     root.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,7 @@ from calibench.results.interop_columns import (  # noqa: F401 (the column table,
 from calibench.results.interop_columns import (ALIASES, BINNED, OUR_BINNED, PER_ROW, REQUIRED, SCALARS,
                                                UNBINNED, our_name)
 from calibench.results.tables import FIRST, METADATA_KEY, NATS_INDEX, PROVENANCE, table_metadata
-from calibench.results.tables import table_key as first_row_key
+from calibench.results.tables import check_result_table, table_key as first_row_key
 from calibench.vocabulary import NATS_SPACE_SIZES, not_a_result_table
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,7 @@ def export_tao2024(tables: str | Path | Iterable[str | Path], out_dir: str | Pat
     out_dir = Path(out_dir)
     planned: dict[Path, Path] = {}
     for p in paths:
+        check_result_table(p)
         key = table_key(p)
         if key[0] not in DEFAULT_HP:
             log.warning("%s: a population beyond NATS-Bench (space %r); the %s layout holds NATS-Bench's spaces "

@@ -8,6 +8,7 @@ SQL function ``hcs(accuracy, ece, beta)``: queries and the analysis share one fo
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -328,12 +329,29 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
     return output
 
 
+def results_dir_of(path: str | Path) -> Path | None:
+    """The results directory a run argument belongs to, links resolved: a directory itself, a
+    table in a ``tables/`` folder that folder's parent; None for a file elsewhere."""
+    resolved = Path(path).resolve()
+    if resolved.is_dir():
+        return resolved
+    return resolved.parent.parent if resolved.parent.name == layout.tables_dir(".").name else None
+
+
+def refuse_inside_runs(path: str | Path, runs, option: str, why: str) -> None:
+    """:func:`refuse_inside` for each run argument's results directory (:func:`results_dir_of`)."""
+    for run in runs:
+        results = results_dir_of(run)
+        if results is not None:
+            refuse_inside(path, results, option, why)
+
+
 def refuse_inside(path: str | Path, results: str | Path, option: str, why: str) -> None:
     """ValueError (one line naming ``path``) if ``path`` is ``results`` or lies inside it, symlinks
     resolved: a command that reads a results directory writes no file of its own there."""
     target, root = Path(path).resolve(), Path(results).resolve()
     if target == root or root in target.parents:
-        linked = f" (through a link: {target})" if target != Path(path).absolute() else ""
+        linked = f" (through a link: {target})" if target != Path(os.path.abspath(path)) else ""
         raise ValueError(f"{option} {path}: inside the results directory {results}{linked}; {why}: "
                          "write the output elsewhere")
 

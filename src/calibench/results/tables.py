@@ -564,6 +564,21 @@ def _write_parquet(wide: pd.DataFrame, f, meta: Mapping) -> None:
     integrity.write_parquet_to(f, table, compression="snappy")
 
 
+def check_result_table(path: str | Path) -> None:
+    """ValueError naming ``path`` unless it is a result table whose bytes pass their check
+    (:func:`calibench.integrity.verify`: a damaged table is refused, not read): a shard, or a
+    file without metric columns (a failures file), is named as not one. A table without
+    columns (a build that measured no network) is one, and so is one without ``measured_by``."""
+    from calibench.vocabulary import not_a_result_table
+
+    integrity.verify([path])
+    with integrity.naming(path):
+        names = pq.read_schema(path).names
+    why = not_a_result_table(names) if names else None
+    if why is not None and why != "no measured_by column":
+        raise ValueError(f"{path}: not a result table ({why}{'' if why == 'a shard' else ': a failures file?'})")
+
+
 def table_key(path: str | Path) -> tuple[str, str, str] | None:
     """(space, hp, dataset) of a result table, from its first row; None if it has no rows or no
     such columns (a table of a build that measured no network)."""

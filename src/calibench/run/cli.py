@@ -95,6 +95,7 @@ def _provenance(args: argparse.Namespace) -> int:
     for table in args.tables:
         if not Path(table).is_file():
             raise FileNotFoundError(f"{table}: no such table")
+        integrity.verify([table])  # a damaged table is said so, not summarised
         with integrity.naming(table):
             print(summary(table))
     return 0
@@ -212,13 +213,12 @@ def _nas(args: argparse.Namespace) -> int:
     out_dir = Path(args.out or layout.analysis_dir(args.results) / "nas")
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out {out_dir}: not a directory")
-    import pyarrow.parquet as pq
+    from calibench.results.tables import check_result_table
 
-    for table in tables:  # every table readable before any result is written
+    for table in tables:  # every table a whole result table before any result is written
         if not table.is_file():
             raise FileNotFoundError(f"{table}: no such table")
-        with integrity.naming(table):
-            pq.read_schema(table)
+        check_result_table(table)
     for table in tables:
         try:
             result = nas.run_nas(table, out_dir / f"nas_{table.stem}.csv", objectives=args.objectives.split(","),
@@ -272,17 +272,12 @@ def _explore(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from calibench.results.interop import export_tao2024
-    from calibench.results.query import refuse_inside
+    from calibench.results.query import refuse_inside_runs
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ValueError(f"--out {args.out}: not a directory")
     # the results directories it reads: --results, or that of each table named in a tables/ folder
-    if args.tables:
-        read = sorted({Path(t).parent.parent for t in args.tables if Path(t).parent.name == layout.tables_dir(".").name})
-    else:
-        read = [Path(args.results)]
-    for results in read:
-        refuse_inside(args.out, results, "--out", "calibench export only reads it")
+    refuse_inside_runs(args.out, args.tables or [args.results], "--out", "calibench export only reads it")
     if args.verbose:
         logging.getLogger("calibench.results.interop").setLevel(logging.DEBUG)
     written = export_tao2024(args.tables or args.results, args.out, expand_isomorphs=args.expand_isomorphs)
@@ -304,14 +299,12 @@ def _compare(args: argparse.Namespace) -> int:
     """Two runs side by side (issue 26): exit 0 equal within --atol, 1 different, 2 a usage mistake."""
     from calibench.analysis.compare import compare_runs
     from calibench.report import compare_page
-    from calibench.results.query import refuse_inside
+    from calibench.results.query import refuse_inside_runs
 
     def check_out(out: Path, option: str) -> None:  # before the comparison's work where it can be
         if out.exists() and not out.is_dir():
             raise ValueError(f"{option} {out}: not a directory")
-        for run in (args.run_a, args.run_b):
-            if Path(run).is_dir():
-                refuse_inside(out, run, option, "calibench compare only reads it")
+        refuse_inside_runs(out, (args.run_a, args.run_b), option, "calibench compare only reads it")
 
     if args.out:
         check_out(Path(args.out), "--out")
