@@ -356,6 +356,8 @@ def _set(column: str, row: int, value):
     (_set("acc", 5, np.nan), r"column 'acc', line 7: a missing value is not a fraction"),
     (_set("acc", 0, 150.0), r"column 'acc', line 2: .*not a fraction"),
     (_set("pre_ECE_15", 1, 12.5), r"column 'pre_ECE_15', line 3: .*outside"),
+    # their Brier is divided by K (100 here): the value and the range both in the file's scale
+    (lambda f: _set("pre_Brier", 1, 0.5)(f.assign(pre_Brier=0.001)), r"column 'pre_Brier', line 3: 0\.5 is outside \[0\.0, 0\.02\]$"),
     (lambda f: f.assign(PRE_ECE_15=f["pre_ECE_15"]), r"'pre_ECE_15' and 'PRE_ECE_15' are the same column"),
 ])
 def test_a_malformed_file_names_the_file_and_the_column(tmp_path, damage, message):

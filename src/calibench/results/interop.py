@@ -462,10 +462,10 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
             values = values * CLASSES[dataset]  # theirs: divided by K
         wrong = registry.outside_range(ours, values)  # any value calibench itself writes passes
         if wrong:
-            meaning = registry.column(ours).meaning
-            shown = _shown(values[wrong[0]] / (CLASSES[dataset] if family == "brier" else 1))
-            raise ValueError(f"{path}: column {column!r}, line {line(wrong[0])}: {shown} is outside "
-                             f"[{meaning.low}, {'∞' if meaning.high is None else meaning.high}]"
+            meaning, k = registry.column(ours).meaning, (CLASSES[dataset] if family == "brier" else 1)
+            high = "∞" if meaning.high is None else _shown(meaning.high / k)  # in the file's scale
+            raise ValueError(f"{path}: column {column!r}, line {line(wrong[0])}: {_shown(values[wrong[0]] / k)} is "
+                             f"outside [{_shown(meaning.low / k)}, {high}]"
                              + (" (in percent?)" if meaning.high == 1.0 else ""))
         if registry.unstable(ours, values):
             unstable[ours] = len(registry.unstable(ours, values))
