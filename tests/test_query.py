@@ -84,6 +84,21 @@ def test_top_of_a_space_with_two_schedules_asks_which_and_ranks_only_that_table(
     assert cli.main(argv + ["--hp", "90"]) == 2 and "--hp 90: not measured for tss cifar10" in capsys.readouterr().err
 
 
+def test_a_reader_that_stops_early_is_no_error(tmp_path):
+    """`calibench query ... | head -1`: the closed pipe ends the command quietly with a SIGPIPE's
+    status (141), not as a usage mistake (it said "[Errno 32] Broken pipe", exit 2)."""
+    import subprocess
+    import sys
+
+    write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(1))
+    proc = subprocess.Popen([sys.executable, "-m", "calibench", "query", "SELECT * FROM range(300000)", "--results",
+                             str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Broken pipe" not in err and "Traceback" not in err, err
+
+
 def test_a_results_path_with_a_quote_is_read(tmp_path, capsys):
     """Paths go into DuckDB's SQL as escaped string literals."""
     results = tmp_path / "it's"

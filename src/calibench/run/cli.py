@@ -578,6 +578,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     try:
         return args.func(args)
+    except BrokenPipeError:  # the reader stopped (`| head`): no mistake, nothing to say; a SIGPIPE's status
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 141
     except (ValueError, KeyError, OSError) as exc:
         text = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         lines = str(text).strip().splitlines() or [type(exc).__name__]
