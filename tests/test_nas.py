@@ -349,3 +349,22 @@ def test_a_population_beyond_nats_bench_is_named_not_guessed_and_the_cli_skips_i
     assert (tmp_path / "o" / "nas_sss_90_cifar10.csv").is_file() and not (tmp_path / "o" / "nas_zoo_cifar10.csv").exists()
     code = main(["nas", str(layout.table_path(results, "zoo", "cifar10")), "--out", str(tmp_path / "o2")])
     assert code == 2 and "not a NATS-Bench space" in capsys.readouterr().err
+
+
+def test_an_objective_one_of_several_tables_lacks_writes_nothing(tmp_path, dense50, capsys):
+    """`calibench nas` over two tables whose second lacks an objective: exit 2 naming that table,
+    and no result written for the first either (it wrote the first's and then stopped)."""
+    from calibench import layout
+    from calibench.run.cli import main
+
+    paths = []
+    for frame, dataset in ((dense50.assign(pre_ood_auroc_svhn=0.5), "cifar10"), (dense50, "cifar100")):
+        path = layout.table_path(tmp_path / "results", "sss_90", dataset)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        frame.assign(dataset=dataset).to_parquet(path)
+        paths.append(str(path))
+    out = tmp_path / "o"
+    assert main(["nas", *paths, "--objectives", "pre_ood_auroc_svhn", "--budget", "5", "--repeats", "1",
+                 "--out", str(out)]) == 2
+    assert "sss_90_cifar100.parquet" in capsys.readouterr().err
+    assert not out.exists() or not any(out.iterdir())

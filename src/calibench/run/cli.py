@@ -219,14 +219,18 @@ def _nas(args: argparse.Namespace) -> int:
         if not table.is_file():
             raise FileNotFoundError(f"{table}: no such table")
         check_result_table(table)
-    for table in tables:
+    found = []
+    for table in tables:  # every table searched before any result is written
         try:
-            result = nas.run_nas(table, out_dir / f"nas_{table.stem}.csv", objectives=args.objectives.split(","),
-                                 algorithms=args.algorithms.split(","), budget=args.budget, repeats=args.repeats,
-                                 seed=args.seed, population=args.population, sample=args.sample)
+            found.append(nas.nas_of_table(table, objectives=args.objectives.split(","),
+                                          algorithms=args.algorithms.split(","), budget=args.budget,
+                                          repeats=args.repeats, seed=args.seed, population=args.population,
+                                          sample=args.sample))
         except (OSError, KeyError, ValueError) as exc:
             print(f"calibench nas: {table}: {exc}", file=sys.stderr)
             return 2
+    for table, result in zip(tables, found):
+        nas.write_nas(result, table, out_dir / f"nas_{table.stem}.csv")
         print(nas.nas_markdown(result, title=f"{table.stem}: budget {args.budget}, {args.repeats} repeats"))
         print(f"written: {out_dir / f'nas_{table.stem}.csv'} (and .md)\n")
     return 0

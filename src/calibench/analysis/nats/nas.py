@@ -519,16 +519,28 @@ def nas_html(table: pd.DataFrame, title: str | None = None) -> str:
 def run_nas(table_path: str | Path, out_path: str | Path, *, objectives: Sequence[str] = OBJECTIVES,
             algorithms: Sequence[str] = ALGORITHMS, budget: int = BUDGET, repeats: int = REPEATS, seed: int = SEED,
             population: int = POPULATION, sample: int = SAMPLE) -> pd.DataFrame:
-    """Read one result table (parquet), run :func:`nas_table`, write it as CSV to
-    ``out_path`` and as Markdown next to it (``out_path`` with suffix ``.md``); return it."""
+    """:func:`nas_of_table`, then :func:`write_nas` to ``out_path`` (CSV) and beside it (.md)."""
+    result = nas_of_table(table_path, objectives=objectives, algorithms=algorithms, budget=budget, repeats=repeats,
+                          seed=seed, population=population, sample=sample)
+    write_nas(result, table_path, out_path)
+    return result
+
+
+def nas_of_table(table_path: str | Path, *, objectives: Sequence[str] = OBJECTIVES,
+                 algorithms: Sequence[str] = ALGORITHMS, budget: int = BUDGET, repeats: int = REPEATS,
+                 seed: int = SEED, population: int = POPULATION, sample: int = SAMPLE) -> pd.DataFrame:
+    """:func:`nas_table` of one result table (parquet), nothing written."""
     import pyarrow.parquet as pq
 
-    table_path, out_path = Path(table_path), Path(out_path)
     names = pq.read_schema(table_path).names
     wanted = {"space", "hp", "dataset", "arch_index", "arch_str", "accuracy", HCS_ECE, *METRICS, *objectives}
     df = pd.read_parquet(table_path, columns=[c for c in names if c in wanted])
-    result = nas_table(df, objectives, algorithms, budget, repeats, seed, population=population, sample=sample)
+    return nas_table(df, objectives, algorithms, budget, repeats, seed, population=population, sample=sample)
 
+
+def write_nas(result: pd.DataFrame, table_path: str | Path, out_path: str | Path) -> None:
+    """:func:`run_nas`'s CSV and Markdown of ``result``."""
+    table_path, out_path = Path(table_path), Path(out_path)
     def csv(f):
         f.write(result.to_csv(index=False).encode())
 
@@ -537,7 +549,6 @@ def run_nas(table_path: str | Path, out_path: str | Path, *, objectives: Sequenc
 
     atomic_write(out_path, csv)
     atomic_write(out_path.with_suffix(".md"), md)
-    return result
 
 
 # ---------------------------------------------------------------- the NAS part
