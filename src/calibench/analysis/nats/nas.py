@@ -597,4 +597,4 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
 
 
 __all__ = ["ALGORITHMS", "OBJECTIVES", "METRICS", "SearchResult", "neighbours", "search", "nas_table",
-           "nas_markdown", "nas_html", "run_nas", "nas_tables", "nas_tables_html", "run"]
+           "nas_markdown", "nas_html", "run_nas", "nas_of_table", "write_nas", "nas_tables", "nas_tables_html", "run"]
