@@ -81,3 +81,21 @@ def test_no_output_of_a_reading_command_lands_inside_a_run_it_reads(tmp_path, ca
         assert len(err) <= 2 and "inside the results directory" in err[0], (argv, err)
         assert _files(tmp_path / "run") == before, argv
     shutil.rmtree(tmp_path / "other")
+
+
+def test_a_table_that_is_not_calibench_s_is_named_as_such_and_explore_leaves_nothing(tmp_path, capsys):
+    """A parquet file of someone else's under tables/ (metric columns, no space/hp/dataset):
+    query, top and explore say "not a result table" in one line, exit 2, and explore leaves no
+    folder behind (it stopped on KeyError 'space' after making its staging folder)."""
+    foreign = layout.table_path(tmp_path / "run", "tss_200", "cifar10")
+    foreign.parent.mkdir(parents=True)
+    pd.DataFrame({"model": ["a", "b"], "pre_ece_15": [0.1, 0.2], "measured_by": [0, 1]}).to_parquet(foreign)
+    before = _files(tmp_path / "run")
+    for argv in (["query", "SELECT count(*) FROM networks", "--results", str(tmp_path / "run")],
+                 ["top", "--space", "tss", "--dataset", "cifar10", "--results", str(tmp_path / "run")],
+                 ["explore", str(tmp_path / "run")],
+                 ["export", "--format", "tao2024", "--out", str(tmp_path / "x"), str(foreign.parent)]):
+        assert cli.main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("not a result table" in err[0] or "a directory" in err[0]), (argv, err)
+    assert sorted(p for p in (tmp_path / "run").rglob("*")) == sorted(set(before) | {foreign.parent})

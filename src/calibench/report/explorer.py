@@ -53,6 +53,7 @@ from calibench.analysis.registry import output_path
 from calibench.analysis.tables import stage_order
 from calibench.layout import (explorer_dir, explorer_page, explorer_sums, result_tables, shard_path, target_name)
 from calibench.results.archstr import EDGE_NAMES, TSS_OPS, parse_sss, tss_edge_ops
+from calibench.results.tables import check_result_table
 from calibench.report.explorer_compare import compare_columns, compare_manifest
 # the encoding's names, as the tests, benchmarks and the page's own readers reach them
 from calibench.report.explorer_encoding import (MANTISSA_BITS, binary_script, decode_column,  # noqa: F401
@@ -465,6 +466,8 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
     from calibench.integrity import verify
 
     verify(paths)
+    for path in paths:
+        check_result_table(path)
     if not paths:
         raise FileNotFoundError(f"no result tables under {results} (run the workflow first)")
     cmp, others = None, {}

@@ -571,12 +571,17 @@ def check_result_table(path: str | Path) -> None:
     columns (a build that measured no network) is one, and so is one without ``measured_by``."""
     from calibench.vocabulary import not_a_result_table
 
+    if Path(path).is_dir():
+        raise ValueError(f"{path}: a directory, not a result table (a run's tables: --results)")
     integrity.verify([path])
     with integrity.naming(path):
         names = pq.read_schema(path).names
     why = not_a_result_table(names) if names else None
+    if why is None and names and not {"space", "hp", "dataset", "arch_index"} <= set(names):
+        why = "no space, hp, dataset and arch_index columns"
     if why is not None and why != "no measured_by column":
-        raise ValueError(f"{path}: not a result table ({why}{'' if why == 'a shard' else ': a failures file?'})")
+        hint = ": a failures file?" if why.startswith("no pre_") else ""
+        raise ValueError(f"{path}: not a result table ({why}{hint})")
 
 
 def table_key(path: str | Path) -> tuple[str, str, str] | None:
