@@ -115,8 +115,11 @@ def verdict(cmp: Comparison) -> str:
 
 def summary_text(cmp: Comparison) -> str:
     """The terminal summary: a few lines per table, the settings that differ, the verdict."""
-    lines = [f"A: {cmp.a.path} ({cmp.a.kind}, {len(cmp.a.tables)} tables)",
-             f"B: {cmp.b.path} ({cmp.b.kind}, {len(cmp.b.tables)} tables)"]
+    def side(run) -> str:
+        n = len(run.tables)
+        return f"{run.path} ({'' if run.kind == 'tables' else run.kind + ', '}{n} table{'s' if n != 1 else ''})"
+
+    lines = [f"A: {side(cmp.a)}", f"B: {side(cmp.b)}"]
     if cmp.patterns:
         lines.append(f"columns matching: {' '.join(cmp.patterns)}")
     for t in cmp.tables:

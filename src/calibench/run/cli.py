@@ -38,6 +38,13 @@ def _positive(value: str, expected: str) -> int:
     return number
 
 
+def _seed(value: str) -> int:
+    """An argparse type: a seed, an integer of at least 0 (argparse names the option)."""
+    if value.strip().lstrip("+").isdigit():
+        return int(value)
+    raise argparse.ArgumentTypeError(f"expected a seed (an integer >= 0), got {value!r}")
+
+
 def _count(what: str):
     """An argparse type: a positive integer, the error naming ``what``."""
     return lambda value: _positive(value, f"a positive number of {what}")
@@ -48,16 +55,14 @@ def _group_setting(value: str) -> int | str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """A mistake on the command line in two lines and exit 2: what is wrong, and where the
-    options are (argparse's default prints the whole usage first)."""
+    """A command-line mistake in two lines, exit 2: what is wrong, and where the options are."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n(`{self.prog} --help` lists the options)\n")
 
 
 def _cores(value: str) -> int | str:
-    """``--cores``: a positive number of cores (Snakemake would take 0 and run nothing), or
-    ``all`` (Snakemake's: every core of the machine)."""
+    """``--cores``: a positive number (Snakemake would take 0 and run nothing), or ``all``."""
     return value if value == "all" else _positive(value, "a positive number of cores or 'all'")
 
 
@@ -219,13 +224,12 @@ def _nas(args: argparse.Namespace) -> int:
         if not table.is_file():
             raise FileNotFoundError(f"{table}: no such table")
         check_result_table(table)
-    found = []
+    found, options = [], dict(objectives=args.objectives.split(","), algorithms=args.algorithms.split(","),
+                              budget=args.budget, repeats=args.repeats, seed=args.seed, population=args.population,
+                              sample=args.sample)
     for table in tables:  # every table searched before any result is written
         try:
-            found.append(nas.nas_of_table(table, objectives=args.objectives.split(","),
-                                          algorithms=args.algorithms.split(","), budget=args.budget,
-                                          repeats=args.repeats, seed=args.seed, population=args.population,
-                                          sample=args.sample))
+            found.append(nas.nas_of_table(table, **options))
         except (OSError, KeyError, ValueError) as exc:
             print(f"calibench nas: {table}: {exc}", file=sys.stderr)
             return 2
@@ -342,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="test images per dataset: one number for all, or e.g. "
                          "cifar10=500,cifar100=300,ImageNet16-120=300 (every dataset named)")
     mb.add_argument("--n-train", type=_count("training images"), help="training images for the heads")
-    mb.add_argument("--seed", type=int)
+    mb.add_argument("--seed", type=_seed)
     mb.add_argument("--real-size", action="store_true",
                     help="archive files shaped like the real -full ones (every hp, dataset and seed; ~27.5 MB TSS, "
                          "~17.4 MB SSS): for loading benchmarks")
@@ -417,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--dataset", required=True)
     rl.add_argument("--arch", type=int, required=True, help="architecture index")
     rl.add_argument("--hp", default=None, help="needed only where several hps were measured")
-    rl.add_argument("--seed", type=int, default=None, help="default: the first measured seed")
+    rl.add_argument("--seed", type=_seed, default=None, help="default: the first measured seed")
     rl.add_argument("--stages", default=None, help="comma-separated, e.g. pre,post (default: every stage)")
     rl.add_argument("--out", default=None, help="PNG path (default: results/reliability/...)")
     rl.add_argument("--results", default="results")
@@ -433,7 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="distinct architectures queried per search")
     ns.add_argument("--repeats", type=int, default=schema_default("analysis", "nas", "repeats"),
                     help="seeded repeats (seed + r)")
-    ns.add_argument("--seed", type=int, default=schema_default("analysis", "nas", "seed"))
+    ns.add_argument("--seed", type=_seed, default=schema_default("analysis", "nas", "seed"))
     ns.add_argument("--population", type=int, default=20, help="regularised evolution's population")
     ns.add_argument("--sample", type=int, default=5, help="regularised evolution's tournament size")
     ns.set_defaults(func=_nas)
