@@ -216,7 +216,7 @@ def test_a_file_that_is_not_a_result_table_is_named_and_nothing_is_written(workf
         (["compare", str(results), str(cut), "--out", str(tmp_path / "cmp")], str(cut)),
         (["nas", "--out", str(tmp_path / "nas"), "--results", str(copy)], str(copy / "tables" / table.name)),
         (["explore", "--settings", "[1, 2]", "--results", str(results)], "--settings: a JSON object, not list"),
-        (["compare", str(shard), str(results), "--out", str(tmp_path / "cmp")], "run A: several rows have arch_index"),
+        (["compare", str(shard), str(results), "--out", str(tmp_path / "cmp")], "not a result table (a shard)"),
         (["provenance", str(shard)], "a shard, not a result table"),
         (["provenance", str(results / "analysis" / "hcs.parquet")], "not a result table (no measured_by column"),
         (["provenance", str(sorted((results / "failures").glob("*.parquet"))[0])],
