@@ -99,3 +99,25 @@ def test_a_table_that_is_not_calibench_s_is_named_as_such_and_explore_leaves_not
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and ("not a result table" in err[0] or "a directory" in err[0]), (argv, err)
     assert sorted(p for p in (tmp_path / "run").rglob("*")) == sorted(set(before) | {foreign.parent})
+
+
+def test_a_results_directory_that_is_missing_or_a_file_is_named_as_such(tmp_path, capsys):
+    """``--results`` that does not exist, or is a file: every reading command says which, in one
+    line naming the path, rather than "no result tables … run the workflow first" or an errno."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("x\n")
+    missing = tmp_path / "nothing"
+    csv_dir = tmp_path / "published"
+    csv_dir.mkdir()
+    for results, said in ((missing, "no such directory"), (a_file, "not a directory")):
+        for argv in (["query", "--results", str(results), "select 1"],
+                     ["top", "--results", str(results), "--space", "sss", "--dataset", "cifar10"],
+                     ["nas", "--results", str(results)],
+                     ["explore", "--results", str(results)],
+                     ["export", "--format", "tao2024", "--results", str(results), "--out", str(tmp_path / "out")]):
+            assert cli.main(argv) == 2, argv
+            err = capsys.readouterr().err.strip().splitlines()
+            assert err == [f"calibench {argv[0]}: --results {results}: {said}"], (argv, err)
+    assert cli.main(["import", str(csv_dir), "--format", "tao2024", "--results", str(a_file)]) == 2
+    assert capsys.readouterr().err.strip() == f"calibench import: --results {a_file}: not a directory"
+    assert not (tmp_path / "out").exists() and a_file.read_text() == "x\n"

@@ -462,6 +462,10 @@ def write_explorer(results: str | Path, tables: Sequence[str | Path] | None = No
         kept = before.get("min_networks")
         min_networks = kept if isinstance(kept, int) and not isinstance(kept, bool) and kept >= 1 \
             else schema_default("analysis", "min_networks")
+    if not tables:
+        from calibench.results.query import check_results_dir
+
+        check_results_dir(results)
     paths = [Path(t) for t in tables] if tables else result_tables(results)
     for path in paths:  # every byte checked (integrity.verify), and each a result table
         check_result_table(path)

@@ -276,6 +276,8 @@ def import_tao2024(src: str | Path | Iterable[str | Path], results_dir: str | Pa
     Returns the tables written.
     """
     results_dir = Path(results_dir)
+    if results_dir.exists() and not results_dir.is_dir():
+        raise ValueError(f"--results {results_dir}: not a directory")
     owned = [d for d in (layout.population_path(results_dir, "x").parent, layout.chunks_dir(results_dir)) if d.is_dir()]
     if owned:
         raise ValueError(f"{results_dir} is a workflow's results directory (it holds {owned[0]}): the workflow owns "

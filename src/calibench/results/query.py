@@ -47,7 +47,7 @@ def connect(results: str | Path = "results", betas=None):
     ``betas``: the ``hcs_{beta}`` columns (default: the config schema's ``analysis.hcs_betas``)."""
     import duckdb
 
-    results = Path(results)
+    results = check_results_dir(results)
     tables = layout.result_tables(results)
     if not tables:
         raise ValueError(f"no result tables under {layout.tables_dir(results)}: run the workflow first")
@@ -328,6 +328,17 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
         raise ValueError(f"--output {output}: {_user_message(exc)}") from None
     print(f"wrote {output}")
     return output
+
+
+def check_results_dir(results: str | Path, option: str = "--results") -> Path:
+    """``results`` as a Path; ValueError (one line naming it) where it does not exist or is not a
+    directory, before a command says it holds no tables."""
+    results = Path(results)
+    if not results.exists():
+        raise ValueError(f"{option} {results}: no such directory")
+    if not results.is_dir():
+        raise ValueError(f"{option} {results}: not a directory")
+    return results
 
 
 def results_dir_of(path: str | Path) -> Path | None:

@@ -209,7 +209,9 @@ def _nas(args: argparse.Namespace) -> int:
     if not tables:  # every NATS-Bench table of the run; a population of one's own has no search space
         from calibench.analysis.tables import nats_tables
 
-        tables, skipped = nats_tables(layout.result_tables(args.results))
+        from calibench.results.query import check_results_dir
+
+        tables, skipped = nats_tables(layout.result_tables(check_results_dir(args.results)))
         if skipped:
             print(f"calibench nas: skipped (not a NATS-Bench space, or no rows): {', '.join(skipped)}", file=sys.stderr)
     if not tables:
@@ -280,10 +282,12 @@ def _explore(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from calibench.results.interop import export_tao2024
-    from calibench.results.query import refuse_inside_runs
+    from calibench.results.query import check_results_dir, refuse_inside_runs
 
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ValueError(f"--out {args.out}: not a directory")
+    if not args.tables:
+        check_results_dir(args.results)
     # the results directories it reads: --results, or that of each table named in a tables/ folder
     refuse_inside_runs(args.out, args.tables or [args.results], "--out", "calibench export only reads it")
     if args.verbose:
