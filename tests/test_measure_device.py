@@ -132,6 +132,50 @@ def test_the_search_records_its_device(tmp_path):
     assert out["chosen"]["ms"]["lambda"] in (1.0, 100.0) and len(out["networks"]) == 3
 
 
+def test_a_search_with_the_same_inputs_reads_its_kept_result_and_fits_nothing(tmp_path, monkeypatch, caplog):
+    """A rerun of the search (a model added to a population, which reruns every job after its
+    population file) fits nothing when its settings, labels and sampled logits are those of a
+    search it kept; any of them changed, or the kept file damaged, and it fits again."""
+    import calibench.recalibration.odir_search as odir_search
+    from calibench import integrity
+
+    results, manifest, labels_file = _population(tmp_path)
+    settings = stage.odir_search_settings(_config())
+    settings.update(networks=3, folds=2, grid=[1.0, 100.0], max_iterations=50)
+    settings["stages"] = ["ms"]
+    first = odir_search_job(settings, "zoo", "", "cifar10", results, [manifest], labels_file, tmp_path / "a.json")
+    kept = layout.odir_search_store(results, "zoo", "cifar10", first["key"])
+    assert integrity.read_json(kept) == first
+    fitted = []
+    real = odir_search.search_odir
+    monkeypatch.setattr(odir_search, "search_odir", lambda *a, **k: fitted.append(1) or real(*a, **k))
+    with caplog.at_level("INFO", logger="calibench"):
+        again = odir_search_job(settings, "zoo", "", "cifar10", results, [manifest], labels_file, tmp_path / "b.json")
+    assert not fitted and again == first and (tmp_path / "b.json").read_bytes() == (tmp_path / "a.json").read_bytes()
+    assert "nothing is fitted" in caplog.text
+    # another grid: another key, a fit
+    other = odir_search_job({**settings, "grid": [1.0, 10.0]}, "zoo", "", "cifar10", results, [manifest],
+                            labels_file, tmp_path / "c.json")
+    assert fitted == [1] and other["key"] != first["key"]
+    # one sampled network's logits changed (its key in the inference manifest): a fit
+    doc = json.loads(manifest.read_text())
+    index = str(first["networks"][0])
+    doc["datasets"]["cifar10"][index] = "0" * 16
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(doc))
+    # (no stored logits have that key: the network is left out, the others fitted)
+    fewer = odir_search_job(settings, "zoo", "", "cifar10", results, [changed], labels_file, tmp_path / "d.json")
+    assert fitted == [1, 1] and fewer["key"] != first["key"] and len(fewer["networks"]) == 2
+    # the kept file damaged: set aside, and the search fits again to the same result
+    kept.write_bytes(kept.read_bytes().replace(b'"lambda"', b'"lambdA"', 1))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="calibench"):
+        refit = odir_search_job(settings, "zoo", "", "cifar10", results, [manifest], labels_file, tmp_path / "e.json")
+    assert "damaged" in caplog.text and "the search runs again" in caplog.text
+    assert kept.with_name(kept.name + ".damaged").is_file() and integrity.read_json(kept)["key"] == first["key"]
+    assert refit["chosen"] == first["chosen"] and len(fitted) == 3
+
+
 # ------------------------------------------------------------------ on a GPU (bench/gpu_check.sh)
 # Tolerances of CUDA against the CPU (BENCHMARKS.md, "The GPU path"): the metric suite and the
 # closed-form or convex one-parameter-per-class fits agree to rounding; ms and dir at a flat optimum

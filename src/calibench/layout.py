@@ -14,6 +14,7 @@ takes the results directory first; passing Snakemake wildcards as strings (``"{t
   chunks/infer/{target}/chunk{chunk:05d}.json               inference manifests
   chunks/measure/{target}_{dataset}/chunk{chunk:05d}.json   measurement manifests
   recalibration/odir_{target}_{dataset}.json                the ms/dir lambda, mu search
+  recalibration/searches/{target}_{dataset}_{key}.json      each search kept by its inputs' key
   fits/space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet     the fit store
   shards/space={space}/hp={hp}/dataset={dataset}/arch={index:06d}.parquet   one per network
   tables/{target}_{dataset}.parquet                         the wide result tables
@@ -146,6 +147,12 @@ def measure_manifest(results: str | Path, target: str, dataset: str, chunk: int 
 
 def odir_path(results: str | Path, target: str, dataset: str) -> Path:
     return Path(results) / "recalibration" / f"odir_{target}_{dataset}.json"
+
+
+def odir_search_store(results: str | Path, target: str, dataset: str, key: str) -> Path:
+    """A search's result kept under the key of its inputs (settings, labels, the sample's logits):
+    a rerun with the same inputs reads it instead of fitting again."""
+    return Path(results) / "recalibration" / "searches" / f"{target}_{dataset}_{key}.json"
 
 
 def odir_key(path: str | Path) -> tuple[str, str]:

@@ -228,6 +228,13 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
     for m in infer_manifests:
         keys.update({int(i): k for i, k in integrity.read_json(m)["datasets"].get(dataset, {}).items()})
     labels_read = store.read_labels(labels_file)
+    search_key = store.digest({"search": dict(settings), "labels": store.labels_sha256(labels_read.labels),
+                               "logits": {str(i): keys[i] for i in sorted(sample) if i in keys}})
+    kept = layout.odir_search_store(results, layout.target_name(space, hp), dataset, search_key)
+    reused = _kept_search(kept, search_key)
+    if reused is not None:
+        integrity.write_json(reused, out)
+        return reused
     networks, logits = [], []
     for index in sorted(sample):
         if index not in keys:
@@ -269,9 +276,28 @@ def odir_search_job(settings: Mapping, space: str, hp: str, dataset: str, result
                  dataset, stage, found["lambda"], found["mu"], found["nll"], len(networks), time.perf_counter() - t0)
     summary = {"space": space, "hp": hp, "dataset": dataset, "settings": dict(settings), "networks": networks,
                "n_val": int(len(val_idx)), "chosen": chosen, "grid": grids, "device": device_name(dev),
-               "seconds": round(time.perf_counter() - start, 3)}
+               "seconds": round(time.perf_counter() - start, 3), "key": search_key}
+    integrity.write_json(summary, kept)
     integrity.write_json(summary, out)
     return summary
+
+
+def _kept_search(path: Path, key: str) -> dict | None:
+    """The search kept under ``key`` (:func:`calibench.layout.odir_search_store`), or None: none
+    kept, or one that fails its check (set aside, and the search runs again)."""
+    if not path.is_file():
+        return None
+    try:
+        doc = integrity.read_json(path)
+        if doc.get("key") != key:
+            raise integrity.DamagedFile(path, f"holds the search of key {doc.get('key')!r}, not {key!r}")
+    except (integrity.DamagedFile, ValueError, OSError) as exc:
+        aside = integrity.set_aside(path)
+        log.warning("%s; set aside as %s, the search runs again", exc, aside.name)
+        return None
+    log.info("%s hp=%s %s: the same settings, labels and sampled logits as the search kept in %s: its lambda, mu "
+             "are read back, nothing is fitted", doc["space"], doc["hp"], doc["dataset"], path)
+    return doc
 
 
 def _with_stored_fits(results: Path, space: str, hp: str, dataset: str, index: int, networks: list[StoredNetwork],

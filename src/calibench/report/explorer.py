@@ -103,6 +103,20 @@ def kept_bins(table_bins: Sequence[int], bins: Sequence[int] | str | None) -> li
     return sorted(b for b in table_bins if b in wanted)
 
 
+def bins_option(text: str) -> list[int] | str:
+    """``calibench explore --bins``: bin counts (``5,15,100``), or ``all``, or ``auto`` alone
+    (what :func:`kept_bins` takes); ValueError naming the wrong part."""
+    asked = [b.strip() for b in text.split(",")]
+    if any(b in ("all", "auto") for b in asked):
+        if len(asked) > 1:
+            raise ValueError("--bins takes bin counts (5,15,100), or all, or auto, alone")
+        return asked[0]
+    wrong = [b for b in asked if not b.isdigit() or int(b) < 1]
+    if wrong:
+        raise ValueError(f"--bins {wrong[0]}: not a bin count (a positive integer), all, or auto")
+    return [int(b) for b in asked]
+
+
 def column_group(name: str) -> str:
     """Where a column sits in the page's lists: its stage, or ``network`` (accuracy, params...)."""
     stage = name.split("_", 1)[0]

@@ -50,8 +50,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from calibench import integrity
-from calibench import __version__, layout
+from calibench import __version__, integrity, layout
 from calibench.atomic import atomic_write
 from calibench.metrics import registry
 from calibench.results import archstr
@@ -59,8 +58,8 @@ from calibench.results.interop_columns import (  # noqa: F401 (the column table,
     ASSUMED, CODE, COLUMNS, EXTENSION, ISSUE, README, Column, definition_of, definitions_markdown)
 from calibench.results.interop_columns import (ALIASES, BINNED, OUR_BINNED, PER_ROW, REQUIRED, SCALARS,
                                                UNBINNED, our_name)
-from calibench.results.tables import FIRST, METADATA_KEY, NATS_INDEX, PROVENANCE, table_metadata
-from calibench.results.tables import check_result_table, table_key as first_row_key
+from calibench.results.tables import (FIRST, METADATA_KEY, NATS_INDEX, PROVENANCE, check_result_table,
+                                      table_key as first_row_key, table_metadata)
 from calibench.vocabulary import NATS_SPACE_SIZES, not_a_result_table
 
 log = logging.getLogger(__name__)
@@ -273,8 +272,7 @@ def import_tao2024(src: str | Path | Iterable[str | Path], results_dir: str | Pa
     before any table is written. A table of the same (space, hp, dataset) that was not
     itself imported from tao2024 (a measured one) is not replaced unless ``overwrite``; a
     workflow's results directory (one with ``population/`` or ``chunks/``) is refused.
-    Returns the tables written.
-    """
+    Returns the tables written."""
     results_dir = Path(results_dir)
     if results_dir.exists() and not results_dir.is_dir():
         raise ValueError(f"--results {results_dir}: not a directory")

@@ -208,7 +208,6 @@ def _nas(args: argparse.Namespace) -> int:
     tables = [Path(t) for t in args.tables]
     if not tables:  # every NATS-Bench table of the run; a population of one's own has no search space
         from calibench.analysis.tables import nats_tables
-
         from calibench.results.query import check_results_dir
 
         tables, skipped = nats_tables(layout.result_tables(check_results_dir(args.results)))
@@ -243,7 +242,7 @@ def _nas(args: argparse.Namespace) -> int:
 
 
 def _explore(args: argparse.Namespace) -> int:
-    from calibench.report.explorer import write_explorer
+    from calibench.report.explorer import bins_option, write_explorer
 
     try:
         given = json.loads(args.settings or "{}")
@@ -261,18 +260,7 @@ def _explore(args: argparse.Namespace) -> int:
         results, tables = tables[0], []
     if (args.out or args.columns) and not args.compare:
         raise ValueError("--out and --columns go with --compare RUN_B")
-    bins = given.get("bins")
-    if args.bins is not None:
-        asked = [b.strip() for b in args.bins.split(",")]
-        if any(b in ("all", "auto") for b in asked):
-            if len(asked) > 1:
-                raise ValueError("--bins takes bin counts (5,15,100), or all, or auto, alone")
-            bins = asked[0]
-        else:
-            wrong = [b for b in asked if not b.isdigit() or int(b) < 1]
-            if wrong:
-                raise ValueError(f"--bins {wrong[0]}: not a bin count (a positive integer), all, or auto")
-            bins = [int(b) for b in asked]
+    bins = given.get("bins") if args.bins is None else bins_option(args.bins)
     page = write_explorer(results, tables or None, demo=demo, threads=args.threads,
                           min_networks=given.get("min_networks"), compare=args.compare, out=args.out,
                           columns=args.columns, bins=bins)
