@@ -225,9 +225,16 @@ def build_archive(directory: Path, space: str, archs: list[str], datasets: tuple
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+        try:
             list(pool.map(_write_arch_file, [str(directory)] * len(archs), [space] * len(archs), range(len(archs)),
                           archs, [datasets] * len(archs), [str(train_dir)] * len(archs)))
+        except BaseException:  # Interrupted (a `timeout`): no worker goes on writing into the directory
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
     else:
         for i, arch in enumerate(archs):
             _write_arch_file(str(directory), space, i, arch, datasets, str(train_dir))
@@ -763,25 +770,30 @@ def main() -> int:
             return False
         return True
 
+    def on_signal(signum, frame):
+        raise Interrupted(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)  # from here: a `timeout` during the build still leaves the JSON
     # inputs
-    t = build_datasets(workdir / "datasets", {d: sizes[d] for d in ALL_DATASETS}, svhn)
-    doc["build"]["datasets_seconds"] = round(t, 1)
-    archs = {"tss": tss_archs(args.networks), "sss": sss_archs(args.networks)}
-    for space in spaces:
-        t = build_archive(Path(config["archives"][space]), space, archs[space], tuple(args.datasets),
-                          args.build_workers, workdir / "datasets")
-        doc["build"][f"{space}_archive_seconds"] = round(t, 1)
+    try:
+        t = build_datasets(workdir / "datasets", {d: sizes[d] for d in ALL_DATASETS}, svhn)
+        doc["build"]["datasets_seconds"] = round(t, 1)
+        archs = {"tss": tss_archs(args.networks), "sss": sss_archs(args.networks)}
+        for space in spaces:
+            t = build_archive(Path(config["archives"][space]), space, archs[space], tuple(args.datasets),
+                              args.build_workers, workdir / "datasets")
+            doc["build"][f"{space}_archive_seconds"] = round(t, 1)
+    except Interrupted as exc:
+        doc["interrupted"] = f"{exc}, while building the inputs"
+        save()
+        print(f"\nINTERRUPTED ({exc}) while building the inputs: nothing measured", flush=True)
+        return 1
     print(f"inputs ready (built in {sum(doc['build'].values()):.1f} s; cached under {workdir})", flush=True)
 
     results = workdir / "results"
     if results.exists():
         shutil.rmtree(results)
     sampler = BusySampler().start() if device.type == "cuda" else None
-
-    def on_signal(signum, frame):
-        raise Interrupted(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, on_signal)
     doc["gpu_busy_source"] = sampler.source if sampler else None
     try:
         def infer_all(into: Path, run_runtime: dict, record: dict, label: str, run_config: dict | None = None) -> dict:

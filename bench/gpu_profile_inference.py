@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from calibench.inference.engine import activation_format
 from calibench.sources.nats.networks import build_network, inference_network, multiply_adds, randomise_
 
 CONV = "nor_conv_3x3"
@@ -48,33 +49,26 @@ def main() -> None:
     args = parser.parse_args()
     device = torch.device(args.device)
     print(f"torch {torch.__version__}, device {torch.cuda.get_device_name(0) if device.type == 'cuda' else 'cpu'}")
-    x_cl = torch.randn(args.batch, 3, 32, 32, device=device).contiguous(memory_format=torch.channels_last)
-    x_nchw = x_cl.contiguous()
+    job_format = activation_format(device)  # NCHW on CUDA since session 46, channels_last on the CPU
+    inputs = {fmt: torch.randn(args.batch, 3, 32, 32, device=device).contiguous(memory_format=fmt)
+              for fmt in (torch.channels_last, torch.contiguous_format)}
+    job_name = "NCHW" if job_format is torch.contiguous_format else "channels_last"
     default_nets = {}
     for label, (space, arch) in NETWORKS.items():
         tiny = randomise_(build_network(space, arch, 100), seed=0)
         flop = 2 * multiply_adds(tiny, 32) * args.batch
-        net = inference_network(tiny).to(device)
-        default_nets[label] = net
+        nets = {fmt: inference_network(tiny, fmt).to(device) for fmt in inputs}
+        default_nets[label] = nets[job_format]
         variants = []
-        for name, bench, tf32, fmt in (("job default (channels_last, fp32)", False, False, "cl"),
-                                       ("+ cudnn.benchmark", True, False, "cl"),
-                                       ("NCHW fp32", False, False, "nchw"),
-                                       ("NCHW + cudnn.benchmark", True, False, "nchw"),
-                                       ("channels_last TF32 + benchmark", True, True, "cl")):
+        for name, bench, tf32, fmt in ((f"job default ({job_name}, fp32)", False, False, job_format),
+                                       ("job default + cudnn.benchmark", True, False, job_format),
+                                       ("NCHW fp32", False, False, torch.contiguous_format),
+                                       ("channels_last fp32", False, False, torch.channels_last),
+                                       ("channels_last TF32 + benchmark", True, True, torch.channels_last),
+                                       ("NCHW TF32 + benchmark", True, True, torch.contiguous_format)):
             torch.backends.cudnn.benchmark = bench
             torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = tf32
-            if fmt == "nchw":
-                n2 = inference_network(tiny).to(device).to(memory_format=torch.contiguous_format)
-                # the job's forward forces channels_last on the input: time the cells directly
-                def fwd(x, n2=n2):
-                    h = n2.stem(x)
-                    for cell in n2.cells:
-                        h = cell(h)
-                    return n2.classifier(torch.addcmul(n2.head_shift, h, n2.head_scale).relu_().mean((2, 3)))
-                s = timed(fwd, x_nchw, args.repeats, device)
-            else:
-                s = timed(net, x_cl, args.repeats, device)
+            s = timed(nets[fmt], inputs[fmt], args.repeats, device)
             variants.append(f"{name}: {args.batch / s:,.0f} img/s, {flop / s / 1e12:.2f} TFLOP/s")
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
@@ -88,13 +82,13 @@ def main() -> None:
     for label in ("tss all conv3x3", "sss widest"):
         net = default_nets[label]
         with torch.inference_mode():
-            net(x_cl)
+            net(inputs[job_format])
             torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for _ in range(3):
-                    net(x_cl)
+                    net(inputs[job_format])
                 torch.cuda.synchronize()
-        print(f"\nprofile, {label}, job default, 3 passes of {args.batch} images:")
+        print(f"\nprofile, {label}, job default ({job_name}), 3 passes of {args.batch} images:")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=14, max_name_column_width=70))
 
 
