@@ -72,21 +72,23 @@ def entry_of(space: str, arch: str, classes: int, dataset: str):
 
 
 def eval_data(dataset: str, device: torch.device, scale: float = 1.0):
-    from calibench.inference.engine import EvalData
+    from calibench.inference.engine import EvalData, activation_format
 
     size, n, classes, ood = DATASETS[dataset]
     n = max(8, int(n * scale))
     gen = torch.Generator().manual_seed(1)
-    images = torch.randn(n, 3, size, size, generator=gen).contiguous(memory_format=torch.channels_last)
+    fmt = activation_format(device)  # the job's layout: NCHW on CUDA, channels_last on the CPU
+    images = torch.randn(n, 3, size, size, generator=gen).contiguous(memory_format=fmt)
     out = EvalData(dataset, images.to(device), torch.randint(0, classes, (n,), generator=gen).to(device), "bench")
     if ood:
         out.ood["ood"] = torch.randn(max(8, int(ood * scale)), 3, size, size, generator=gen).contiguous(
-            memory_format=torch.channels_last).to(device)
+            memory_format=fmt).to(device)
     return out
 
 
 def logit_error(space: str, arch: str, device: torch.device, tf32: bool) -> float:
     """Largest |logit - float64 CPU logit| over 256 images, relative to the largest |logit|."""
+    from calibench.inference.engine import activation_format
     from calibench.sources.nats.networks import build_network, inference_network
 
     entry = entry_of(space, arch, 100, "cifar100")
@@ -96,7 +98,8 @@ def logit_error(space: str, arch: str, device: torch.device, tf32: bool) -> floa
     with torch.inference_mode():
         ref = inference_network(net).double()(x.double().contiguous(memory_format=torch.channels_last))
         torch.backends.cudnn.allow_tf32 = tf32
-        got = inference_network(net).to(device)(x.to(device).contiguous(memory_format=torch.channels_last)).cpu()
+        fmt = activation_format(device)  # the job's layout on that device
+        got = inference_network(net, fmt).to(device)(x.to(device).contiguous(memory_format=fmt)).cpu()
     return float((got.double() - ref).abs().max() / ref.abs().max())
 
 
