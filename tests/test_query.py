@@ -291,11 +291,42 @@ def test_top_by_an_unknown_column_names_the_stages_only(tmp_path, capsys):
 @pytest.mark.parametrize("sql, said", [("INSTALL httpfs", "an INSTALL statement: extensions are not allowed"),
                                        ("FORCE INSTALL httpfs", "an INSTALL statement: extensions are not allowed"),
                                        ("LOAD httpfs", "a LOAD statement: extensions are not allowed"),
-                                       ("ATTACH 'x.db'", "an ATTACH statement: calibench query only reads")])
-def test_statements_that_do_not_read_are_named(tmp_path, capsys, sql, said):
+                                       ("ATTACH 'x.db'", "an ATTACH statement: calibench query only reads"),
+                                       # EXPLAIN ANALYZE runs the statement it explains
+                                       ("EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{table}' (FORMAT parquet)",
+                                        "a COPY statement under EXPLAIN: calibench query only reads"),
+                                       ("/* x */ explain -- y\n analyse COPY networks TO 'copy.csv'",
+                                        "a COPY statement under EXPLAIN"),
+                                       ("EXPLAIN ANALYZE INSTALL httpfs",
+                                        "an INSTALL statement under EXPLAIN: extensions are not allowed"),
+                                       ("EXPLAIN DELETE FROM networks", "a DELETE statement under EXPLAIN")])
+def test_statements_that_do_not_read_are_named(tmp_path, capsys, sql, said, monkeypatch):
     write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(10), n=6)
-    code, out, err = _cli(capsys, "query", sql, "--results", str(tmp_path))
+    table = layout.table_path(tmp_path, "tss_200", "cifar10")
+    before = table.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli(capsys, "query", sql.format(table=table), "--results", str(tmp_path))
     assert code == 2 and err.startswith(f"calibench query: {said}") and len(err.splitlines()) == 1, err
+    assert table.read_bytes() == before and not (tmp_path / "copy.csv").exists()
+
+
+def test_explain_and_explain_analyze_of_a_read_run(tmp_path, capsys):
+    write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(10), n=6)
+    for sql in ("EXPLAIN SELECT count(*) FROM networks", "EXPLAIN ANALYZE SELECT count(*) FROM networks"):
+        code, out, err = _cli(capsys, "query", sql, "--results", str(tmp_path))
+        assert code == 0 and "plan" in out, (sql, err)
+
+
+def test_output_into_another_runs_tables_folder_is_refused(tmp_path, capsys):
+    """-o may not land among the result tables of a run other than the one --results reads."""
+    write_table(tmp_path / "a", "tss_200", "cifar10", np.random.default_rng(7), n=6)
+    other = layout.table_path(tmp_path / "b", "tss_200", "cifar10")
+    write_table(tmp_path / "b", "tss_200", "cifar10", np.random.default_rng(8), n=6)
+    before = other.read_bytes()
+    for output in (other, other.parent / "new.parquet"):
+        code, out, err = _cli(capsys, "query", "SELECT 1 AS a", "-o", str(output), "--results", str(tmp_path / "a"))
+        assert code == 2 and f"inside the results directory {tmp_path / 'b'}" in err, err
+    assert other.read_bytes() == before and not (other.parent / "new.parquet").exists()
 
 
 @pytest.mark.parametrize("url", ["https://example.com/x.csv", "s3://bucket/x.parquet"])

@@ -218,6 +218,20 @@ def _sql(con, sql: str, results: Path):
     runs again without the damaged shards, naming them (the next run measures them again)."""
     import duckdb
 
+    _check_reads(con, sql)
+    try:
+        rel = con.sql(sql)
+        return rel, _arrow(rel)
+    except duckdb.Error as exc:
+        if not _leave_out_damaged(con, results, exc):
+            raise
+        rel = con.sql(sql)
+        return rel, _arrow(rel)
+
+
+def _check_reads(con, sql: str, explained: bool = False) -> None:
+    """QueryError unless ``sql`` is one statement that only reads; the statement an EXPLAIN
+    explains is checked too (EXPLAIN ANALYZE runs it: a COPY under it would write)."""
     statements = con.extract_statements(sql)
     if len(statements) != 1:
         raise QueryError("no SQL statement given" if not statements else
@@ -228,19 +242,16 @@ def _sql(con, sql: str, results: Path):
         kind = "MULTI"
     kind = _first_word(sql) if kind == "MULTI" else kind
     reads = "calibench query only reads (SELECT, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN)"
+    under = " under EXPLAIN" if explained else ""
     if kind == "LOAD":  # DuckDB's kind of INSTALL, FORCE INSTALL and LOAD alike
         word = "INSTALL" if "INSTALL" in _first_words(sql, 2) else "LOAD"
-        raise QueryError(f"{_a(word)} {word} statement: extensions are not allowed; {reads}")
-    if kind not in _READS:
-        raise QueryError(f"{_a(kind)} {kind} statement: {reads}; -o FILE writes a result")
-    try:
-        rel = con.sql(sql)
-        return rel, _arrow(rel)
-    except duckdb.Error as exc:
-        if not _leave_out_damaged(con, results, exc):
-            raise
-        rel = con.sql(sql)
-        return rel, _arrow(rel)
+        raise QueryError(f"{_a(word)} {word} statement{under}: extensions are not allowed; {reads}")
+    if kind not in _READS or (explained and kind == "EXPLAIN"):
+        raise QueryError(f"{_a(kind)} {kind} statement{under}: {reads}; -o FILE writes a result")
+    if kind == "EXPLAIN":  # EXPLAIN [(options)] [ANALYZE|ANALYSE] statement
+        text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", statements[0].query, flags=re.S)
+        inner = re.sub(r"^\s*EXPLAIN\s*(\([^()]*\)\s*)?(ANALY[SZ]E\b)?", "", text, count=1, flags=re.I)
+        _check_reads(con, inner, explained=True)
 
 
 def _arrow(rel):
@@ -300,6 +311,9 @@ def run_query(sql: str, results: str | Path = "results", output: str | Path | No
         if output.suffix not in (".csv", ".parquet"):
             raise ValueError(f"--output {output}: use a .csv or .parquet file name")
         refuse_inside(output, results, "--output", "calibench query only reads it")
+        if output.resolve().parent.name == layout.tables_dir(".").name:  # another run's result tables
+            refuse_inside(output, output.resolve().parent.parent, "--output",
+                          "a query's result is not written among a run's result tables")
         if output.is_dir() or not output.parent.is_dir():
             raise ValueError(f"--output {output}: " + ("a directory" if output.is_dir() else f"no directory {output.parent}"))
     con = connect(results) if con is None else con
