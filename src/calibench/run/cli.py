@@ -99,7 +99,7 @@ def _provenance(args: argparse.Namespace) -> int:
 
     for table in args.tables:
         if not Path(table).is_file():
-            raise FileNotFoundError(f"{table}: no such table")
+            raise FileNotFoundError(f"{table}: " + ("a directory, not a table" if Path(table).is_dir() else "no such table"))
         integrity.verify([table])  # a damaged table is said so, not summarised
         with integrity.naming(table):
             print(summary(table))
@@ -223,7 +223,7 @@ def _nas(args: argparse.Namespace) -> int:
 
     for table in tables:  # every table a whole result table before any result is written
         if not table.is_file():
-            raise FileNotFoundError(f"{table}: no such table")
+            raise FileNotFoundError(f"{table}: " + ("a directory, not a table" if table.is_dir() else "no such table"))
         check_result_table(table)
     found, options = [], dict(objectives=args.objectives.split(","), algorithms=args.algorithms.split(","),
                               budget=args.budget, repeats=args.repeats, seed=args.seed, population=args.population,
