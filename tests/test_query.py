@@ -299,7 +299,9 @@ def test_top_by_an_unknown_column_names_the_stages_only(tmp_path, capsys):
                                         "a COPY statement under EXPLAIN"),
                                        ("EXPLAIN ANALYZE INSTALL httpfs",
                                         "an INSTALL statement under EXPLAIN: extensions are not allowed"),
-                                       ("EXPLAIN DELETE FROM networks", "a DELETE statement under EXPLAIN")])
+                                       ("EXPLAIN DELETE FROM networks", "a DELETE statement under EXPLAIN"),
+                                       ("EXPLAIN (FORMAT json) COPY networks TO 'copy.csv'",
+                                        "a COPY statement under EXPLAIN")])
 def test_statements_that_do_not_read_are_named(tmp_path, capsys, sql, said, monkeypatch):
     write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(10), n=6)
     table = layout.table_path(tmp_path, "tss_200", "cifar10")
@@ -312,7 +314,8 @@ def test_statements_that_do_not_read_are_named(tmp_path, capsys, sql, said, monk
 
 def test_explain_and_explain_analyze_of_a_read_run(tmp_path, capsys):
     write_table(tmp_path, "tss_200", "cifar10", np.random.default_rng(10), n=6)
-    for sql in ("EXPLAIN SELECT count(*) FROM networks", "EXPLAIN ANALYZE SELECT count(*) FROM networks"):
+    for sql in ("EXPLAIN SELECT count(*) FROM networks", "EXPLAIN ANALYZE SELECT count(*) FROM networks",
+                "EXPLAIN (SELECT 1)"):
         code, out, err = _cli(capsys, "query", sql, "--results", str(tmp_path))
         assert code == 0 and "plan" in out, (sql, err)
 

@@ -250,7 +250,8 @@ def _check_reads(con, sql: str, explained: bool = False) -> None:
         raise QueryError(f"{_a(kind)} {kind} statement{under}: {reads}; -o FILE writes a result")
     if kind == "EXPLAIN":  # EXPLAIN [(options)] [ANALYZE|ANALYSE] statement
         text = re.sub(r"--[^\n]*|/\*.*?\*/", " ", statements[0].query, flags=re.S)
-        inner = re.sub(r"^\s*EXPLAIN\s*(\([^()]*\)\s*)?(ANALY[SZ]E\b)?", "", text, count=1, flags=re.I)
+        inner = re.sub(r"^\s*EXPLAIN\s*(\(\s*(FORMAT|ANALY[SZ]E)\b[^()]*\)\s*)?(ANALY[SZ]E\b)?", "", text, count=1,
+                       flags=re.I)
         _check_reads(con, inner, explained=True)
 
 
