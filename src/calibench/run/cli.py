@@ -222,9 +222,9 @@ def _nas(args: argparse.Namespace) -> int:
     from calibench.results.tables import check_result_table
 
     for table in tables:  # every table a whole result table before any result is written
-        if not table.is_file():
-            raise FileNotFoundError(f"{table}: " + ("a directory, not a table" if table.is_dir() else "no such table"))
-        check_result_table(table)
+        if not table.exists():
+            raise FileNotFoundError(f"{table}: no such table")
+        check_result_table(table)  # names a directory as one
     found, options = [], dict(objectives=args.objectives.split(","), algorithms=args.algorithms.split(","),
                               budget=args.budget, repeats=args.repeats, seed=args.seed, population=args.population,
                               sample=args.sample)
