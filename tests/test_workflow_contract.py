@@ -332,9 +332,48 @@ def test_status_names_what_a_run_would_do_and_changes_nothing(workflow_run, tmp_
     assert "a measurement setting changed: the measure job of each chunk of those tables reruns from the stored " \
            "logits" in proc.stdout, proc.stdout
 
+    # the lambda, mu search's grid: the search is named with the key and both values, and what it may refit
+    config["bins"] = [5, 15, 50]
+    config["recalibration"]["odir"]["search"]["grid"] = [10.0, 100.0]
+    (run / "tiny.yaml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run(status, cwd=run, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert ("to run    results/tables/tss_200_cifar10.parquet  (the lambda, mu search reruns: "
+            "recalibration.odir.search.grid: 10.0, 1000.0 → 10.0, 100.0; fits made again: none; rows kept: pre, "
+            "post, vs, ms, dir, iso, hist, spline (ms, dir: fitted again where the search chooses another lambda, "
+            "mu))") in proc.stdout.splitlines(), proc.stdout
+
     bad = subprocess.run(status + ["--space", "tsss"], cwd=run, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip() == (
         "calibench status: --space tsss: not in this config (spaces and populations: sss, tss)")
+
+
+def test_the_plan_of_a_rerun_names_pre_when_it_is_measured_again(workflow_run, monkeypatch):
+    """pre has no fit: a setting that changes its rows (the split, the TACE threshold) measures it
+    again, and the plan says so beside the fitted stages (read from the finished run, nothing run)."""
+    import copy
+
+    from calibench.run import status
+    from calibench.run.targets import _merged_config
+
+    monkeypatch.chdir(workflow_run)
+    config = _merged_config("tiny.yaml")
+    table = "results/tables/tss_200_cifar10.parquet"
+    recorded = status._recorded_settings(table)
+    split = copy.deepcopy(config)
+    split["temperature"]["val_fraction"] = 0.3
+    assert status._fit_plan(split, table, recorded) == (
+        "fits made again: post, vs, ms, dir, iso, hist, spline; measured again (no fit): pre")
+    # the search's split changed too: it is named, and its stages are not said twice
+    said = status._search_changed(split, table)
+    assert said == "the lambda, mu search reruns: temperature.val_fraction: 0.2 → 0.3", said
+    assert status._after_search(split, said, status._fit_plan(split, table, recorded)) == ""
+    tace = copy.deepcopy(config)
+    tace["tace_threshold"] *= 2
+    assert status._fit_plan(tace, table, recorded).endswith(
+        "re-applied from the fit store and measured whole: post, vs, ms, dir, iso, hist, spline; "
+        "measured again (no fit): pre")
+    assert status._search_changed(tace, table) == ""  # the threshold is not the search's
 
 
 # ---------------------------------------------------------------- archives and datasets named by their key
@@ -577,5 +616,14 @@ def test_the_closing_summary_says_which_stages_a_rerun_kept_and_which_it_measure
     rerun.parent.mkdir(parents=True)
     rerun.write_text(json.dumps({"computed": 4, "skipped": 0, "stages_measured": {
         "whole": {"spline": 4}, "new_bins": {"post": 4, "pre": 4}, "kept": {"hist": 4, "vs": 4}}}))
+    # pre and post were measured whole in one table and at the new bin counts only in the other: said with counts
     assert _networks_measured(results, since) == (
-        7, 1, " (stages measured whole: pre, post, spline; at the new bin counts only: pre, post; rows kept: vs, hist)")
+        7, 1, " (stages measured whole: pre (1 table), post (1 table), spline; at the new bin counts only: "
+              "pre (1 table), post (1 table); rows kept: vs, hist)")
+    other = layout.measure_manifest(results, "tss_200", "cifar100", 0)
+    other.parent.mkdir(parents=True)
+    other.write_text(json.dumps({"computed": 2, "skipped": 0, "stages_measured": {
+        "whole": {"spline": 2}, "new_bins": {"post": 2, "pre": 2}, "kept": {"hist": 2, "vs": 2}}}))
+    assert _networks_measured(results, since) == (
+        9, 1, " (stages measured whole: pre (1 table), post (1 table), spline; at the new bin counts only: "
+              "pre (2 tables), post (2 tables); rows kept: vs, hist)")

@@ -44,6 +44,36 @@ def _settings_changed(config: dict, recorded: dict | None) -> str:
     return "settings changed: " + "; ".join(changes) if changes else ""
 
 
+# the search's settings (calibench.config.settings.odir_search_settings) by the config key that sets them
+_SEARCH_KEYS = {"networks": "recalibration.odir.search.networks", "folds": "recalibration.odir.search.folds",
+                "seed": "recalibration.odir.search.seed", "grid": "recalibration.odir.search.grid",
+                "max_iterations": "recalibration.odir.search.max_iterations (or recalibration.max_iterations)",
+                "tolerance": "recalibration.tolerance", "split.val_fraction": "temperature.val_fraction",
+                "split.seed": "temperature.seed", "stages": "the searched stages (lambda, mu left null)",
+                "fit_rules": "the fits' rules (this version of calibench)"}
+
+
+def _search_changed(config: dict, table: str) -> str:
+    """"the lambda, mu search reruns: key: old → new; ..." where the settings the table's search
+    recorded differ from the config's (docs/recalibration.md, "Choosing lambda and mu"); "" when
+    the config searches nothing, the search has not run (Snakemake plans it) or none differs."""
+    from calibench import integrity
+    from calibench.analysis.compare import flatten_settings
+    from calibench.config.settings import odir_search_settings, odir_searched_stages
+
+    if not odir_searched_stages(config):
+        return ""
+    target, _, dataset = Path(table).stem.rpartition("_")
+    try:
+        recorded = integrity.read_json(layout.odir_path(config["results"], target, dataset))["settings"]
+    except Exception:  # noqa: BLE001 - missing or damaged: the run plans the search, repair says why
+        return ""
+    old, new = flatten_settings(recorded), flatten_settings(odir_search_settings(config))
+    changes = [f"{_SEARCH_KEYS.get(k, k)}: {old.get(k, '(absent)')} → {new.get(k, '(absent)')}"
+               for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return "the lambda, mu search reruns: " + "; ".join(changes) if changes else ""
+
+
 def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
     """What a measurement rerun of ``table`` does stage by stage (docs/running.md, "The fit
     store"), from the settings the table recorded and the config now (``recorded``:
@@ -77,6 +107,8 @@ def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
         parts.append(f"fits made again: {', '.join(s for s in fitted if s not in same) or 'none'}")
     if same:
         parts.append(f"re-applied from the fit store and measured whole: {', '.join(same)}")
+    if "pre" in new["stages"] and "pre" not in kept:  # the stage without a fit
+        parts.append("measured again (no fit): pre")
     if kept and added:
         parts.append(f"measured at the new bin counts only ({', '.join(map(str, added))}): {', '.join(kept)}")
     elif kept:
@@ -133,11 +165,24 @@ def _measurement_plan(config: dict, tables: list[str]) -> list[str]:
     out = []
     for table in tables:
         recorded = _recorded_settings(table)
-        said = _settings_changed(config, recorded)
+        said = "; ".join(filter(None, [_settings_changed(config, recorded), _search_changed(config, table)]))
         if said:
             plan = _fit_plan(config, table, recorded)
-            out.append(f"{table}: {said}" + (f"; {plan}" if plan else ""))
+            out.append(f"{table}: {said}" + (f"; {plan}" if plan else "") + _after_search(config, said, plan))
     return out
+
+
+def _after_search(config: dict, said: str, plan: str) -> str:
+    """What follows a search that reruns (``said`` says so): its stages that ``plan`` does not
+    fit again anyway are fitted again only where it chooses another lambda, mu (the measure jobs
+    compare each stage's key)."""
+    if "the lambda, mu search reruns" not in said:
+        return ""
+    from calibench.config.settings import odir_searched_stages
+
+    refitted = re.search(r"fits made again: ([^;]*)", plan)
+    stages = [s for s in odir_searched_stages(config) if not refitted or s not in refitted.group(1).split(", ")]
+    return f" ({', '.join(stages)}: fitted again where the search chooses another lambda, mu)" if stages else ""
 
 
 def _failed_networks(results: Path, table: str) -> str:
@@ -201,7 +246,8 @@ def _status(args: argparse.Namespace) -> int:
         # a setting only the measure jobs take (e.g. temperature.method) leaves the table's own rule as it
         # was, so --summary calls it complete; its recorded settings say otherwise
         recorded = _recorded_settings(target) if target.endswith(".parquet") and not why_damaged else None
-        said = _settings_changed(config, recorded)
+        said = "; ".join(filter(None, [_settings_changed(config, recorded),
+                                        _search_changed(config, target) if target.endswith(".parquet") else ""]))
         word = "complete" if plan == "no update" and not why_damaged and not said else "to run"
         counts[word] += 1
         tables_to_run |= word == "to run" and target.endswith(".parquet")
@@ -210,7 +256,7 @@ def _status(args: argparse.Namespace) -> int:
         if word != "complete" and target.endswith(".parquet") and not why_damaged:
             why, settings_changed = said or why, settings_changed or bool(said)
             plan_of_fits = _fit_plan(config, target, recorded) if said else ""
-            why += f"; {plan_of_fits}" if plan_of_fits else ""
+            why += (f"; {plan_of_fits}" if plan_of_fits else "") + _after_search(config, said, plan_of_fits)
         if word == "complete":  # a complete table still says which networks failed
             why = _failed_networks(results, target) if target.endswith(".parquet") else ""
         if Path(target).parent.name == "parts":  # an analysis part: its rule's name

@@ -5,6 +5,7 @@ rule (:mod:`calibench.run.progress`) and a summary of this run."""
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import logging
 import subprocess
@@ -384,9 +385,11 @@ _MEASURED_HOW = (("whole", "stages measured whole"), ("new_bins", "at the new bi
 def _networks_measured(results: Path, since: float) -> tuple[int, int, str]:
     """Networks this run's measurement chunks computed, those they found measured, and, where
     some stages' rows were kept from an earlier measurement (docs/running.md, "The fit store"),
-    " (stages measured whole: ...; at the new bin counts only: ...; rows kept: ...)"."""
+    " (stages measured whole: ...; at the new bin counts only: ...; rows kept: ...)"; a stage
+    measured one way in some tables and another way in others is said with its count of tables
+    in each ("dir (2 tables)")."""
     computed = skipped = 0
-    stages: dict[str, set] = {how: set() for how, _ in _MEASURED_HOW}
+    stages: dict[str, dict[str, set]] = {how: {} for how, _ in _MEASURED_HOW}  # how -> stage -> tables
     for manifest in layout.matching(layout.measure_manifest(results, "*", "*", "*")):
         try:
             if manifest.stat().st_mtime < since:
@@ -397,10 +400,16 @@ def _networks_measured(results: Path, since: float) -> tuple[int, int, str]:
         computed += int(summary.get("computed", 0))
         skipped += int(summary.get("skipped", 0))
         for how, found in stages.items():
-            found.update((summary.get("stages_measured") or {}).get(how) or {})
+            for stage in (summary.get("stages_measured") or {}).get(how) or {}:
+                found.setdefault(stage, set()).add(manifest.parent.name)
     if not (stages["new_bins"] or stages["kept"]):
         return computed, skipped, ""
     order = {s: i for i, s in enumerate(vocabulary.STAGES)}
-    said = [f"{words}: {', '.join(sorted(stages[how], key=lambda s: order.get(s, len(order))))}"
+    ways = collections.Counter(stage for found in stages.values() for stage in found)
+
+    def named(stage: str, tables: set) -> str:
+        return stage if ways[stage] == 1 else f"{stage} ({len(tables)} table{'s' if len(tables) > 1 else ''})"
+
+    said = [f"{words}: " + ", ".join(named(s, stages[how][s]) for s in sorted(stages[how], key=lambda s: order.get(s, 99)))
             for how, words in _MEASURED_HOW if stages[how]]
     return computed, skipped, " (" + "; ".join(said) + ")"
