@@ -102,23 +102,48 @@ def build(results: Path, space: str, hp: str, dataset: str, n: int, seed: int = 
 
 
 def assert_same(original: pd.DataFrame, back: pd.DataFrame, skip: set[str]) -> list[str]:
-    """Every column in both (but ``skip``) equal: exactly, the Brier score (x / K * K) to 1e-12."""
+    """Every column in both (but ``skip``) equal, bit for bit (the Brier score too: x / K, times K)."""
     assert len(original) == len(back)
     shared = [c for c in original.columns if c in back.columns and c not in skip]
     for c in shared:
         a, b = original[c].to_numpy(), back[c].to_numpy()
         if a.dtype.kind == "f" or b.dtype.kind == "f":
             a, b = a.astype(float), b.astype(float)
-            if c.endswith("_brier"):
-                np.testing.assert_allclose(b, a, rtol=1e-12, atol=0, err_msg=c)
-            else:
-                assert np.array_equal(a, b, equal_nan=True), c
+            assert np.array_equal(a, b, equal_nan=True), c
         else:
             assert [str(x) for x in a] == [str(x) for x in b], c
     return shared
 
 
 # ---------------------------------------------------------------- round trip
+
+def test_a_column_written_divided_by_k_comes_back_bit_for_bit():
+    """The Brier score's scaling (theirs: ours / K): the text written gives every float64 back
+    exactly, where float arithmetic does not (x / K * K != x for about one value in ten)."""
+    from calibench.results.scaled_text import divided_text, multiplied_values
+
+    rng = np.random.default_rng(5)
+    for k in (10, 100, 120):
+        x = np.concatenate([rng.uniform(0, 2, 5000), [np.nan, np.inf, 0.0, 5e-324, 1e-300, 2.0, 1.0 / 3.0]])
+        assert ((x / k) * k != x).sum() > 100  # the float round trip is not exact
+        text = divided_text(pd.Series(x), k)
+        assert text.iloc[5000] is None and text.iloc[5001] == "inf"
+        assert np.array_equal(multiplied_values(text.tolist(), k), x, equal_nan=True)
+        # any reader gets the quotient itself: the text is an ordinary number, within an ulp of x / k
+        parsed = pd.to_numeric(text).to_numpy(dtype=float)
+        finite = np.isfinite(x)
+        assert np.all(np.abs(parsed[finite] - x[finite] / k) <= np.spacing(x[finite] / k))
+    # two neighbouring floats with one float quotient (x / 10 in [0.125, 0.25) is coarser than x's step): both
+    a = 1.5 + 2.0 ** -52 * 3
+    neighbours = np.array([a, np.nextafter(a, 2.0)])
+    assert neighbours[0] / 10 == neighbours[1] / 10
+    assert np.array_equal(multiplied_values(divided_text(pd.Series(neighbours), 10).tolist(), 10), neighbours)
+    # a published value (their file, their digits): the decimal product rounded once
+    assert multiplied_values(["0.0123", " 1e-3", "", None], 100).tolist()[:2] == [1.23, 0.1]
+    assert np.isnan(multiplied_values(["", None], 100)).all()
+    with pytest.raises(ValueError, match=r"row 1: not a number: 'x'"):
+        multiplied_values(["0.1", "x"], 10)
+
 
 def test_export_import_round_trip_equals_the_tables(tmp_path, caplog):
     results = tmp_path / "results"

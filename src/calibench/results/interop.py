@@ -54,10 +54,10 @@ from calibench import __version__, integrity, layout
 from calibench.atomic import atomic_write
 from calibench.metrics import registry
 from calibench.results import archstr
+from calibench.results.scaled_text import divided_text, multiplied_values
 from calibench.results.interop_columns import (  # noqa: F401 (the column table, importable from here too)
-    ASSUMED, CODE, COLUMNS, EXTENSION, ISSUE, README, Column, definition_of, definitions_markdown)
-from calibench.results.interop_columns import (ALIASES, BINNED, OUR_BINNED, PER_ROW, REQUIRED, SCALARS,
-                                               UNBINNED, our_name)
+    ALIASES, ASSUMED, BINNED, CODE, COLUMNS, EXTENSION, ISSUE, OUR_BINNED, PER_ROW, README, REQUIRED, SCALARS,
+    UNBINNED, Column, brier_columns, definition_of, definitions_markdown, our_name)
 from calibench.results.tables import (FIRST, METADATA_KEY, NATS_INDEX, PROVENANCE, check_result_table,
                                       table_key as first_row_key, table_metadata)
 from calibench.vocabulary import NATS_SPACE_SIZES, not_a_result_table
@@ -73,8 +73,7 @@ _FILE_DATASET = {"ImageNet16-120": "ImageNet"}  # our dataset name -> the file n
 _DATASET_OF_FILE = {"cifar10": "cifar10", "cifar10-valid": "cifar10-valid", "cifar100": "cifar100",
                     "imagenet": "ImageNet16-120", "imagenet16-120": "ImageNet16-120"}  # lower-case file prefix
 _FILE_NAME = re.compile(r"^(?P<dataset>.+?)_(?P<space>tss|sss)(?:_hp(?P<hp>[0-9]+))?\.csv$", re.IGNORECASE)
-# The stages the published files hold (the network's softmax, temperature scaling): two of
-# calibench.vocabulary.STAGES, the only ones a tao2024 file can carry.
+# The stages the published files hold (the softmax, temperature scaling), the only ones of STAGES they carry.
 PUBLISHED_STAGES = ("pre", "post")
 
 # Our metric orders (metrics/suite.py, not imported here: it needs torch).
@@ -231,7 +230,7 @@ def export_frame(table: pd.DataFrame, source: str = "table", expand_isomorphs: b
                     omitted.append(theirs)
                     log.warning("%s: dataset %r has no known class count: %s left out", source, dataset, theirs)
                     continue
-                values = values / CLASSES[dataset]
+                values = divided_text(values, CLASSES[dataset])  # text that import multiplies back exactly
             out[theirs] = values
             used.add(ours)
     for name in ("auc_cifar10c", "auc_svhn"):
@@ -365,7 +364,8 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
     path = Path(path)
     data = path.read_bytes()
     try:
-        raw = pd.read_csv(io.BytesIO(data), dtype={c: str for c in _case_variants("arch")}, **EXACT_CSV)
+        text = _case_variants("arch") + brier_columns(pd.read_csv(io.BytesIO(data), nrows=0).columns)
+        raw = pd.read_csv(io.BytesIO(data), dtype={c: str for c in text}, **EXACT_CSV)
     except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a readable CSV file: {exc}") from None
     _whole_rows(path, data)
@@ -458,8 +458,8 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
             dropped_unknown.append(column)
             continue
         values = numeric(key)
-        if family == "brier":
-            values = values * CLASSES[dataset]  # theirs: divided by K
+        if family == "brier":  # theirs: divided by K; the text times K in decimal, one rounding (exact round trip)
+            values = multiplied_values(raw[column].tolist(), CLASSES[dataset])
         wrong = registry.outside_range(ours, values)  # any value calibench itself writes passes
         if wrong:
             meaning, k = registry.column(ours).meaning, (CLASSES[dataset] if family == "brier" else 1)

@@ -60,7 +60,8 @@ COLUMNS: tuple[Column, ...] = (
            "pre/post sets and T as for ECE"),
     Column("{stage}_Brier", "{stage}_brier", ASSUMED,
            "Brier score divided by K, as theirs: mean_i sum_k (p_ik - 1[y_i = k])^2 / K. Our tables hold it "
-           "undivided (range [0, 2]): export divides by K, import multiplies by K",
+           "undivided (range [0, 2]): export writes it divided by K as decimal text that import multiplies by K "
+           "in decimal, giving the float back bit for bit",
            "converted exactly; pre/post sets and T as for ECE"),
     Column("{stage}_KSCE", "{stage}_ksce", ASSUMED, "top-1 KS calibration error (Gupta et al. 2021), ties grouped",
            "theirs returned 0 on any exception; pre/post sets and T as for ECE"),
@@ -133,3 +134,9 @@ def our_name(key: str) -> tuple[str | None, str | None]:
         return SCALARS[key].ours, key
     return None, None
 
+
+
+def brier_columns(header) -> list:
+    """The Brier columns of a published file's ``header`` (names as written): read as text, so
+    that import multiplies them by K exactly (:mod:`calibench.results.scaled_text`)."""
+    return [c for c in header if our_name(ALIASES.get(str(c).strip().lower(), str(c).strip().lower()))[1] == "brier"]
