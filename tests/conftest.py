@@ -93,7 +93,8 @@ FAST_FILES = {"test_spec_vectors.py", "test_calibration.py", "test_recalibration
               "test_recalibration_nonparametric.py", "test_properties.py", "test_stats.py", "test_reliability.py",
               "test_crosscheck.py", "test_fit_rules.py", "test_stage_transform.py", "test_layering.py", "test_docs.py",
               "test_packaging.py", "test_layout.py", "test_precision.py", "test_nats_index.py", "test_query.py",
-              "test_inputs.py", "test_faults.py", "test_tables.py", "test_groups.py", "test_analysis_registry.py"}
+              "test_inputs.py", "test_faults.py", "test_tables.py", "test_groups.py", "test_analysis_registry.py",
+              "test_method_gains.py"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -64,8 +64,14 @@ def test_every_part_is_its_own_job_with_its_outputs(parts_run):
     assert not (results / "analysis" / "parts" / "schedules.json").exists()  # one schedule per space: no part
     for name in ("kendall.parquet", "question4.csv", "hcs.parquet", "top_hcs.csv", "methods_summary.parquet",
                  "method_wins.parquet", "groups.csv", "kendall_groups.parquet", "nas.csv", "tss_edge_ops.parquet",
-                 "sss_width_progression.parquet", "robustness_kendall.parquet", "findings.csv", "claims.csv"):
+                 "sss_width_progression.parquet", "method_gains.parquet", "robustness_kendall.parquet", "findings.csv",
+                 "claims.csv"):
         assert (results / "analysis" / name).is_file(), name
+    # the method gains of a mini benchmark: every method of both spaces, nothing decided, and why
+    gains = pd.read_parquet(results / "analysis" / "method_gains.parquet")
+    assert set(gains["space"]) == {"tss", "sss"} and set(gains["stage"]) >= {"post", "iso"}
+    assert (gains["verdict"] == "undecided").all() and gains["coef"].isna().all()
+    assert gains["note"].str.startswith("too few networks to decide (n = ").all(), gains["note"].unique()
     assert pd.read_csv(results / "analysis" / "groups.csv").empty  # no population grouped: empty, with columns
     found = pd.read_csv(results / "analysis" / "findings.csv")
     assert {"q1", "q2", "q3", "q4", "q5", "q6", "q7", "nas"} <= set(found["question"])
@@ -110,11 +116,11 @@ def test_a_nas_setting_reruns_only_the_nas_part_and_the_report(tmp_path, parts_r
     nas = pd.read_csv(results / "analysis" / "nas.csv")
     assert (nas["repeats"] == 3).all() and (nas["budget"] == 2).all()
     assert _planned_jobs(workdir) == {}
-    # analysis.min_networks is the report's and the explorer's (its Kendall tab marks cells on fewer):
-    # only they rerun (planned, not run)
+    # analysis.min_networks is the report's, the explorer's (its Kendall tab marks cells on fewer) and the
+    # method gains' (the architecture part): only they rerun (planned, not run)
     _set_config(workdir, analysis={**TINY["analysis"], "nas": {"repeats": 3, "budget": 2, "seed": 0},
                                    "min_networks": 3})
-    assert _planned_jobs(workdir) == {"assemble_report": 1, "explorer": 1, "all": 1}
+    assert _planned_jobs(workdir) == {"analysis_architecture": 1, "assemble_report": 1, "explorer": 1, "all": 1}
 
 
 def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
@@ -181,7 +187,9 @@ HAND_WRITTEN = {"kendall": ["kendall.parquet", "question4.csv"], "overview": [],
                 "methods": ["methods_summary.parquet", "methods_summary.csv", "method_wins.parquet"],
                 "reliability": [], "groups": ["groups.csv", "kendall_groups.parquet"], "nas": ["nas.csv"],
                 "architecture": ["tss_edge_ops.parquet", "sss_size_brackets.parquet", "tss_kernel_parameters.parquet",
-                                 "sss_width_progression.parquet"], "robustness": ["robustness_kendall.parquet"]}
+                                 "sss_width_progression.parquet",
+                                 "method_gains.parquet"],  # added since, with the part's method gains
+                "robustness": ["robustness_kendall.parquet"]}
 
 
 def _planned_outputs(workdir: Path) -> dict[str, list[str]]:

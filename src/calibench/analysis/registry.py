@@ -66,6 +66,10 @@ def _bins_demo(s: Mapping) -> dict:
     return {"bins": list(s["bins"]), "demo": bool(s["demo"])}
 
 
+def _min_networks(s: Mapping) -> int:
+    return int(s["analysis"].get("min_networks", schema_default("analysis", "min_networks")))
+
+
 def _level(s: Mapping) -> float:
     return (s["analysis"].get("bootstrap") or {}).get("level", schema_default("analysis", "bootstrap", "level"))
 
@@ -101,10 +105,13 @@ BUILTIN = (
          "NATS-Bench: architecture search by accuracy and HCS over every table (Table 1)",
          lambda s: {"analysis": _pick(s, "nas")}, {"nas": "nas.csv"}, when="nats"),
     Part("architecture", "calibench.analysis.nats.architecture", "Architectures",
-         "NATS-Bench: TSS edge operations and kernel parameters, SSS sizes and widths (Figs. 7-10)",
-         lambda s: {"analysis": {"hcs_betas": s["analysis"]["hcs_betas"][:1], **_pick(s, "top_n")}, **_bins_demo(s)},
+         "NATS-Bench: TSS edge operations and kernel parameters, SSS sizes and widths (Figs. 7-10), "
+         "which architectures gain most from each method",
+         lambda s: {"analysis": {"hcs_betas": s["analysis"]["hcs_betas"][:1], **_pick(s, "top_n")}, **_bins_demo(s),
+                    "level": _level(s), "min_networks": _min_networks(s)},
          {"edges": "tss_edge_ops.parquet", "brackets": "sss_size_brackets.parquet",
-          "kernel": "tss_kernel_parameters.parquet", "width": "sss_width_progression.parquet"}, when="nats"),
+          "kernel": "tss_kernel_parameters.parquet", "width": "sss_width_progression.parquet",
+          "gains": "method_gains.parquet"}, when="nats"),
     Part("schedules", "calibench.analysis.nats.schedules", "Training schedules",
          "NATS-Bench: the same architectures under two or more training schedules (Fig. 6c)",
          lambda s: {"level": _level(s), "demo": bool(s["demo"])},
@@ -121,9 +128,7 @@ BUILTIN_BY_NAME = {p.name: p for p in BUILTIN}
 def report_settings(settings: Mapping) -> dict:
     """What the report adds to the parts' outputs: bins, the interval level, the demo flag, the
     fewest networks a finding decides on."""
-    analysis = settings["analysis"]
-    return {**_bins_demo(settings), "level": _level(settings),
-            "min_networks": int(analysis.get("min_networks", schema_default("analysis", "min_networks")))}
+    return {**_bins_demo(settings), "level": _level(settings), "min_networks": _min_networks(settings)}
 
 
 # ---------------------------------------------------------------- a user's own parts

@@ -1,5 +1,6 @@
 """Text of a float column written divided by an integer, read back multiplied by it, with
-every float64 coming back bit for bit (docs/tools.md, "Exporting and importing").
+every float64 coming back bit for bit (docs/tools.md, "Exchanging results with the published
+calibration dataset (`--format tao2024`)").
 
 ``x / k * k`` in float64 is not always ``x`` (for k = 10, two neighbouring floats can even give
 the same quotient), so the quotient is written as decimal text: the shortest float repr where

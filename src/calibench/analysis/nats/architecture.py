@@ -9,7 +9,10 @@ Outputs (under ``{results}/analysis/``):
   count bracket (Fig. 7);
 * ``tss_kernel_parameters.parquet``, ``sss_width_progression.parquet`` and their plots
   (Figs. 8 left and 9, :mod:`calibench.analysis.nats.architecture_figures`) under
-  ``plots/architecture/``; the report's tables of edge operations and size brackets.
+  ``plots/architecture/``; the report's tables of edge operations and size brackets;
+* ``method_gains.parquet``: which architectures gain most from each post-hoc method, the
+  gain in ECE regressed on architecture features, with intervals and verdicts, its report
+  table and heatmaps (:mod:`calibench.analysis.nats.method_gains`).
 
 The question-7 findings are the report's (:func:`findings` builds the kernel and width ones).
 """
@@ -25,6 +28,7 @@ from calibench.analysis.findings import finding_row
 from calibench.analysis.hcs import COLUMNS as HCS_COLUMNS
 from calibench.analysis.hcs import hcs_table
 from calibench.analysis.nats import architecture_figures as af
+from calibench.analysis.nats import method_gains as mg
 from calibench.results.archstr import EDGE_NAMES, parse_sss, tss_edge_ops
 from calibench.analysis.tables import STAGES, demo_suffix, first_seed, load_tables, measured, nearest_bins
 from calibench.analysis.registry import output_path
@@ -138,4 +142,8 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
     path = af.plot_width_progression(width, plots / "width_progression_sss.png", suffix=suffix)
     if path is not None:
         made.append(("SSS: ECE and accuracy of the uniform-width networks 8:8:8:8:8 … 64:64:64:64:64 (Fig. 9)", path))
-    return {"plots": made, "blocks": [("q7", 20, edges_html(edges) + brackets_html(brackets))]}
+    gains = mg.method_gains(nats, bins, level=settings["level"], min_networks=settings["min_networks"])
+    gains.to_parquet(output_path(results, "architecture", "gains"), index=False)
+    made += mg.plot_gains(gains, plots, suffix=suffix)
+    return {"plots": made, "blocks": [("q7", 20, edges_html(edges) + brackets_html(brackets)
+                                       + mg.gains_html(gains, settings["level"]))]}
