@@ -75,6 +75,10 @@ def test_every_part_is_its_own_job_with_its_outputs(parts_run):
     assert pd.read_csv(results / "analysis" / "groups.csv").empty  # no population grouped: empty, with columns
     found = pd.read_csv(results / "analysis" / "findings.csv")
     assert {"q1", "q2", "q3", "q4", "q5", "q6", "q7", "nas"} <= set(found["question"])
+    said = found[found["text"].str.contains("from each method by architecture", regex=False)]
+    assert len(said) == 6 and (said["question"] == "q7").all()  # a finding per table: nothing decided, and why
+    assert said["text"].str.contains("no feature decides for any method — too few networks to decide (n = ",
+                                     regex=False).all(), said["text"].tolist()
 
 
 def test_the_report_holds_every_parts_figures(parts_run):

@@ -124,3 +124,16 @@ def test_holm_matches_its_definition_and_the_report_table_says_verdicts():
     assert "Which architectures gain most from each method" in html and "edge 2&lt;-1: nor_conv_3x3 +0.0" in html
     few = mg.method_gains(frame("tss", cells[:10], {"post": rng.normal(0, 0.01, 10)}), BINS, min_networks=30)
     assert "undecided: too few networks to decide (n = 10" in mg.gains_html(few, 0.95)
+    # the report's findings: one per table, the largest decided coefficient with its interval and n
+    found = mg.findings(out)
+    assert len(found) == 1 and found[0]["question"] == "q7" and found[0]["interval"] == "HC3"
+    decided = out[out["verdict"] != "undecided"]
+    top = decided.loc[decided["coef"].abs().idxmax()]
+    assert top["feature"] == "edge 2<-1: nor_conv_3x3"
+    assert (found[0]["value"], found[0]["lo"], found[0]["hi"]) == (top["coef"], top["low"], top["high"])
+    assert found[0]["text"].startswith("TSS hp 200, cifar10: the gain in ECE (15 bins) from each method by "
+                                       "architecture: post most with edge 2<-1: nor_conv_3x3 (+0.01")
+    assert "n = 3000)" in found[0]["text"]
+    nothing = mg.findings(few)
+    assert nothing[0]["text"].endswith("no feature decides for any method — too few networks to decide (n = 10, "
+                                       "fewer than min_networks = 30)") and np.isnan(nothing[0]["value"])

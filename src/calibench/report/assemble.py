@@ -22,7 +22,7 @@ from calibench import integrity
 from calibench.analysis import parts as analysis_parts
 from calibench.analysis import registry
 from calibench.analysis.kendall import question4_findings
-from calibench.analysis.nats import architecture, schedules
+from calibench.analysis.nats import architecture, method_gains, schedules
 from calibench.analysis.tables import KEYS, first_seed, load_tables, measured, nearest_bins, table_stages
 from calibench.layout import analysis_dir, odir_path, report_path, report_sums
 from calibench.vocabulary import SEARCH_FLAG, STAGES
@@ -142,6 +142,9 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
                      robustness=_read(results, parts, "robustness", "kendall"),
                      nas=_read(results, parts, "nas", "nas"),
                      architecture=architecture.findings(kernel, width, bins, few) if kernel is not None else ())
+    gains = _read(results, parts, "architecture", "gains")
+    if gains is not None and not gains.empty:  # which architectures gain most from each method
+        found = pd.concat([found, pd.DataFrame(method_gains.findings(gains))], ignore_index=True)
     comparison = _read(results, parts, "schedules", "comparison")
     if comparison is not None:
         extra = schedules.findings(comparison, bins, min_networks=few)

@@ -140,6 +140,37 @@ def method_gains(df: pd.DataFrame, bins: Sequence[int], level: float = 0.95, min
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+def findings(gains: pd.DataFrame) -> list[dict]:
+    """Question 7 for the post-hoc methods, one finding per table: for each method whose gain a
+    feature decides, its largest decided coefficient with its interval; the methods left
+    undecided, and why where nothing is decided. The finding's number: the largest decided
+    coefficient of the table (NaN where none is)."""
+    from calibench.analysis.findings import finding_row
+
+    out = []
+    for (space, hp, dataset), table in gains.groupby(["space", "hp", "dataset"], sort=False):
+        bins = table["metric"].iloc[0].rpartition("_")[2]
+        head = f"{space.upper()} hp {hp}, {dataset}: the gain in ECE ({bins} bins) from each method by architecture"
+        decided = table[table["verdict"] != "undecided"]
+        if decided.empty:
+            note = table["note"].iloc[0]
+            out.append(finding_row("q7", space, hp, dataset, f"{head}: no feature decides for any method — "
+                                   + (note or f"n = {int(table['n'].max())}, every Holm-adjusted p above the level")))
+            continue
+        said, best = [], None
+        for stage in [s for s in STAGES if s in set(decided["stage"])]:
+            rows = decided[decided["stage"] == stage]
+            top = rows.loc[rows["coef"].abs().idxmax()]
+            said.append(f"{stage} most with {top['feature']} ({top['coef']:+.4f} [{top['low']:+.4f}, "
+                        f"{top['high']:+.4f}], n = {int(top['n'])})")
+            best = top if best is None or abs(top["coef"]) > abs(best["coef"]) else best
+        rest = [s for s in dict.fromkeys(table["stage"]) if s not in set(decided["stage"])]
+        out.append(finding_row("q7", space, hp, dataset, f"{head}: " + "; ".join(said)
+                               + (f"; no feature decides for {', '.join(rest)}" if rest else ""),
+                               best["coef"], best["low"], best["high"], "HC3"))
+    return out
+
+
 def gains_html(gains: pd.DataFrame, level: float) -> str:
     """The report's table: per table and method, n, R^2, the mean gain and the decided
     features, largest first; "undecided" with its reason where nothing is."""
