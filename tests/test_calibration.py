@@ -121,6 +121,42 @@ def test_measure_stages_splits_fits_and_measures():
     assert out["pre"]["accuracy"] == out["post"]["accuracy"]
 
 
+def test_pre_samples_all_measures_pre_on_the_whole_set_and_leaves_the_other_stages():
+    """``pre_samples: all`` (Tao et al.'s pre-scaling numbers): pre's metrics and reliability bins
+    on every sample, reference-checked; post, vs and the temperature exactly as by default."""
+    from calibench.config.settings import measurement_settings, stage_measurement_settings
+
+    rng = np.random.default_rng(13)
+    logits = torch.from_numpy(rng.normal(size=(2, 900, 6)) * 3)
+    labels = rng.integers(0, 6, size=900)
+    test = C.split_indices(900)[1]
+    default = C.measure_stages_batch(logits, labels, bins=(10, 15), stages=("pre", "post", "vs"))
+    whole = C.measure_stages_batch(logits, labels, bins=(10, 15), stages=("pre", "post", "vs"), pre_samples="all")
+    for i in range(2):
+        z = logits[i].numpy()
+        assert whole["pre"]["ece_15"][i] == pytest.approx(R.ece(R.softmax(z), labels, 15), abs=1e-12)
+        assert default["pre"]["ece_15"][i] == pytest.approx(R.ece(R.softmax(z[test]), labels[test], 15), abs=1e-12)
+        assert whole["pre"]["accuracy"][i] == pytest.approx((z.argmax(1) == labels).mean(), abs=1e-15)
+        assert whole["reliability"]["pre"]["count"][i].sum() == 900
+        assert default["reliability"]["pre"]["count"][i].sum() == len(test)
+    assert whole["pre"]["ece_15"][0] != default["pre"]["ece_15"][0]
+    for stage in ("post", "vs"):
+        for key, values in default[stage].items():
+            np.testing.assert_array_equal(whole[stage][key], values, err_msg=f"{stage} {key}")
+    np.testing.assert_array_equal(whole["temperature"], default["temperature"])
+    with pytest.raises(ValueError, match="pre_samples: 'whole'; expected 'test_part' or 'all'"):
+        C.measure_stages_batch(logits, labels, pre_samples="whole")
+    # the settings: absent by default (the keys of runs before it stay), a change of pre's rows only
+    config = {"bins": [15], "tace_threshold": 1e-3, "temperature": {"method": "nll", "val_fraction": 0.2, "seed": 42},
+              "stages": ["pre", "post"]}
+    before = measurement_settings(config)
+    assert "pre_samples" not in before and measurement_settings({**config, "pre_samples": "test_part"}) == before
+    after = measurement_settings({**config, "pre_samples": "all"})
+    assert after["pre_samples"] == "all"
+    assert stage_measurement_settings(after, "pre") != stage_measurement_settings(before, "pre")
+    assert stage_measurement_settings(after, "post") == stage_measurement_settings(before, "post")
+
+
 def test_measure_stages_batch_matches_single():
     rng = np.random.default_rng(12)
     logits = torch.from_numpy(rng.normal(size=(3, 500, 10)) * 3).float()

@@ -293,10 +293,13 @@ def measurement_settings(config: Mapping) -> dict:
     """What a shard's numbers depend on besides its logits (and the searched ODIR lambda, mu):
     bin counts, TACE threshold, the split and temperature fit, the stages and their methods'
     options, the reliability-diagram bins its metadata holds and the fits' rules (both
-    fixed; in the key so that shards written before them are measured again)."""
+    fixed; in the key so that shards written before them are measured again). ``pre_samples``
+    only where it is not the default (``test_part``), so that runs without it keep their keys."""
+    pre_samples = config.get("pre_samples", "test_part")
     return {"bins": sorted(config["bins"]), "tace_threshold": config["tace_threshold"],
             "temperature": dict(config["temperature"]), "stages": list(config["stages"]),
-            "recalibration": recalibration_settings(config), "reliability_bins": 15, "fit_rules": FIT_RULES}
+            "recalibration": recalibration_settings(config), "reliability_bins": 15, "fit_rules": FIT_RULES,
+            **({"pre_samples": pre_samples} if pre_samples != "test_part" else {})}
 
 
 def stage_fit_settings(settings: Mapping, stage: str) -> dict:
@@ -324,13 +327,14 @@ def stage_fit_settings(settings: Mapping, stage: str) -> dict:
 
 def stage_measurement_settings(settings: Mapping, stage: str) -> dict:
     """What a stage's rows of a shard depend on besides its logits and the bin counts: its fit's
-    settings (:func:`stage_fit_settings`), the TACE threshold, the reliability-diagram bins and,
-    for ms and dir, the search's flag. Rows whose stage keeps these are kept when only ``bins``
+    settings (:func:`stage_fit_settings`), the TACE threshold, the reliability-diagram bins, for
+    ms and dir the search's flag, for pre its samples where not the test part. Rows whose stage keeps these are kept when only ``bins``
     or another stage changes; the new bin counts alone are measured (issue 35)."""
     rec = settings.get("recalibration", {})
+    samples = {"samples": settings["pre_samples"]} if stage == "pre" and "pre_samples" in settings else {}
     return {"fit": stage_fit_settings(settings, stage), "tace_threshold": settings["tace_threshold"],
             "reliability_bins": settings.get("reliability_bins"),
-            "search_flag": (rec.get(stage) or {}).get(SEARCH_FLAG) if stage in ODIR_STAGES else None}
+            "search_flag": (rec.get(stage) or {}).get(SEARCH_FLAG) if stage in ODIR_STAGES else None, **samples}
 
 
 def odir_searched_stages(config: Mapping) -> list[str]:

@@ -204,6 +204,7 @@ def measure_stages_batch(
     ood_logits: Mapping[str, torch.Tensor] | None = None,
     stored_fits: Mapping[str, Sequence] | None = None,
     new_bins: Mapping[str, Sequence[int]] | None = None,
+    pre_samples: str = "test_part",
 ) -> dict:
     """Every stage's metrics for M networks on a shared evaluation set.
 
@@ -220,10 +221,14 @@ def measure_stages_batch(
     are returned under ``"fits"``: {stage: {network: (params, info, failure)}}. ``new_bins``:
     per stage whose other metrics are kept from an earlier measurement, the bin counts to add:
     that stage gives its binned metrics at those counts only (none: the stage is not measured),
-    from its stored fits.
+    from its stored fits. ``pre_samples``: ``"all"`` measures ``pre`` on the whole evaluation
+    set, as Tao et al.'s code did (docs/recalibration.md, "Common rules"); by default it is
+    measured on the test part, as every other stage is.
     """
     z, y = check_logits(logits, labels, batched=True)
     bins = check_bins(bins)
+    if pre_samples not in ("test_part", "all"):
+        raise ValueError(f"pre_samples: {pre_samples!r}; expected 'test_part' or 'all'")
     unknown = [s for s in stages if s not in STAGES]
     if unknown:
         raise ValueError(f"stages: unknown {unknown}; expected some of {STAGES}")
@@ -240,8 +245,9 @@ def measure_stages_batch(
         added = new_bins.get(stage)
         if added is not None and not added:
             continue
+        on = torch.arange(z.shape[1], device=z.device) if stage == "pre" and pre_samples == "all" else test_idx
         metrics, failures, rel, made = _stage_outputs(
-            stage, z, y, val_idx, test_idx, options, bins if added is None else check_bins(added), tace_threshold,
+            stage, z, y, val_idx, on, options, bins if added is None else check_bins(added), tace_threshold,
             chunk_elements, ood_logits, (stored_fits or {}).get(stage), binned_only=added is not None)
         out["fits"][stage] = made
         out[stage] = metrics
