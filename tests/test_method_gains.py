@@ -124,6 +124,7 @@ def test_holm_matches_its_definition_and_the_report_table_says_verdicts():
     assert "Which architectures gain most from each method" in html and "edge 2&lt;-1: nor_conv_3x3 +0.0" in html
     few = mg.method_gains(frame("tss", cells[:10], {"post": rng.normal(0, 0.01, 10)}), BINS, min_networks=30)
     assert "undecided: too few networks to decide (n = 10" in mg.gains_html(few, 0.95)
+    assert mg.gains_html(few, 0.95).count("</tr>") == 2  # the header, and one line for the table's methods
     # the report's findings: one per table, the largest decided coefficient with its interval and n
     found = mg.findings(out)
     assert len(found) == 1 and found[0]["question"] == "q7" and found[0]["interval"] == "HC3"

@@ -171,22 +171,36 @@ def findings(gains: pd.DataFrame) -> list[dict]:
     return out
 
 
-def gains_html(gains: pd.DataFrame, level: float) -> str:
-    """The report's table: per table and method, n, R^2, the mean gain and the decided
-    features, largest first; "undecided" with its reason where nothing is."""
-    if gains.empty:
-        return ""
+def _lines(space: str, hp: str, dataset: str, table: pd.DataFrame) -> list[dict]:
+    """The report table's rows of one result table: a method each."""
     lines = []
-    keys = ["space", "hp", "dataset", "stage"]
-    for (space, hp, dataset, stage), part in gains.groupby(keys, sort=False):
+    for stage, part in table.groupby("stage", sort=False):
         decided = part[part["verdict"] != "undecided"].sort_values("coef", ascending=False)
         said = "; ".join(f"{r.feature} {r.coef:+.4f} [{r.low:+.4f}, {r.high:+.4f}]" for r in decided.itertuples())
         first = part.iloc[0]
+        why = f"undecided: {first['note']}" if first["note"] else "undecided"
         lines.append({"table": f"{space} {hp} {dataset}", "method": f"{stage} ({STAGE_NAMES.get(stage, stage)})",
                       "n": int(first["n"]), "R²": "" if pd.isna(first["r2"]) else f"{first['r2']:.3f}",
                       "mean gain": f"{first['mean_gain']:+.4f}",
-                      "features that decide (coefficient, interval)": said or f"undecided{': ' if first['note'] else ''}"
-                                                                              f"{first['note']}"})
+                      "features that decide (coefficient, interval)": said or why})
+    return lines
+
+
+def gains_html(gains: pd.DataFrame, level: float) -> str:
+    """The report's table: per table and method, n, R^2, the mean gain and the decided
+    features, largest first; "undecided" with its reason where nothing is (one line for a
+    table where no method can decide, for one reason)."""
+    if gains.empty:
+        return ""
+    lines = []
+    for (space, hp, dataset), table in gains.groupby(["space", "hp", "dataset"], sort=False):
+        notes = set(table["note"])
+        if len(notes) == 1 and notes != {""}:
+            lines.append({"table": f"{space} {hp} {dataset}", "method": f"all {table['stage'].nunique()}",
+                          "n": int(table["n"].max()), "R²": "", "mean gain": "",
+                          "features that decide (coefficient, interval)": f"undecided: {notes.pop()}"})
+        else:
+            lines += _lines(space, hp, dataset, table)
     metric = gains["metric"].iloc[0]
     return (f"<h3>Which architectures gain most from each method</h3><p>The gain is pre ECE minus the method's "
             f"ECE ({metric.rpartition('_')[2]} bins; positive: the method lowers it), regressed on the architecture "
