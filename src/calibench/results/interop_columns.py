@@ -28,9 +28,11 @@ class Column:
     difference: str  # where their definition differs from ours ("" if none known)
 
 
-_PRE_SET = ("ours on the test part (80 %) of the seeded 20/80 split; theirs on the whole test set")
+_PRE_SET = ("ours on the test part (80 %) of the seeded 20/80 split; theirs on the whole test set (config "
+            "`pre_samples: all` measures ours so)")
 _POST = ("ours: T = argmin NLL on the validation part (20 %), T in [0.05, 20] (docs/metrics.md); theirs: T on the "
-         "grid 0.1..10.0 minimising 15-bin ECE. Both measure post on the 80 % test part")
+         "grid 0.1..10.0 minimising 15-bin ECE (config `temperature.method: grid_ece`). Both measure post on the 80 % "
+         "test part")
 COLUMNS: tuple[Column, ...] = (
     Column("config", "nats_index", README, "the architecture's NATS-Bench index (export: a table without "
            "`nats_index` gives its `arch_index`; import sets both)", ""),
