@@ -211,6 +211,16 @@ def analysis_path(results: str | Path, name: str) -> Path:
     return analysis_dir(results) / name
 
 
+def findings_path(results: str | Path) -> Path:
+    """The report's findings, one sentence and its number each: ``analysis/findings.csv``."""
+    return analysis_path(results, "findings.csv")
+
+
+def claims_path(results: str | Path) -> Path:
+    """The paper's claims put to a test on the tables: ``analysis/claims.csv``."""
+    return analysis_path(results, "claims.csv")
+
+
 def part_manifest(results: str | Path, part: str) -> Path:
     """What an analysis part made (its figures, its report blocks): ``analysis/parts/{part}.json``."""
     return analysis_dir(results) / "parts" / f"{part}.json"

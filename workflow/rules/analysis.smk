@@ -42,8 +42,8 @@ rule assemble_report:
         parts=analysis_part_outputs,
     output:
         report=report(results_path(layout.report_path), caption="../report/report_html.rst", category="Report"),
-        findings=part_file("findings.csv"),
-        claims=part_file("claims.csv"),
+        findings=results_path(layout.findings_path),
+        claims=results_path(layout.claims_path),
     conda:
         "../envs/calibench.yaml"
     log:

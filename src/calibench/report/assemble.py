@@ -24,7 +24,7 @@ from calibench.analysis import registry
 from calibench.analysis.kendall import question4_findings
 from calibench.analysis.nats import architecture, method_gains, schedules
 from calibench.analysis.tables import KEYS, first_seed, load_tables, measured, nearest_bins, table_stages
-from calibench.layout import analysis_dir, odir_path, report_path, report_sums
+from calibench.layout import claims_path, findings_path, odir_path, report_path, report_sums
 from calibench.vocabulary import SEARCH_FLAG, STAGES
 from calibench.report.claims import claims, claims_html
 from calibench.report.findings import findings
@@ -128,7 +128,6 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     parts = list(settings["parts"])
     bins, level, few = settings["bins"], settings["level"], settings["min_networks"]
     manifests = {p: analysis_parts.read_manifest(results, p) for p in parts}
-    out = analysis_dir(results)
     nets = _networks(tables, bins)
     kendall = _read(results, parts, "kendall", "kendall")
     kendall = pd.DataFrame() if kendall is None else kendall
@@ -150,9 +149,9 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
         extra = schedules.findings(comparison, bins, min_networks=few)
         if not extra.empty:
             found = pd.concat([found, extra], ignore_index=True)
-    found.to_csv(out / "findings.csv", index=False)
+    found.to_csv(findings_path(results), index=False)
     claimed = claims(nets, kendall, q4, bins, level, min_networks=few)
-    claimed.to_csv(out / "claims.csv", index=False)
+    claimed.to_csv(claims_path(results), index=False)
 
     pieces: dict[str, list[tuple[int, str]]] = {sid: [] for sid, _, _ in SECTIONS}
     for sid in CLAIMED:
@@ -175,9 +174,9 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     # the content check of the report job's outputs (issue 33; `sha256sum -c report.html.sha256`)
     # and the part manifests it was made from: one gone (a part stopped mid-run, its outputs
     # removed) takes the report with it, as Snakemake would not see it
-    integrity.write_sums([page, out / "findings.csv", out / "claims.csv",
+    integrity.write_sums([page, findings_path(results), claims_path(results),
                           *(analysis_parts.part_manifest(results, p) for p in parts)], report_sums(results))
-    return {"report": page, "findings": out / "findings.csv", "claims": out / "claims.csv"}
+    return {"report": page, "findings": findings_path(results), "claims": claims_path(results)}
 
 
 def run_analysis(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
