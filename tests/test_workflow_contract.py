@@ -377,7 +377,7 @@ def test_the_plan_of_a_rerun_names_pre_when_it_is_measured_again(workflow_run, m
     # pre on the whole evaluation set (Tao et al.'s pre-scaling numbers): pre alone is measured again
     whole = copy.deepcopy(config)
     whole["pre_samples"] = "all"
-    assert status._settings_changed(whole, recorded) == "settings changed: pre_samples: (absent) → all"
+    assert status._settings_changed(whole, recorded) == "settings changed: pre_samples: test_part → all"
     assert status._fit_plan(whole, table, recorded) == (
         "fits made again: none; measured again (no fit): pre; rows kept: post, vs, ms, dir, iso, hist, spline")
 

@@ -24,6 +24,10 @@ def _recorded_settings(table: str) -> dict | None:
         return None
 
 
+# settings the measurement key leaves out at their default (calibench.config.settings.measurement_settings)
+_LEFT_OUT_AT_DEFAULT = {"pre_samples": "test_part"}
+
+
 def _settings_changed(config: dict, recorded: dict | None) -> str:
     """"settings changed: key: old → new; ..." between what a table recorded (``recorded``, its
     chunks' measurement settings: :func:`_recorded_settings`) and the config now; "" when none
@@ -37,7 +41,8 @@ def _settings_changed(config: dict, recorded: dict | None) -> str:
     old, new = flatten_settings(recorded), flatten_settings(measurement_settings(config))
     changes = []
     for key in list(new) + [k for k in old if k not in new]:
-        before, after = old.get(key, "(absent)"), new.get(key, "(absent)")
+        absent = _LEFT_OUT_AT_DEFAULT.get(key, "(absent)")
+        before, after = old.get(key, absent), new.get(key, absent)
         searched = key.endswith((".lambda", ".mu")) and after == ""
         if before != after and not searched and not key.endswith(vocabulary.SEARCH_FLAG):
             changes.append(f"{key}: {before} → {after}")
