@@ -11,6 +11,8 @@ ODIR_STAGES = ("ms", "dir")
 # (docs/recalibration.md, "Choosing lambda and mu"): a shard's metric, a table's
 # {stage}_search_worse_than_identity, the search JSON's chosen.{stage}.{stage}_search_...
 SEARCH_FLAG = "search_worse_than_identity"
+# The samples ``pre`` is measured on (config ``pre_samples``): the default first.
+PRE_SAMPLES = ("test_part", "all")
 # The columns of every shard row (calibench.results.shards gives their types); a table adds
 # ``measured_by`` and widens (stage, metric, bins) into ``{stage}_{metric}[_{bins}]`` columns.
 ROW_COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "stage", "metric", "bins", "value",

@@ -20,7 +20,7 @@ from calibench import layout
 from calibench.user_code import module_sha256
 from calibench.config.check import schema_default
 from calibench.layout import split_target, target_name  # noqa: F401 (split_target: for callers)
-from calibench.vocabulary import NATS_SPACES, ODIR_STAGES, SEARCH_FLAG
+from calibench.vocabulary import NATS_SPACES, ODIR_STAGES, PRE_SAMPLES, SEARCH_FLAG
 
 # Bump when inference changes the logits it produces (network forms, data pipeline):
 # every stored logits file's key changes with it (calibench.store.logits), and so do the
@@ -295,11 +295,15 @@ def measurement_settings(config: Mapping) -> dict:
     options, the reliability-diagram bins its metadata holds and the fits' rules (both
     fixed; in the key so that shards written before them are measured again). ``pre_samples``
     only where it is not the default (``test_part``), so that runs without it keep their keys."""
-    pre_samples = config.get("pre_samples", "test_part")
+    pre_samples = config.get("pre_samples", PRE_SAMPLES[0])
     return {"bins": sorted(config["bins"]), "tace_threshold": config["tace_threshold"],
             "temperature": dict(config["temperature"]), "stages": list(config["stages"]),
             "recalibration": recalibration_settings(config), "reliability_bins": 15, "fit_rules": FIT_RULES,
-            **({"pre_samples": pre_samples} if pre_samples != "test_part" else {})}
+            **({"pre_samples": pre_samples} if pre_samples != PRE_SAMPLES[0] else {})}
+
+
+# settings :func:`measurement_settings` leaves out at their default, with that default
+LEFT_OUT_AT_DEFAULT = {"pre_samples": PRE_SAMPLES[0]}
 
 
 def stage_fit_settings(settings: Mapping, stage: str) -> dict:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from calibench.vocabulary import SEARCH_FLAG, STAGES
+from calibench.vocabulary import PRE_SAMPLES, SEARCH_FLAG, STAGES
 from calibench.metrics._arrays import check_bins, check_logits
 from calibench.metrics.reliability import RELIABILITY_BINS, reliability_from_logits
 from calibench.metrics.scores import auroc
@@ -204,7 +204,7 @@ def measure_stages_batch(
     ood_logits: Mapping[str, torch.Tensor] | None = None,
     stored_fits: Mapping[str, Sequence] | None = None,
     new_bins: Mapping[str, Sequence[int]] | None = None,
-    pre_samples: str = "test_part",
+    pre_samples: str = PRE_SAMPLES[0],
 ) -> dict:
     """Every stage's metrics for M networks on a shared evaluation set.
 
@@ -227,7 +227,7 @@ def measure_stages_batch(
     """
     z, y = check_logits(logits, labels, batched=True)
     bins = check_bins(bins)
-    if pre_samples not in ("test_part", "all"):
+    if pre_samples not in PRE_SAMPLES:
         raise ValueError(f"pre_samples: {pre_samples!r}; expected 'test_part' or 'all'")
     unknown = [s for s in stages if s not in STAGES]
     if unknown:

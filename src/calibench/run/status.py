@@ -24,24 +24,20 @@ def _recorded_settings(table: str) -> dict | None:
         return None
 
 
-# settings the measurement key leaves out at their default (calibench.config.settings.measurement_settings)
-_LEFT_OUT_AT_DEFAULT = {"pre_samples": "test_part"}
-
-
 def _settings_changed(config: dict, recorded: dict | None) -> str:
     """"settings changed: key: old → new; ..." between what a table recorded (``recorded``, its
     chunks' measurement settings: :func:`_recorded_settings`) and the config now; "" when none
     differs or nothing was recorded.
     Lambda, mu left to the search and the search's flag are not config keys."""
     from calibench.analysis.compare import flatten_settings
-    from calibench.config.settings import measurement_settings
+    from calibench.config.settings import LEFT_OUT_AT_DEFAULT, measurement_settings
 
     if not recorded:
         return ""
     old, new = flatten_settings(recorded), flatten_settings(measurement_settings(config))
     changes = []
     for key in list(new) + [k for k in old if k not in new]:
-        absent = _LEFT_OUT_AT_DEFAULT.get(key, "(absent)")
+        absent = LEFT_OUT_AT_DEFAULT.get(key, "(absent)")
         before, after = old.get(key, absent), new.get(key, absent)
         searched = key.endswith((".lambda", ".mu")) and after == ""
         if before != after and not searched and not key.endswith(vocabulary.SEARCH_FLAG):
