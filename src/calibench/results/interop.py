@@ -56,8 +56,8 @@ from calibench.metrics import registry
 from calibench.results import archstr
 from calibench.results.scaled_text import divided_text, multiplied_values
 from calibench.results.interop_columns import (  # noqa: F401 (the column table, importable from here too)
-    ALIASES, ASSUMED, BINNED, CODE, COLUMNS, EXTENSION, ISSUE, OUR_BINNED, PER_ROW, README, REQUIRED, SCALARS,
-    UNBINNED, Column, brier_columns, definition_of, definitions_markdown, our_name)
+    ASSUMED, BINNED, CODE, COLUMNS, EXTENSION, ISSUE, OUR_BINNED, PER_ROW, README, REQUIRED, SCALARS,
+    UNBINNED, Column, brier_columns, column_key, definition_of, definitions_markdown, our_name)
 from calibench.results.tables import (FIRST, METADATA_KEY, NATS_INDEX, PROVENANCE, check_result_table,
                                       table_key as first_row_key, table_metadata)
 from calibench.vocabulary import NATS_SPACE_SIZES, not_a_result_table
@@ -374,7 +374,7 @@ def read_tao2024(path: str | Path, space: str, hp: str, dataset: str) -> tuple[p
     raw = raw.drop(columns=dropped)
     lower: dict[str, str] = {}
     for c in raw.columns:
-        key = ALIASES.get(c.lower(), c.lower())
+        key = column_key(c)
         if key in lower:
             raise ValueError(f"{path}: columns {lower[key]!r} and {c!r} are the same column (names are matched "
                              f"without case)")

@@ -138,7 +138,13 @@ def our_name(key: str) -> tuple[str | None, str | None]:
 
 
 
+def column_key(name) -> str:
+    """A published column's name as matched: stripped, lower case, its alias resolved."""
+    key = str(name).strip().lower()
+    return ALIASES.get(key, key)
+
+
 def brier_columns(header) -> list:
     """The Brier columns of a published file's ``header`` (names as written): read as text, so
     that import multiplies them by K exactly (:mod:`calibench.results.scaled_text`)."""
-    return [c for c in header if our_name(ALIASES.get(str(c).strip().lower(), str(c).strip().lower()))[1] == "brier"]
+    return [c for c in header if our_name(column_key(c))[1] == "brier"]
