@@ -142,17 +142,105 @@ def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):
     log = (results / "logs" / "analysis" / "robustness.log").read_text()
     for text in (log, told):  # the job's log, and what `calibench run` says on the terminal
         assert "robustness.csv" in text and "key arch_index" in text and "99999" in text, text[-3000:]
-    # The failed part's outputs are gone (Snakemake removes them); nothing else was touched,
-    # the last good report included.
+    # The failed part's outputs are gone (Snakemake removes them); the report is written again
+    # from the other parts (docs/analysis.md, "When a part fails"), which stay as they were, and
+    # says what it leaves out and why; nothing else is touched.
     robustness = {Path("analysis/parts/robustness.json"), Path("analysis/robustness_kendall.parquet"),
                   Path("plots/robustness/robustness_kendall.png")}
     after = _files(results)
     assert not robustness & set(after)
-    assert {p: before[p] for p in after} == after
     assert set(before) - set(after) == robustness
+    report = {Path("report.html"), Path("report.html.sha256"), Path("analysis/findings.csv"), Path("analysis/claims.csv")}
+    assert {p for p in after if after[p] != before[p]} == report
+    assert "report written without robustness (failed), every other part up to date" in told, told[-3000:]
+    page = (results / "report.html").read_text()
+    banner = re.search(r"<div class='warn' id='partial'>(.*?)</div>", page, re.S).group(1)
+    assert "<code>robustness</code>: failed: " in banner and "99999" in banner and "robustness.log" in banner
+    assert "robustness_kendall" not in page and "kendall_datasets_" in page and "explorer-link" in page
+    findings = pd.read_csv(results / "analysis" / "findings.csv")
+    assert "q2" not in set(findings["question"])
+    assert set(findings["question"]) == set(pd.read_csv(parts_run / "results" / "analysis" / "findings.csv")["question"]) - {"q2"}
+    check = subprocess.run(["sha256sum", "-c", "--quiet", "report.html.sha256"], cwd=results, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    status = subprocess.run([sys.executable, "-m", "calibench", "status", "--configfile", "tiny.yaml"], cwd=workdir,
+                            capture_output=True, text=True, timeout=300)
+    assert "the report there is partial, written without robustness" in status.stdout, status.stdout + status.stderr
     # Repaired, the part and the report run again; the other parts stay as they are.
     _robustness_table(workdir).to_csv(workdir / ROBUSTNESS["path"], index=False)
     assert _planned_jobs(workdir) == {"analysis_robustness": 1, "assemble_report": 1, "all": 1}
+
+
+def _args(**kw):
+    import argparse
+
+    return argparse.Namespace(configfile="tiny.yaml", space=None, dataset=None, **kw)
+
+
+def test_a_report_without_a_failed_part_leaves_out_what_reads_it(parts_run, tmp_path, monkeypatch):
+    """A failed hcs part (its outputs removed, as Snakemake does, its log and Snakemake's saying
+    so): the reliability part, which reads hcs's ranking, and the explorer wait for it; the
+    report of the others names both parts, links no explorer, and its content check holds."""
+    from calibench.run.partial_report import write_partial_report
+    from calibench.run.targets import _config_and_targets
+
+    workdir = _clone(parts_run, tmp_path / "hcs")
+    results = workdir / "results"
+    for name in ("analysis/parts/hcs.json", "analysis/hcs.parquet", "analysis/top_hcs.csv"):
+        (results / name).unlink()
+    for png in (results / "plots" / "hcs").iterdir():
+        png.unlink()
+    (results / "plots" / "hcs").rmdir()
+    (results / "logs" / "analysis" / "hcs.log").write_text("Traceback ...\nValueError: planted in hcs\n")
+    log = results / "logs" / "snakemake" / "run-planted.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("Error in rule analysis_hcs:\n    log: results/logs/analysis/hcs.log (check log file(s) for error "
+                   "details)\n")
+    monkeypatch.chdir(workdir)
+    config, targets = _config_and_targets(_args())
+    said = write_partial_report(config, "tiny.yaml", targets, log)
+    assert len(said) == 1 and "report written without hcs (failed), reliability (not run)" in said[0], said
+    page = (results / "report.html").read_text()
+    banner = re.search(r"<div class='warn' id='partial'>(.*?)</div>", page, re.S).group(1)
+    assert "<code>hcs</code>: failed: ValueError: planted in hcs (log: results/logs/analysis/hcs.log)" in banner
+    assert "<code>reliability</code>: not run: it reads the outputs of hcs, left out too" in banner
+    assert "explorer reads a part left out" in banner and "explorer-link" not in page
+    assert "plots/hcs/" not in page and "plots/reliability/" not in page and "plots/kendall/" in page
+    sums = (results / "report.html.sha256").read_text()
+    assert "parts/kendall.json" in sums and "parts/hcs.json" not in sums and "parts/reliability.json" not in sums
+    check = subprocess.run(["sha256sum", "-c", "--quiet", "report.html.sha256"], cwd=results, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    # the next run plans the failed part, what waits for it, and the whole report
+    assert _planned_jobs(workdir) == {"analysis_hcs": 1, "analysis_reliability": 1, "assemble_report": 1,
+                                      "explorer": 1, "all": 1}
+
+
+def test_no_report_of_parts_while_a_table_is_still_to_be_built(parts_run, tmp_path, monkeypatch):
+    """Where a job before the analysis is still to run (here a table's rule), no report is
+    assembled from the parts: they would describe tables a later job changes."""
+    from calibench.run.partial_report import left_out_parts, write_partial_report
+    from calibench.run.targets import _config_and_targets
+
+    workdir = _clone(parts_run, tmp_path / "table")
+    results = workdir / "results"
+    table = next((results / "tables").glob("*.parquet"))
+    table.unlink()  # as if its job failed
+    before = _files(results)
+    log = results / "logs" / "snakemake" / "run-planted.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("Error in rule analysis_kendall:\n")
+    monkeypatch.chdir(workdir)
+    config, targets = _config_and_targets(_args())
+    said = write_partial_report(config, "tiny.yaml", targets, log)
+    assert said == ["calibench: results/report.html not written: jobs it needs did not complete (table)"], said
+    assert _files(results) == before
+    # why each part is left out, from the plan and the failed rules
+    reads = {"kendall": [], "hcs": [], "reliability": ["hcs"], "nas": ["hcs"], "methods": []}
+    pending = {"analysis_hcs", "analysis_reliability", "analysis_nas", "analysis_methods", "assemble_report"}
+    assert left_out_parts(reads, pending, {"hcs": "ValueError: x", "methods": "killed"}) == {
+        "hcs": "failed: ValueError: x", "reliability": "not run: it reads the outputs of hcs, left out too",
+        "nas": "not run: it reads the outputs of hcs, left out too", "methods": "failed: killed"}
+    assert left_out_parts(reads, {"analysis_nas", "assemble_report"}, {}) == {
+        "nas": "not run in this run (Snakemake stopped before it)"}
 
 
 def test_a_deleted_part_manifest_is_made_again_with_the_report(parts_run, tmp_path):

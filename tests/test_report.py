@@ -180,6 +180,28 @@ def test_plot_section_and_empty_report(tmp_path):
     assert all(s.count("<p class='empty'>") == 1 for s in sections.values())
 
 
+def test_a_partial_report_names_the_parts_it_leaves_out(tmp_path):
+    """docs/analysis.md, "When a part fails": the banner, the parts in the page's head (read back
+    by `calibench status`), no link to an explorer not updated, and empty questions that say a
+    part left out may answer them."""
+    found = pd.DataFrame(columns=FINDING_COLUMNS)
+    left = {"hcs": "failed: ValueError: <planted> & more (log: results/logs/analysis/hcs.log)",
+            "reliability": "not run: it reads the outputs of hcs, left out too"}
+    page = report.write_report(tmp_path, [], found, {}, minibench=False, explorer=False, left_out=left,
+                               explorer_left_out=True)
+    text = page.read_text()
+    banner = re.search(r"<div class='warn' id='partial'>(.*?)</div>", text, re.S).group(1)
+    assert "<code>hcs</code>: failed: ValueError: &lt;planted&gt; &amp; more (log: results/logs/analysis/hcs.log)" in banner
+    assert "<code>reliability</code>: not run: it reads the outputs of hcs" in banner
+    assert "explorer reads a part left out" in banner and "explorer-link" not in text
+    assert report.left_out_of(page) == ["hcs", "reliability"]
+    sections = dict(re.findall(r"<section id='(\w+)'>(.*?)</section>", text, re.S))
+    assert "or a part this report leaves out does (above)." in sections["q3"]
+    whole = report.write_report(tmp_path, [], found, {}, minibench=False)
+    assert report.left_out_of(whole) == [] and "id='partial'" not in whole.read_text()
+    assert report.left_out_of(tmp_path / "none.html") == []
+
+
 def test_demo_banner_names_the_underdetermined_stages(tmp_path):
     found = pd.DataFrame(columns=FINDING_COLUMNS)
     text = report.write_report(tmp_path, [], found, {}, minibench=True, underdetermined=["vs", "ms", "hist"]).read_text()

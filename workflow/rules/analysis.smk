@@ -6,14 +6,15 @@
 # exactly the settings its outputs depend on (the part's `settings`), so a config change reruns
 # exactly the parts it affects, and then the report. One failing part fails alone: the others
 # complete (keep-going, the profiles' default); the report, which needs them all, does not
-# run, so the last good report.html stays.
+# run, and `calibench run` writes it from the parts that are up to date, naming those it leaves
+# out (calibench.run.partial_report; docs/analysis.md, "When a part fails").
 
 for _spec, _part in ANALYSIS_PARTS:
     _manifest = results_path(layout.part_manifest, _part.name)
 
     rule:
         name:
-            f"analysis_{_part.name}"
+            registry.rule_name(_part.name)
         input:
             tables=all_tables(),
             **part_inputs(_part),

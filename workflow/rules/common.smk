@@ -348,4 +348,4 @@ PART_SHELL = ("OMP_NUM_THREADS={threads} \"$CALIBENCH_PYTHON\" -m calibench anal
 
 def analysis_part_outputs(wildcards):
     """Every output of the analysis parts this config has: the report waits for all of them."""
-    return [path for _, part in ANALYSIS_PARTS for path in getattr(rules, f"analysis_{part.name}").output]
+    return [path for _, part in ANALYSIS_PARTS for path in getattr(rules, registry.rule_name(part.name)).output]

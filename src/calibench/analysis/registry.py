@@ -199,6 +199,11 @@ def config_parts(config: Mapping) -> list[tuple[str | None, Part]]:
     return [(spec_of.get(part.name), part) for part in chosen]
 
 
+def rule_name(part: str) -> str:
+    """The workflow rule of the part named ``part`` (workflow/rules/analysis.smk)."""
+    return f"analysis_{part}"
+
+
 def parts_of_config(config: Mapping) -> list[Part]:
     """The parts of :func:`config_parts`, in report order."""
     return [part for _, part in config_parts(config)]

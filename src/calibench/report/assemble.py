@@ -3,8 +3,9 @@ assembled from the analysis parts a run has (:mod:`calibench.analysis.parts`).
 
 It reads each part's manifest (its figures and HTML blocks) and outputs, and the tables
 for the findings on networks (questions 5 and 6, the claims); it computes nothing a part
-computes. It runs only once every part of the run has succeeded, so a failing part leaves
-the last good report in place.
+computes. The workflow runs it once every part of the run has succeeded; where parts failed,
+``calibench run`` runs it for the parts that are complete (:mod:`calibench.run.partial_report`),
+and the page names the parts it leaves out (``settings["left_out"]``).
 
 :func:`run_analysis` runs every part of a set of tables and then the report in one
 process (tests, scripts); the workflow runs each part as its own job.
@@ -123,7 +124,9 @@ def unstable_html(tables: Sequence[str | Path]) -> str:
 
 def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) -> dict[str, Path]:
     """The report of the parts ``settings["parts"]``, in that order (``settings``:
-    :func:`calibench.analysis.registry.config_report_settings`)."""
+    :func:`calibench.analysis.registry.config_report_settings`); ``settings["left_out"]``
+    (part -> why), where present, names the parts of the run this report leaves out, and
+    ``settings["explorer_left_out"]`` says the explorer was not updated with it."""
     results = Path(results)
     parts = list(settings["parts"])
     bins, level, few = settings["bins"], settings["level"], settings["min_networks"]
@@ -169,8 +172,10 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     n_rows = {Path(t).name: measured_and_copies(t) for t in tables}
     page = write_report(results, plots, found, n_rows, bool(settings["demo"]), blocks=blocks,
                         underdetermined=underdetermined_where(tables), n_tables=len(tables),
-                        explorer=bool(settings.get("explorer")))
-    log.info("report written: %s, %d parts, %d figures, %d findings", page, len(parts), len(plots), len(found))
+                        explorer=bool(settings.get("explorer")), left_out=settings.get("left_out") or {},
+                        explorer_left_out=bool(settings.get("explorer_left_out")))
+    log.info("report written: %s, %d parts, %d figures, %d findings%s", page, len(parts), len(plots), len(found),
+             f"; left out: {', '.join(settings['left_out'])}" if settings.get("left_out") else "")
     # the content check of the report job's outputs (issue 33; `sha256sum -c report.html.sha256`)
     # and the part manifests it was made from: one gone (a part stopped mid-run, its outputs
     # removed) takes the report with it, as Snakemake would not see it

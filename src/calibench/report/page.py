@@ -19,7 +19,8 @@ from calibench import layout
 from calibench.analysis.plots import REPORT_CONTENT_PX
 from calibench.atomic import atomic_write
 
-__all__ = ["EMPTY_REASONS", "SECTIONS", "STYLE", "plot_section", "scrollable_tables", "write_report"]
+__all__ = ["EMPTY_REASONS", "SECTIONS", "STYLE", "left_out_of", "partial_banner", "plot_section", "scrollable_tables",
+           "write_report"]
 
 # The page's style. Table cells never wrap (no header or number broken inside a word); a table
 # wider than the page scrolls sideways in its own box. The body is REPORT_CONTENT_PX wide plus
@@ -129,22 +130,55 @@ def demo_banner(underdetermined: Sequence[str] | Mapping[str, Sequence[str]], n_
     return text + "</p>"
 
 
+LEFT_OUT_META = "calibench-left-out"  # the parts a partial report leaves out, comma-separated, in its <head>
+
+
+def left_out_of(page: str | Path) -> list[str]:
+    """The parts the report ``page`` was written without (:func:`partial_banner`); [] for a
+    whole report or none."""
+    try:
+        with open(page, encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return []
+    found = re.search(f"<meta name='{LEFT_OUT_META}' content='([^']*)'>", head)
+    return html.unescape(found.group(1)).split(",") if found else []
+
+
+def partial_banner(left_out: Mapping[str, str], explorer_left_out: bool = False) -> str:
+    """The warning of a report written without some of the run's analysis parts (``left_out``:
+    part -> why; docs/analysis.md, "When a part fails")."""
+    items = "".join(f"<li><code>{html.escape(part)}</code>: {html.escape(why)}</li>" for part, why in left_out.items())
+    explorer = ("<p>The explorer reads a part left out: it was not updated, and this report does not link it.</p>"
+                if explorer_left_out else "")
+    return ("<div class='warn' id='partial'><p><b>Partial report:</b> written without the analysis parts below, "
+            "which did not complete in this run; their findings, tables and figures are missing. Every other part "
+            "is up to date with the tables and the config. The next <code>calibench run</code> makes them and the "
+            "whole report.</p>"
+            f"<ul>{items}</ul>{explorer}</div>")
+
+
 def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.DataFrame,
                  n_rows: Mapping[str, tuple[int, int]], minibench: bool, *, blocks: Mapping[str, str] | None = None,
                  underdetermined: Sequence[str] | Mapping[str, Sequence[str]] = (), n_tables: int | None = None,
-                 explorer: bool = False) -> Path:
+                 explorer: bool = False, left_out: Mapping[str, str] | None = None,
+                 explorer_left_out: bool = False) -> Path:
     """``results/report.html``: a contents list, then one section per entry of
     :data:`SECTIONS` that has findings, figures or an HTML block (``blocks``: section id ->
     HTML, e.g. tables), each with its computed findings first; a question without any keeps
     its section with one line saying why (:data:`EMPTY_REASONS`); figures placed by
     :func:`plot_section`; figures no section claims at the end. ``underdetermined``: stages
-    the mini benchmark's banner names; ``explorer``: link the run's interactive explorer."""
+    the mini benchmark's banner names; ``explorer``: link the run's interactive explorer;
+    ``left_out``: the parts of the run the page is written without (:func:`partial_banner`)."""
     blocks = {sid: scrollable_tables(b) for sid, b in (blocks or {}).items()}
     by_section: dict[str, list[tuple[str, Path]]] = {}
     for title, path in plots:
         by_section.setdefault(plot_section(path), []).append((title, path))
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>calibench report</title>",
+             *([f"<meta name='{LEFT_OUT_META}' content='{html.escape(','.join(left_out))}'>"] if left_out else []),
              f"<style>{STYLE}</style></head><body>", "<h1>calibench report</h1>"]
+    if left_out:
+        parts.append(partial_banner(left_out, explorer_left_out))
     if explorer:
         link = os.path.relpath(layout.explorer_page(results), layout.report_path(results).parent)
         parts.append(f"<p id='explorer-link'><a href='{link}'>Open the interactive explorer</a>: any two "
@@ -168,7 +202,10 @@ def write_report(results: Path, plots: Sequence[tuple[str, Path]], found: pd.Dat
         if question:
             body.append(f"<p><i>{html.escape(question)}</i></p>")
         if empty:
-            body.append(f"<p class='empty'>No content in this run: {EMPTY_REASONS.get(sid, NO_CONTENT)}</p>")
+            reason = EMPTY_REASONS.get(sid, NO_CONTENT)
+            if left_out:
+                reason = reason[:-1] + ", or a part this report leaves out does (above)."
+            body.append(f"<p class='empty'>No content in this run: {reason}</p>")
         if lines:
             body.append("<ul class='findings'>" + "".join(f"<li>{html.escape(t)}</li>" for t in lines) + "</ul>")
         if block:

@@ -198,6 +198,15 @@ def failed_job_logs(snakemake_log: str | Path) -> list[Path]:
     return out
 
 
+_FAILED_RULE = re.compile(r"^Error in rule (\S+?):?\s*$", re.MULTILINE)
+
+
+def failed_rules(snakemake_log: str | Path) -> list[str]:
+    """The rules of the jobs a Snakemake run reports as failed (``Error in rule NAME:``), each
+    once, in its log's order."""
+    return list(dict.fromkeys(_FAILED_RULE.findall(Path(snakemake_log).read_text(errors="replace"))))
+
+
 def cause(job_log: str | Path, lines: int = 3) -> str:
     """The end of a failed job's log: where the error is said (the last exception line, or the
     last lines)."""

@@ -210,6 +210,8 @@ def _status(args: argparse.Namespace) -> int:
     changes no file under the results or the checkout (--summary as a dry run writes no run
     log under .snakemake/, though Snakemake drops a dry run's file-state cache there, as every
     run does; the repair check in planning mode)."""
+    from calibench.analysis.registry import rule_name
+    from calibench.report.page import left_out_of
     from calibench.run import repair
 
     config, targets = _config_and_targets(args)
@@ -260,8 +262,10 @@ def _status(args: argparse.Namespace) -> int:
             why += (f"; {plan_of_fits}" if plan_of_fits else "") + _after_search(config, said, plan_of_fits)
         if word == "complete":  # a complete table still says which networks failed
             why = _failed_networks(results, target) if target.endswith(".parquet") else ""
+        if target == str(layout.report_path(results)) and (left := left_out_of(target)):
+            why += f"; the report there is partial, written without {', '.join(left)}"
         if Path(target).parent.name == "parts":  # an analysis part: its rule's name
-            why = f"analysis_{Path(target).stem}" + (f": {why}" if why else "")
+            why = rule_name(Path(target).stem) + (f": {why}" if why else "")
         print(f"{word:9s} {target}" + (f"  ({why})" if why else ""))
     if settings_changed:  # what a measurement setting reruns (docs/running.md, "Results follow the config")
         print("a measurement setting changed: the measure job of each chunk of those tables reruns from the "

@@ -95,7 +95,8 @@ def _run(args: argparse.Namespace) -> int:
     the same results stops with a message and touches nothing, and a Snakemake lock left
     by a killed run (kill -9, OOM, a lost login node) is released, with a log line. SIGINT,
     SIGTERM or SIGHUP stop Snakemake and its jobs (:func:`_follow`), release the results and
-    exit with 128 + the signal's number; the next run resumes.
+    exit with 128 + the signal's number; the next run resumes. Where only analysis parts failed,
+    the report is written from the others (:mod:`calibench.run.partial_report`).
     """
     from calibench.run.runlock import RunInUse, run_guard
 
@@ -130,6 +131,14 @@ def _run(args: argparse.Namespace) -> int:
                 _repair(config)
                 code, progress, log_file, stop = _follow(cmd, guard.pass_fds, Path(results), verbose=args.verbose)
                 progress.add(first)
+            partial = []
+            if code != 0 and stop is None:  # analysis parts failed: the report of those that are complete
+                from calibench.run.partial_report import write_partial_report
+
+                try:
+                    partial = write_partial_report(config, args.configfile, targets, log_file)
+                except KeyboardInterrupt:  # the report stays as it was (written atomically)
+                    partial = ["calibench: interrupted while writing the report of the parts that completed"]
     except RunInUse as exc:
         logging.getLogger("calibench").error("%s", exc)
         return 3
@@ -145,7 +154,7 @@ def _run(args: argparse.Namespace) -> int:
             failures.failed_jobs_summary(Path.cwd(), since=started - 1) if code != 0 and not stopped else "",
             failures.terminal_summary(results, tables, since=started - 1 if code != 0 else None),
             failures.underdetermined_summary(tables, bool((config.get("analysis") or {}).get("include_underdetermined"))),
-            failures.search_summary(tables)]
+            failures.search_summary(tables), *partial]
     try:
         for text in told:
             if text:
