@@ -59,6 +59,20 @@ def mce(P, y, n_bins):
     return max(g for _, g in _binned_gaps(conf, hit, lambda v: _width_bin(v, n_bins), n_bins))
 
 
+def mce_signed(P, y, n_bins):
+    """Tao et al.'s MCE as docs/metrics.md reads it: the largest (mean conf - mean acc) over the
+    non-empty bins, 0 where no bin is overconfident."""
+    conf, hit = top(P, y)
+    buckets = {}
+    for c, h in zip(conf, hit):
+        buckets.setdefault(_width_bin(c, n_bins), []).append((c, h))
+    largest = 0.0
+    for members in buckets.values():
+        over = sum(c for c, _ in members) / len(members) - sum(h for _, h in members) / len(members)
+        largest = max(largest, over)
+    return largest
+
+
 def cwce(P, y, n_bins):
     P = np.asarray(P, dtype=np.float64)
     n, k = P.shape

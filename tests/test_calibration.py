@@ -157,6 +157,51 @@ def test_pre_samples_all_measures_pre_on_the_whole_set_and_leaves_the_other_stag
     assert stage_measurement_settings(after, "post") == stage_measurement_settings(before, "post")
 
 
+def test_mce_signed_measures_every_stage_as_tao_et_al_and_leaves_the_other_metrics():
+    """``mce: signed`` (docs/metrics.md, "Equal-width bins"): the largest overconfidence over
+    the bins, 0 for underconfidence, against a loop-by-loop reading at every bin count; every
+    other number of every stage exactly as by default; in the settings only where set."""
+    from calibench.config.settings import measurement_settings, stage_measurement_settings
+    from calibench.metrics import functional as F
+
+    rng = np.random.default_rng(21)
+    logits = torch.from_numpy(rng.normal(size=(3, 700, 5)) * np.array([4.0, 0.6, 2.0])[:, None, None])
+    labels = rng.integers(0, 5, size=700)
+    labels[:500] = logits[1, :500].argmax(-1).numpy()  # network 1: low confidence, mostly right: underconfident
+    test = C.split_indices(700)[1]
+    bins = (5, 15, 100, 500)
+    default = C.measure_stages_batch(logits, labels, bins=bins, stages=("pre", "post", "vs"))
+    signed = C.measure_stages_batch(logits, labels, bins=bins, stages=("pre", "post", "vs"), mce="signed")
+    for i in range(3):
+        P = R.softmax(logits[i].numpy()[test])
+        for b in bins:
+            assert signed["pre"][f"mce_{b}"][i] == pytest.approx(R.mce_signed(P, labels[test], b), abs=1e-12)
+            assert default["pre"][f"mce_{b}"][i] == pytest.approx(R.mce(P, labels[test], b), abs=1e-12)
+            assert F.mce(P, labels[test], b, signed=True) == pytest.approx(R.mce_signed(P, labels[test], b), abs=1e-12)
+    assert signed["pre"]["mce_15"][1] == 0.0 < default["pre"]["mce_15"][1]  # underconfident in every bin
+    assert signed["pre"]["mce_15"][0] == default["pre"]["mce_15"][0] > 0  # its largest gap is an overconfidence
+    for stage in ("pre", "post", "vs"):
+        for key, values in default[stage].items():
+            if key.startswith("mce_"):
+                assert (signed[stage][key] <= values).all() and (signed[stage][key] >= 0).all(), (stage, key)
+            else:
+                np.testing.assert_array_equal(signed[stage][key], values, err_msg=f"{stage} {key}")
+    assert F.mce([[.5, .25, .25], [.25, .5, .25], [.25, .25, .5]], [0, 1, 2], 4, signed=True) == 0.0  # spec vector 3
+    assert F.mce([[.5, .25, .25], [.5, .25, .25], [.625, .25, .125], [.625, .25, .125]], [0, 0, 1, 2], 4,
+                 signed=True) == 0.625  # spec vector 1: its 0.625 is an overconfidence
+    with pytest.raises(ValueError, match="mce: 'absolute'; expected one of unsigned, signed"):
+        C.measure_stages_batch(logits, labels, mce="absolute")
+    # the settings: absent by default (the keys of runs before it stay); every stage's rows measured again
+    config = {"bins": [15], "tace_threshold": 1e-3, "temperature": {"method": "nll", "val_fraction": 0.2, "seed": 42},
+              "stages": ["pre", "post"]}
+    before = measurement_settings(config)
+    assert "mce" not in before and measurement_settings({**config, "mce": "unsigned"}) == before
+    after = measurement_settings({**config, "mce": "signed"})
+    assert after["mce"] == "signed"
+    for stage in ("pre", "post"):
+        assert stage_measurement_settings(after, stage) != stage_measurement_settings(before, stage)
+
+
 def test_measure_stages_batch_matches_single():
     rng = np.random.default_rng(12)
     logits = torch.from_numpy(rng.normal(size=(3, 500, 10)) * 3).float()

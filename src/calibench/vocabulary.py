@@ -13,6 +13,8 @@ ODIR_STAGES = ("ms", "dir")
 SEARCH_FLAG = "search_worse_than_identity"
 # The samples ``pre`` is measured on (config ``pre_samples``): the default first.
 PRE_SAMPLES = ("test_part", "all")
+# How MCE takes a bin's gap (config ``mce``; docs/metrics.md, "Equal-width bins"): the default first.
+MCE_GAPS = ("unsigned", "signed")
 # The columns of every shard row (calibench.results.shards gives their types); a table adds
 # ``measured_by`` and widens (stage, metric, bins) into ``{stage}_{metric}[_{bins}]`` columns.
 ROW_COLUMNS = ("space", "hp", "dataset", "arch_index", "arch_str", "seed", "stage", "metric", "bins", "value",

@@ -20,7 +20,7 @@ from calibench import layout
 from calibench.user_code import module_sha256
 from calibench.config.check import schema_default
 from calibench.layout import split_target, target_name  # noqa: F401 (split_target: for callers)
-from calibench.vocabulary import NATS_SPACES, ODIR_STAGES, PRE_SAMPLES, SEARCH_FLAG
+from calibench.vocabulary import MCE_GAPS, NATS_SPACES, ODIR_STAGES, PRE_SAMPLES, SEARCH_FLAG
 
 # Bump when inference changes the logits it produces (network forms, data pipeline):
 # every stored logits file's key changes with it (calibench.store.logits), and so do the
@@ -294,16 +294,16 @@ def measurement_settings(config: Mapping) -> dict:
     bin counts, TACE threshold, the split and temperature fit, the stages and their methods'
     options, the reliability-diagram bins its metadata holds and the fits' rules (both
     fixed; in the key so that shards written before them are measured again). ``pre_samples``
-    only where it is not the default (``test_part``), so that runs without it keep their keys."""
-    pre_samples = config.get("pre_samples", PRE_SAMPLES[0])
+    and ``mce`` only where they are not the default (:data:`LEFT_OUT_AT_DEFAULT`), so that runs
+    without them keep their keys."""
     return {"bins": sorted(config["bins"]), "tace_threshold": config["tace_threshold"],
             "temperature": dict(config["temperature"]), "stages": list(config["stages"]),
             "recalibration": recalibration_settings(config), "reliability_bins": 15, "fit_rules": FIT_RULES,
-            **({"pre_samples": pre_samples} if pre_samples != PRE_SAMPLES[0] else {})}
+            **{key: config[key] for key, default in LEFT_OUT_AT_DEFAULT.items() if config.get(key, default) != default}}
 
 
 # settings :func:`measurement_settings` leaves out at their default, with that default
-LEFT_OUT_AT_DEFAULT = {"pre_samples": PRE_SAMPLES[0]}
+LEFT_OUT_AT_DEFAULT = {"pre_samples": PRE_SAMPLES[0], "mce": MCE_GAPS[0]}
 
 
 def stage_fit_settings(settings: Mapping, stage: str) -> dict:
@@ -332,14 +332,16 @@ def stage_fit_settings(settings: Mapping, stage: str) -> dict:
 def stage_measurement_settings(settings: Mapping, stage: str) -> dict:
     """What a stage's rows of a shard depend on besides its logits and the bin counts: its fit's
     settings (:func:`stage_fit_settings`), the TACE threshold, the reliability-diagram bins, for
-    ms and dir the search's flag, for pre its samples where not the test part. Rows whose stage
+    ms and dir the search's flag, for pre its samples where not the test part, the MCE's gap where
+    not the default. Rows whose stage
     keeps these are kept when only ``bins`` or another stage changes; the new bin counts alone
     are measured (issue 35)."""
     rec = settings.get("recalibration", {})
     samples = {"samples": settings["pre_samples"]} if stage == "pre" and "pre_samples" in settings else {}
+    mce = {"mce": settings["mce"]} if "mce" in settings else {}
     return {"fit": stage_fit_settings(settings, stage), "tace_threshold": settings["tace_threshold"],
             "reliability_bins": settings.get("reliability_bins"),
-            "search_flag": (rec.get(stage) or {}).get(SEARCH_FLAG) if stage in ODIR_STAGES else None, **samples}
+            "search_flag": (rec.get(stage) or {}).get(SEARCH_FLAG) if stage in ODIR_STAGES else None, **samples, **mce}
 
 
 def odir_searched_stages(config: Mapping) -> list[str]:

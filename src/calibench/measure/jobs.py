@@ -139,6 +139,7 @@ def _measure_group(group: list[StoredNetwork], labels: torch.Tensor, settings: M
         method=temp["method"], tace_threshold=settings["tace_threshold"], stages=stages,
         recalibration={"temperature": temp, **settings.get("recalibration", {})}, ood_logits=ood,
         pre_samples=settings.get("pre_samples", vocabulary.PRE_SAMPLES[0]),
+        mce=settings.get("mce", vocabulary.MCE_GAPS[0]),
         stored_fits={stage: [r.fits.get(stage) for r in group] for stage in stages}, new_bins=new_bins,
     )
     measured = [s for s in stages if s in out]

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import torch
 
-from calibench.vocabulary import PRE_SAMPLES, SEARCH_FLAG, STAGES
+from calibench.vocabulary import MCE_GAPS, PRE_SAMPLES, SEARCH_FLAG, STAGES
 from calibench.metrics._arrays import check_bins, check_logits
 from calibench.metrics.reliability import RELIABILITY_BINS, reliability_from_logits
 from calibench.metrics.scores import auroc
@@ -101,7 +101,7 @@ def _new_fits(fitted: Fitted | None, reason: str | None, count: int) -> list[tup
 
 
 def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold, chunk_elements, ood_logits,
-                   stored=None, binned_only=False):
+                   stored=None, binned_only=False, mce=MCE_GAPS[0]):
     """Metrics (test part), fitted-parameter summaries, failures and reliability-diagram bins
     (:mod:`calibench.metrics.reliability`) of one stage for M networks, and the fits made
     (network -> (params, info, failure)). ``stored``: per network a stored fit of this stage
@@ -145,7 +145,7 @@ def _stage_outputs(stage, z, y, val_idx, test_idx, options, bins, tace_threshold
         # a NaN or +inf anywhere in a network's logits, or a row of -inf, makes a row's max non-finite
         finite = torch.isfinite(recalibrated.amax(-1)).all(-1)
         values = measure_validated(recalibrated, y[test_idx], bins, tace_threshold, chunk_elements,
-                                   unbinned=not binned_only)
+                                   unbinned=not binned_only, mce=mce)
         if not binned_only:
             for key, v in reliability_from_logits(recalibrated, y[test_idx]).items():
                 rel[key][list(indices)] = v
@@ -205,6 +205,7 @@ def measure_stages_batch(
     stored_fits: Mapping[str, Sequence] | None = None,
     new_bins: Mapping[str, Sequence[int]] | None = None,
     pre_samples: str = PRE_SAMPLES[0],
+    mce: str = MCE_GAPS[0],
 ) -> dict:
     """Every stage's metrics for M networks on a shared evaluation set.
 
@@ -223,7 +224,8 @@ def measure_stages_batch(
     that stage gives its binned metrics at those counts only (none: the stage is not measured),
     from its stored fits. ``pre_samples``: ``"all"`` measures ``pre`` on the whole evaluation
     set, as Tao et al.'s code did (docs/recalibration.md, "Common rules"); by default it is
-    measured on the test part, as every other stage is.
+    measured on the test part, as every other stage is. ``mce``: ``signed`` measures every
+    stage's MCE as Tao et al. did (docs/metrics.md, "Equal-width bins").
     """
     z, y = check_logits(logits, labels, batched=True)
     bins = check_bins(bins)
@@ -248,7 +250,7 @@ def measure_stages_batch(
         on = torch.arange(z.shape[1], device=z.device) if stage == "pre" and pre_samples == "all" else test_idx
         metrics, failures, rel, made = _stage_outputs(
             stage, z, y, val_idx, on, options, bins if added is None else check_bins(added), tace_threshold,
-            chunk_elements, ood_logits, (stored_fits or {}).get(stage), binned_only=added is not None)
+            chunk_elements, ood_logits, (stored_fits or {}).get(stage), binned_only=added is not None, mce=mce)
         out["fits"][stage] = made
         out[stage] = metrics
         out["failures"][stage] = failures

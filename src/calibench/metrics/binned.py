@@ -261,27 +261,32 @@ class SegmentSums:
     count: torch.Tensor  # (R, S)
     gap: torch.Tensor  # (R, S): |sum of targets - sum of values| in the range
     segments: Segments
+    over: torch.Tensor | None = None  # (R, S): sum of values - sum of targets (kept where asked: ``signed``)
 
 
-def segment_sums(rows: SortedRows, segments: Segments) -> SegmentSums:
+def segment_sums(rows: SortedRows, segments: Segments, signed: bool = False) -> SegmentSums:
+    """Per row and segment: the count, the absolute gap and, with ``signed``, the signed one
+    (values over targets: a top-label bin's overconfidence times its count)."""
     bounds = segments.boundaries
     count = torch.diff(bounds, dim=-1)[..., segments.pairs]
     sum_values = torch.diff(prefix_at(rows.cum_values, bounds), dim=-1)[..., segments.pairs]
     sum_targets = torch.diff(prefix_at(rows.cum_targets, bounds), dim=-1)[..., segments.pairs]
-    return SegmentSums(count, (sum_targets - sum_values).abs(), segments)
+    over = sum_values - sum_targets if signed else None
+    return SegmentSums(count, (sum_targets - sum_values).abs(), segments, over)
 
 
-def segment_sums_many(rows: SortedRows, many: list[Segments]) -> list[SegmentSums]:
+def segment_sums_many(rows: SortedRows, many: list[Segments], signed: bool = False) -> list[SegmentSums]:
     """:func:`segment_sums` of several segment sets of the same rows in one pass (one gather per
     prefix sum instead of one per set); each result equals its own call's, element for element."""
     sizes = [s.boundaries.shape[-1] for s in many]
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     joined = Segments(torch.cat([s.boundaries for s in many], dim=-1),
                       torch.cat([s.pairs + int(o) for s, o in zip(many, offsets)]), many[0].group, 0)
-    sums = segment_sums(rows, joined)
+    sums = segment_sums(rows, joined, signed)
     widths = [s.pairs.shape[0] for s in many]
-    return [SegmentSums(count, gap, s) for s, count, gap in
-            zip(many, torch.split(sums.count, widths, dim=-1), torch.split(sums.gap, widths, dim=-1))]
+    overs = torch.split(sums.over, widths, dim=-1) if signed else [None] * len(many)
+    return [SegmentSums(count, gap, s, over) for s, count, gap, over in
+            zip(many, torch.split(sums.count, widths, dim=-1), torch.split(sums.gap, widths, dim=-1), overs)]
 
 
 def total_gap(sums: SegmentSums) -> torch.Tensor:
@@ -290,9 +295,15 @@ def total_gap(sums: SegmentSums) -> torch.Tensor:
     return out.index_add_(1, sums.segments.group, sums.gap)
 
 
-def max_gap(sums: SegmentSums) -> torch.Tensor:
-    """Per row and bin count, ``max_b |mean(t)_b - mean(v)_b|`` over non-empty bins: (R, G)."""
-    per_bin = torch.where(sums.count > 0, sums.gap / sums.count.clamp(min=1), torch.zeros_like(sums.gap))
+def max_gap(sums: SegmentSums, signed: bool = False) -> torch.Tensor:
+    """Per row and bin count, ``max_b |mean(t)_b - mean(v)_b|`` over non-empty bins: (R, G).
+    ``signed`` (sums made with ``signed=True``): ``max(0, max_b (mean(v)_b - mean(t)_b))``, the
+    largest overconfidence, 0 for a row underconfident in every bin (docs/metrics.md,
+    "Equal-width bins": Tao et al.'s MCE)."""
+    gap = sums.over if signed else sums.gap
+    if gap is None:
+        raise ValueError("a signed maximum gap needs segment sums made with signed=True")
+    per_bin = torch.where(sums.count > 0, gap / sums.count.clamp(min=1), torch.zeros_like(gap))
     out = torch.zeros((per_bin.shape[0], sums.segments.n_groups), dtype=per_bin.dtype, device=per_bin.device)
     index = sums.segments.group.expand(per_bin.shape[0], -1)
     return out.scatter_reduce_(1, index, per_bin, reduce="amax", include_self=True)

@@ -50,12 +50,14 @@ def ece(probs, labels, n_bins: int = 15) -> float:
 
 
 @torch.inference_mode()
-def mce(probs, labels, n_bins: int = 15) -> float:
-    """Maximum absolute bin gap over non-empty equal-width bins (spec: "Equal-width bins")."""
+def mce(probs, labels, n_bins: int = 15, signed: bool = False) -> float:
+    """Maximum absolute bin gap over non-empty equal-width bins (spec: "Equal-width bins");
+    ``signed``: the largest overconfidence, 0 for a network underconfident in every bin (Tao
+    et al.'s, config ``mce: signed``)."""
     bins = _single_bin_count(n_bins)
     rows = _top_rows(probs, labels)
-    sums = binned.segment_sums(rows, binned.equal_width_segments(rows, bins))
-    return float(binned.max_gap(sums)[0, 0])
+    sums = binned.segment_sums(rows, binned.equal_width_segments(rows, bins), signed)
+    return float(binned.max_gap(sums, signed)[0, 0])
 
 
 @torch.inference_mode()

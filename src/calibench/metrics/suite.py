@@ -20,6 +20,7 @@ from calibench.metrics.kde import kde_ece_from_top_label
 from calibench.metrics.ks import ks_from_sorted
 from calibench.metrics.mmce_kernel import mmce_from_sorted
 from calibench.metrics.scores import brier_from_probabilities, nll_from_logits
+from calibench.vocabulary import MCE_GAPS
 
 DEFAULT_BINS = (5, 10, 15, 20, 25, 50, 100, 200, 500)
 DEFAULT_TACE_THRESHOLD = 1e-3
@@ -101,19 +102,20 @@ def _class_mean(per_class: torch.Tensor, m: int, k: int) -> torch.Tensor:
 
 
 def _measure_chunk(logits: torch.Tensor, labels: torch.Tensor, bins: tuple[int, ...], tace_threshold: float,
-                   unbinned: bool = True):
+                   unbinned: bool = True, mce: str = MCE_GAPS[0]):
     m, n, k = logits.shape
     probs = torch.softmax(logits, dim=-1)
     top = top_label(probs, labels, second=unbinned)
     out: dict[str, torch.Tensor] = {}
 
     top_rows = binned.sort_rows(top.conf, top.hit)
+    signed = mce == "signed"
     width, mass = binned.segment_sums_many(
-        top_rows, [binned.equal_width_segments(top_rows, bins), binned.equal_mass_segments(top_rows, bins)])
+        top_rows, [binned.equal_width_segments(top_rows, bins), binned.equal_mass_segments(top_rows, bins)], signed)
     per_bins = {
         "ece": binned.total_gap(width) / n,
         "ece_em": binned.total_gap(mass) / n,
-        "mce": binned.max_gap(width),
+        "mce": binned.max_gap(width, signed),
     }
 
     class_rows = classwise_rows(probs, labels)
@@ -161,15 +163,17 @@ def measure_batch(
     bins=DEFAULT_BINS,
     tace_threshold: float = DEFAULT_TACE_THRESHOLD,
     chunk_elements: int | None = None,
+    mce: str = MCE_GAPS[0],
 ) -> dict[str, np.ndarray]:
     """Every metric for M networks: logits (M, N, K) on CPU or CUDA, shared labels (N,).
 
     Returns ``{name: float64 array of shape (M,)}`` with the keys of
     :func:`metric_names`. Networks are processed in chunks of at most
     ``chunk_elements`` logits (default: by device) to bound memory; results equal :func:`measure` per network.
+    ``mce``: ``unsigned`` (the spec's), or ``signed``, Tao et al.'s (:func:`calibench.metrics.binned.max_gap`).
     """
     z, y = check_logits(logits, labels, batched=True)
-    return measure_validated(z, y, check_bins(bins), tace_threshold, chunk_elements)
+    return measure_validated(z, y, check_bins(bins), tace_threshold, chunk_elements, mce=mce)
 
 
 def measure_validated(
@@ -179,10 +183,13 @@ def measure_validated(
     tace_threshold: float = DEFAULT_TACE_THRESHOLD,
     chunk_elements: int | None = None,
     unbinned: bool = True,
+    mce: str = MCE_GAPS[0],
 ) -> dict[str, np.ndarray]:
     """:func:`measure_batch` on already checked float64 logits (M, N, K) and int64 labels;
     ``unbinned=False``: the binned metrics only (a re-measurement of new bin counts; each bin
     count's values do not depend on the others measured with it)."""
+    if mce not in MCE_GAPS:
+        raise ValueError(f"mce: {mce!r}; expected one of {', '.join(MCE_GAPS)}")
     m, n, k = z.shape
     if chunk_elements is None:
         chunk_elements = default_chunk_elements(z.device)
@@ -190,7 +197,7 @@ def measure_validated(
     parts: list[dict[str, torch.Tensor]] = []
     with torch.inference_mode():
         for start in range(0, m, per_chunk):
-            parts.append(_measure_chunk(z[start : start + per_chunk], y, bins, tace_threshold, unbinned))
+            parts.append(_measure_chunk(z[start : start + per_chunk], y, bins, tace_threshold, unbinned, mce))
     names = metric_names(bins) if unbinned else binned_metric_names(bins)
     return {name: torch.cat([p[name] for p in parts]).cpu().numpy() for name in names}
 

@@ -57,7 +57,8 @@ COLUMNS: tuple[Column, ...] = (
            "under this name"),
     Column("{stage}_MCE_{B}", "{stage}_mce_{B}", ASSUMED,
            "MCE, B equal-width bins: max over non-empty bins of |acc - conf| (unsigned)",
-           "theirs signed: an underconfident network got 0; plus the sets and T as for ECE"),
+           "theirs signed: an underconfident network got 0 (config `mce: signed` measures ours so); plus the sets "
+           "and T as for ECE"),
     Column("{stage}_NLL", "{stage}_nll", ASSUMED, "mean negative log-likelihood from the logits (may be inf)",
            "pre/post sets and T as for ECE"),
     Column("{stage}_Brier", "{stage}_brier", ASSUMED,
