@@ -380,6 +380,13 @@ def test_the_plan_of_a_rerun_names_pre_when_it_is_measured_again(workflow_run, m
     assert status._settings_changed(whole, recorded) == "settings changed: pre_samples: test_part → all"
     assert status._fit_plan(whole, table, recorded) == (
         "fits made again: none; measured again (no fit): pre; rows kept: post, vs, ms, dir, iso, hist, spline")
+    # MCE signed (Tao et al.'s): every stage measured again, no fit made
+    signed = copy.deepcopy(config)
+    signed["mce"] = "signed"
+    assert status._settings_changed(signed, recorded) == "settings changed: mce: unsigned → signed"
+    assert status._fit_plan(signed, table, recorded) == (
+        "fits made again: none; re-applied from the fit store and measured whole: post, vs, ms, dir, iso, hist, "
+        "spline; measured again (no fit): pre")
 
 
 # ---------------------------------------------------------------- archives and datasets named by their key
