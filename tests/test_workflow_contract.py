@@ -367,7 +367,10 @@ def test_the_plan_of_a_rerun_names_pre_when_it_is_measured_again(workflow_run, m
     # the search's split changed too: it is named, and its stages are not said twice
     said = status._search_changed(split, table)
     assert said == "the lambda, mu search reruns: temperature.val_fraction: 0.2 → 0.3", said
-    assert status._after_search(split, said, status._fit_plan(split, table, recorded)) == ""
+    assert status._after_search(split, status._fit_stages(split, table, recorded).refitted) == ""
+    assert status._rerun_plan(split, table, recorded) == (
+        "settings changed: temperature.val_fraction: 0.2 → 0.3; " + said + "; fits made again: post, vs, ms, dir, iso, "
+        "hist, spline; measured again (no fit): pre")
     tace = copy.deepcopy(config)
     tace["tace_threshold"] *= 2
     assert status._fit_plan(tace, table, recorded).endswith(

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from calibench import layout, vocabulary
 from calibench.run.targets import _config_and_targets
@@ -75,16 +76,26 @@ def _search_changed(config: dict, table: str) -> str:
     return "the lambda, mu search reruns: " + "; ".join(changes) if changes else ""
 
 
-def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
+class FitStages(NamedTuple):
+    """What a measurement rerun of a table does stage by stage (:func:`_fit_stages`)."""
+
+    refitted: list[str]  # fitted again
+    reapplied: list[str]  # re-applied from the fit store and measured whole
+    pre_again: bool  # pre (no fit) measured again
+    kept: list[str]  # rows kept (measured at ``added`` bin counts only where there are some)
+    added: list[int]
+    has_fits: bool  # the config measures a stage with a fit
+
+
+def _fit_stages(config: dict, table: str, recorded: dict | None) -> FitStages | None:
     """What a measurement rerun of ``table`` does stage by stage (docs/running.md, "The fit
     store"), from the settings the table recorded and the config now (``recorded``:
-    :func:`_recorded_settings` of ``table``): the stages fitted again, those re-applied from the
-    fit store and measured whole, those measured at the new bin counts only, and those whose rows
-    are kept; "" when nothing was recorded. Lambda, mu left to the search count as recorded."""
+    :func:`_recorded_settings` of ``table``); None when nothing was recorded. Lambda, mu left to
+    the search count as recorded."""
     from calibench.config.settings import measurement_settings, stage_fit_settings, stage_measurement_settings
 
     if not recorded:
-        return ""
+        return None
     new = measurement_settings(config)
     for stage in vocabulary.ODIR_STAGES:
         given, before = new["recalibration"].get(stage), recorded.get("recalibration", {}).get(stage)
@@ -103,18 +114,47 @@ def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
                               [s for s in fitted if s not in was]) if stored else set()
     same = [s for s in fitted if stored and (s in held or s in was and
                                              stage_fit_settings(recorded, s) == stage_fit_settings(new, s))]
+    return FitStages([s for s in fitted if s not in same], same, "pre" in new["stages"] and "pre" not in kept, kept,
+                     added, bool(fitted or any(s != "pre" for s in new["stages"])))
+
+
+def _fit_plan(config: dict, table: str, recorded: dict | None) -> str:
+    """:func:`_fit_stages` in words ("fits made again: ...; re-applied from the fit store and
+    measured whole: ...; measured again (no fit): pre; rows kept: ..."); "" when nothing was
+    recorded."""
+    return _fit_plan_words(_fit_stages(config, table, recorded))
+
+
+def _fit_plan_words(stages: FitStages | None) -> str:
+    if stages is None:
+        return ""
     parts = []
-    if fitted or any(s != "pre" for s in new["stages"]):
-        parts.append(f"fits made again: {', '.join(s for s in fitted if s not in same) or 'none'}")
-    if same:
-        parts.append(f"re-applied from the fit store and measured whole: {', '.join(same)}")
-    if "pre" in new["stages"] and "pre" not in kept:  # the stage without a fit
+    if stages.has_fits:
+        parts.append(f"fits made again: {', '.join(stages.refitted) or 'none'}")
+    if stages.reapplied:
+        parts.append(f"re-applied from the fit store and measured whole: {', '.join(stages.reapplied)}")
+    if stages.pre_again:  # the stage without a fit
         parts.append("measured again (no fit): pre")
+    kept, added = stages.kept, stages.added
     if kept and added:
         parts.append(f"measured at the new bin counts only ({', '.join(map(str, added))}): {', '.join(kept)}")
     elif kept:
         parts.append(f"rows kept: {', '.join(kept)}")
     return "; ".join(parts)
+
+
+def _rerun_plan(config: dict, table: str, recorded: dict | None) -> str:
+    """Why ``table``'s measurement reruns and what it does: the settings that changed
+    (:func:`_settings_changed`, :func:`_search_changed`), then :func:`_fit_plan` and
+    :func:`_after_search`; "" when no recorded setting differs from the config's."""
+    search = _search_changed(config, table)
+    said = "; ".join(filter(None, [_settings_changed(config, recorded), search]))
+    if not said:
+        return ""
+    stages = _fit_stages(config, table, recorded)
+    plan = _fit_plan_words(stages)
+    after = _after_search(config, stages.refitted if stages else []) if search else ""
+    return said + (f"; {plan}" if plan else "") + after
 
 
 def _held_in_fit_store(results, settings: dict, table: str, space: str, hp: str, dataset: str,
@@ -163,26 +203,16 @@ def _measurement_plan(config: dict, tables: list[str]) -> list[str]:
     """For a dry run of ``calibench run``: each table whose recorded measurement settings differ
     from the config's, with the fitted stages its rerun fits again and those it re-applies from
     the fit store (what ``calibench status`` says of it)."""
-    out = []
-    for table in tables:
-        recorded = _recorded_settings(table)
-        said = "; ".join(filter(None, [_settings_changed(config, recorded), _search_changed(config, table)]))
-        if said:
-            plan = _fit_plan(config, table, recorded)
-            out.append(f"{table}: {said}" + (f"; {plan}" if plan else "") + _after_search(config, said, plan))
-    return out
+    return [f"{table}: {said}" for table in tables if (said := _rerun_plan(config, table, _recorded_settings(table)))]
 
 
-def _after_search(config: dict, said: str, plan: str) -> str:
-    """What follows a search that reruns (``said`` says so): its stages that ``plan`` does not
-    fit again anyway are fitted again only where it chooses another lambda, mu (the measure jobs
-    compare each stage's key)."""
-    if "the lambda, mu search reruns" not in said:
-        return ""
+def _after_search(config: dict, refitted: list[str]) -> str:
+    """What follows a search that reruns: its stages not ``refitted`` anyway (the plan's
+    :func:`_fit_stages`) are fitted again only where it chooses another lambda, mu (the
+    measure jobs compare each stage's key)."""
     from calibench.config.settings import odir_searched_stages
 
-    refitted = re.search(r"fits made again: ([^;]*)", plan)
-    stages = [s for s in odir_searched_stages(config) if not refitted or s not in refitted.group(1).split(", ")]
+    stages = [s for s in odir_searched_stages(config) if s not in refitted]
     return f" ({', '.join(stages)}: fitted again where the search chooses another lambda, mu)" if stages else ""
 
 
@@ -249,8 +279,7 @@ def _status(args: argparse.Namespace) -> int:
         # a setting only the measure jobs take (e.g. temperature.method) leaves the table's own rule as it
         # was, so --summary calls it complete; its recorded settings say otherwise
         recorded = _recorded_settings(target) if target.endswith(".parquet") and not why_damaged else None
-        said = "; ".join(filter(None, [_settings_changed(config, recorded),
-                                        _search_changed(config, target) if target.endswith(".parquet") else ""]))
+        said = _rerun_plan(config, target, recorded) if target.endswith(".parquet") else ""
         word = "complete" if plan == "no update" and not why_damaged and not said else "to run"
         counts[word] += 1
         tables_to_run |= word == "to run" and target.endswith(".parquet")
@@ -258,8 +287,6 @@ def _status(args: argparse.Namespace) -> int:
                else status if status != "ok" else "a job before it reruns: a setting or an input changed")
         if word != "complete" and target.endswith(".parquet") and not why_damaged:
             why, settings_changed = said or why, settings_changed or bool(said)
-            plan_of_fits = _fit_plan(config, target, recorded) if said else ""
-            why += (f"; {plan_of_fits}" if plan_of_fits else "") + _after_search(config, said, plan_of_fits)
         if word == "complete":  # a complete table still says which networks failed
             why = _failed_networks(results, target) if target.endswith(".parquet") else ""
         if target == str(layout.report_path(results)) and (left := left_out_of(target)):
