@@ -5,7 +5,8 @@ channel string (8^5 = 32,768), i.e. full-size spaces in another index order, run
 population checkpoint for both spaces, then times ``snakemake -n`` on config/nats.yaml
 with the archive paths pointed at them. Prints jobs per rule and the wall time.
 
-It also times what every cluster job pays before its command starts: the Snakemake
+It times the dry run's ``--summary`` too (the plan ``calibench status`` and the partial
+report read). It also times what every cluster job pays before its command starts: the Snakemake
 process on the node re-parses the Snakefile and builds the DAG of its one target job
 (``--target-jobs infer:... --mode remote``, as the SLURM plugin's job step runs it), here
 stopped at the dry run (median of 3).
@@ -72,6 +73,12 @@ def main() -> None:
     print(table.group(1) if table else out[-2000:])
     print(f"snakemake -n, full real configuration (TSS 6,466 unique + SSS 32,768, 3 datasets, chunk size "
           f"{args.chunk_size}): {seconds:.1f} s")
+    # the plan `calibench status` and the partial report (calibench.run.partial_report) read
+    start = time.perf_counter()
+    proc = subprocess.run(base + ["--summary", "--dry-run", "--cores", "1"], capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    rows = [line for line in proc.stdout.splitlines() if line.count("\t") >= 5 and not line.startswith("output_file")]
+    print(f"snakemake --summary --dry-run, the same: {len(rows):,} output files in {seconds:.1f} s")
 
     job = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(ROOT),
            "--target-jobs", "infer:target=sss_90,chunk=00000", "--allowed-rules", "infer",
