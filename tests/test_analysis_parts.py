@@ -178,7 +178,7 @@ def _args(**kw):
 
 def test_a_report_without_a_failed_part_leaves_out_what_reads_it(parts_run, tmp_path, monkeypatch):
     """A failed hcs part (its outputs removed, as Snakemake does, its log and Snakemake's saying
-    so): the reliability part, which reads hcs's ranking, and the explorer wait for it; the
+    so, here killed by SIGKILL, e.g. out of memory): the reliability part, which reads hcs's ranking, and the explorer wait for it; the
     report of the others names both parts, links no explorer, and its content check holds."""
     from calibench.run.partial_report import write_partial_report
     from calibench.run.targets import _config_and_targets
@@ -193,15 +193,17 @@ def test_a_report_without_a_failed_part_leaves_out_what_reads_it(parts_run, tmp_
     (results / "logs" / "analysis" / "hcs.log").write_text("Traceback ...\nValueError: planted in hcs\n")
     log = results / "logs" / "snakemake" / "run-planted.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text("Error in rule analysis_hcs:\n    log: results/logs/analysis/hcs.log (check log file(s) for error "
-                   "details)\n")
+    log.write_text("subprocess.CalledProcessError: Command 'set -euo pipefail; ...' returned non-zero exit status "
+                   "137.\nError in rule analysis_hcs:\n    log: results/logs/analysis/hcs.log (check log file(s) for "
+                   "error details)\n")
     monkeypatch.chdir(workdir)
     config, targets = _config_and_targets(_args())
     said = write_partial_report(config, "tiny.yaml", targets, log)
     assert len(said) == 1 and "report written without hcs (failed), reliability (not run)" in said[0], said
     page = (results / "report.html").read_text()
     banner = re.search(r"<div class='warn' id='partial'>(.*?)</div>", page, re.S).group(1)
-    assert "<code>hcs</code>: failed: ValueError: planted in hcs (log: results/logs/analysis/hcs.log)" in banner
+    assert ("<code>hcs</code>: failed: killed by SIGKILL (exit status 137): out of memory (the kernel&#x27;s OOM "
+            "killer), or kill -9; its log ends: ValueError: planted in hcs (log: results/logs/analysis/hcs.log)") in banner
     assert "<code>reliability</code>: not run: it reads the outputs of hcs, left out too" in banner
     assert "explorer reads a part left out" in banner and "explorer-link" not in page
     assert "plots/hcs/" not in page and "plots/reliability/" not in page and "plots/kendall/" in page

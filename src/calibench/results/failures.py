@@ -286,9 +286,16 @@ def failed_jobs_summary(workdir: str | Path = ".", since: float = 0.0) -> str:
     ends = failed_job_ends(log)
     lines = [f"calibench: {len(jobs)} job(s) failed:"]
     for job in jobs:
-        told = cause(Path(workdir) / job)
-        killed = signal_exit(ends[job]) if job in ends else None
-        if killed:
-            told = f"{killed}; its log ends: {told}" if told != "(no log written)" and told else killed
-        lines.append(f"  {job}: {told}")
+        lines.append(f"  {job}: {job_cause(Path(workdir) / job, ends.get(job))}")
     return "\n".join(lines)
+
+
+def job_cause(job_log: str | Path, status: int | None = None) -> str:
+    """Why a failed job failed: the signal that killed it where its exit ``status`` (from
+    :func:`failed_job_ends`) says one did, with what its log says last; else its log's error
+    (:func:`cause`)."""
+    told = cause(job_log)
+    killed = signal_exit(status) if status is not None else None
+    if killed:
+        return f"{killed}; its log ends: {told}" if told != "(no log written)" and told else killed
+    return told

@@ -89,11 +89,12 @@ def write_partial_report(config: Mapping, configfile: str, targets: Sequence[str
     if before:
         return [f"calibench: {report} not written: jobs it needs did not complete ({', '.join(before)})"]
     failed = {}
+    ends = failures.failed_job_ends(snakemake_log)
     for rule in failures.failed_rules(snakemake_log):
         part = next((p for p in parts if rule_name(p) == rule), None)
         if part is not None:
             job_log = layout.log_path(results, f"analysis/{part}")
-            failed[part] = f"{failures.cause(job_log)} (log: {job_log})"
+            failed[part] = f"{failures.job_cause(job_log, ends.get(job_log))} (log: {job_log})"
     left_out = left_out_parts(parts, pending, failed)
     if not left_out or "assemble_report" not in pending:
         return []
