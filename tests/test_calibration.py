@@ -121,10 +121,24 @@ def test_measure_stages_splits_fits_and_measures():
     assert out["pre"]["accuracy"] == out["post"]["accuracy"]
 
 
+def _switched_settings(key: str, default: str, other: str) -> tuple[dict, dict]:
+    """The measurement settings of a small config without ``key`` and with ``key: other``; the
+    key is left out at its ``default`` (so that runs from before the switch keep their keys)."""
+    from calibench.config.settings import measurement_settings
+
+    config = {"bins": [15], "tace_threshold": 1e-3, "temperature": {"method": "nll", "val_fraction": 0.2, "seed": 42},
+              "stages": ["pre", "post"]}
+    before = measurement_settings(config)
+    assert key not in before and measurement_settings({**config, key: default}) == before
+    after = measurement_settings({**config, key: other})
+    assert after[key] == other
+    return before, after
+
+
 def test_pre_samples_all_measures_pre_on_the_whole_set_and_leaves_the_other_stages():
     """``pre_samples: all`` (Tao et al.'s pre-scaling numbers): pre's metrics and reliability bins
     on every sample, reference-checked; post, vs and the temperature exactly as by default."""
-    from calibench.config.settings import measurement_settings, stage_measurement_settings
+    from calibench.config.settings import stage_measurement_settings
 
     rng = np.random.default_rng(13)
     logits = torch.from_numpy(rng.normal(size=(2, 900, 6)) * 3)
@@ -147,12 +161,7 @@ def test_pre_samples_all_measures_pre_on_the_whole_set_and_leaves_the_other_stag
     with pytest.raises(ValueError, match="pre_samples: 'whole'; expected 'test_part' or 'all'"):
         C.measure_stages_batch(logits, labels, pre_samples="whole")
     # the settings: absent by default (the keys of runs before it stay), a change of pre's rows only
-    config = {"bins": [15], "tace_threshold": 1e-3, "temperature": {"method": "nll", "val_fraction": 0.2, "seed": 42},
-              "stages": ["pre", "post"]}
-    before = measurement_settings(config)
-    assert "pre_samples" not in before and measurement_settings({**config, "pre_samples": "test_part"}) == before
-    after = measurement_settings({**config, "pre_samples": "all"})
-    assert after["pre_samples"] == "all"
+    before, after = _switched_settings("pre_samples", "test_part", "all")
     assert stage_measurement_settings(after, "pre") != stage_measurement_settings(before, "pre")
     assert stage_measurement_settings(after, "post") == stage_measurement_settings(before, "post")
 
@@ -161,7 +170,7 @@ def test_mce_signed_measures_every_stage_as_tao_et_al_and_leaves_the_other_metri
     """``mce: signed`` (docs/metrics.md, "Equal-width bins"): the largest overconfidence over
     the bins, 0 for underconfidence, against a loop-by-loop reading at every bin count; every
     other number of every stage exactly as by default; in the settings only where set."""
-    from calibench.config.settings import measurement_settings, stage_measurement_settings
+    from calibench.config.settings import stage_measurement_settings
     from calibench.metrics import functional as F
 
     rng = np.random.default_rng(21)
@@ -192,12 +201,7 @@ def test_mce_signed_measures_every_stage_as_tao_et_al_and_leaves_the_other_metri
     with pytest.raises(ValueError, match="mce: 'absolute'; expected one of unsigned, signed"):
         C.measure_stages_batch(logits, labels, mce="absolute")
     # the settings: absent by default (the keys of runs before it stay); every stage's rows measured again
-    config = {"bins": [15], "tace_threshold": 1e-3, "temperature": {"method": "nll", "val_fraction": 0.2, "seed": 42},
-              "stages": ["pre", "post"]}
-    before = measurement_settings(config)
-    assert "mce" not in before and measurement_settings({**config, "mce": "unsigned"}) == before
-    after = measurement_settings({**config, "mce": "signed"})
-    assert after["mce"] == "signed"
+    before, after = _switched_settings("mce", "unsigned", "signed")
     for stage in ("pre", "post"):
         assert stage_measurement_settings(after, stage) != stage_measurement_settings(before, stage)
 
