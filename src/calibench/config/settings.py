@@ -333,9 +333,8 @@ def stage_measurement_settings(settings: Mapping, stage: str) -> dict:
     """What a stage's rows of a shard depend on besides its logits and the bin counts: its fit's
     settings (:func:`stage_fit_settings`), the TACE threshold, the reliability-diagram bins, for
     ms and dir the search's flag, for pre its samples where not the test part, the MCE's gap where
-    not the default. Rows whose stage
-    keeps these are kept when only ``bins`` or another stage changes; the new bin counts alone
-    are measured (issue 35)."""
+    not the default. Rows whose stage keeps these are kept when only ``bins`` or another stage
+    changes; the new bin counts alone are measured (issue 35)."""
     rec = settings.get("recalibration", {})
     samples = {"samples": settings["pre_samples"]} if stage == "pre" and "pre_samples" in settings else {}
     mce = {"mce": settings["mce"]} if "mce" in settings else {}

@@ -30,17 +30,10 @@ _AFTER_PARTS = ("assemble_report", "explorer", "all")
 def pending_rules(configfile: str, targets: Sequence[str]) -> set[str] | None:
     """The rules with an output Snakemake would still make for ``targets`` (a dry run's
     ``--summary``: its plan is not ``no update``); None where Snakemake cannot plan."""
-    cmd = [sys.executable, "-m", "snakemake", "--configfile", configfile, "--cores", "1", "--summary",
-           "--dry-run", *targets]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        return None
-    pending = set()
-    for line in proc.stdout.splitlines():
-        cells = line.split("\t")  # output_file, date, rule, log-file(s), status, plan
-        if len(cells) >= 6 and cells[0] != "output_file" and cells[-1] != "no update":
-            pending.add(cells[2])
-    return pending
+    from calibench.run.status import summary_plan
+
+    proc, rows = summary_plan(configfile, list(targets))
+    return {cells[2] for cells in rows if cells[-1] != "no update"} if proc.returncode == 0 else None
 
 
 def left_out_parts(parts: Mapping[str, Sequence[str]], pending: set[str], failed: Mapping[str, str]) -> dict[str, str]:
@@ -70,7 +63,8 @@ def _behind_its_inputs(report: Path, inputs: Sequence[Path]) -> None:
     os.utime(report, (report.stat().st_atime, min(report.stat().st_mtime, newest - 1.0)))
 
 
-def write_partial_report(config: Mapping, configfile: str, targets: Sequence[str], snakemake_log: Path | None) -> list[str]:
+def write_partial_report(config: Mapping, configfile: str, targets: Sequence[str],
+                         snakemake_log: Path | None) -> list[str]:
     """After a failed run: the report (``results/report.html``, its findings and claims) of the
     parts that are complete, when only analysis parts (and what comes after them) are left
     to run; lines for the terminal, [] where it writes nothing."""
@@ -90,9 +84,9 @@ def write_partial_report(config: Mapping, configfile: str, targets: Sequence[str
         return [f"calibench: {report} not written: jobs it needs did not complete ({', '.join(before)})"]
     failed = {}
     ends = failures.failed_job_ends(snakemake_log)
+    part_of_rule = {rule_name(p): p for p in parts}
     for rule in failures.failed_rules(snakemake_log):
-        part = next((p for p in parts if rule_name(p) == rule), None)
-        if part is not None:
+        if (part := part_of_rule.get(rule)) is not None:
             job_log = layout.log_path(results, f"analysis/{part}")
             failed[part] = f"{failures.job_cause(job_log, ends.get(job_log))} (log: {job_log})"
     left_out = left_out_parts(parts, pending, failed)

@@ -235,6 +235,19 @@ def _after_tables(target: str) -> bool:
     return target.endswith(".html") or Path(target).parent.name == "parts"
 
 
+def summary_plan(configfile: str, targets: list[str],
+                 extra: list[str] = ()) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """Snakemake's plan for ``targets`` as a dry run's ``--summary`` (it runs nothing): the
+    finished process and its rows, each ``[output_file, date, rule, log-file(s), status, plan]``
+    (the header left out; [] where Snakemake failed)."""
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", configfile, "--cores", "1", "--summary", "--dry-run",
+           *targets, *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    rows = [cells for line in proc.stdout.splitlines() if len(cells := line.split("\t")) >= 6
+            and cells[0] != "output_file"] if proc.returncode == 0 else []
+    return proc, rows
+
+
 def _status(args: argparse.Namespace) -> int:
     """What is complete, missing, damaged or stale for the current config; runs nothing and
     changes no file under the results or the checkout (--summary as a dry run writes no run
@@ -245,9 +258,7 @@ def _status(args: argparse.Namespace) -> int:
     from calibench.run import repair
 
     config, targets = _config_and_targets(args)
-    cmd = [sys.executable, "-m", "snakemake", "--configfile", args.configfile, "--cores", "1", "--summary",
-           "--dry-run", *targets, *args.snakemake_args]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc, summary = summary_plan(args.configfile, targets, args.snakemake_args)
     if proc.returncode != 0:  # Snakemake's message without its frames: what the Snakefile said
         # as a dry run Snakemake may say the Snakefile's error on stdout
         lines = [line.strip() for line in (proc.stderr + "\n" + proc.stdout).splitlines()
@@ -257,11 +268,7 @@ def _status(args: argparse.Namespace) -> int:
             start += 1
         said = [line for line in lines[start:] if not line.startswith('File "')]
         raise ValueError(" | ".join(said[:3]) or f"snakemake --summary failed (exit {proc.returncode})")
-    rows = {}
-    for line in proc.stdout.splitlines():
-        cells = line.split("\t")
-        if len(cells) >= 6 and cells[0] in targets:
-            rows[cells[0]] = (cells[-2], cells[-1])  # status, plan
+    rows = {cells[0]: (cells[-2], cells[-1]) for cells in summary if cells[0] in targets}  # status, plan
     results = Path(config["results"])
     changed = repair.changed_chunks(results, logits=bool(config["keep_logits"]))
     damaged = {str(table): why for table, why in repair.affected_tables(results, changed).items()}
