@@ -6,7 +6,8 @@ Prints, for one network (default N = 10,000 samples, K = 100 classes):
   * the same suite through torchmetrics (ECE, MCE), uncertainty-calibration
     (equal-mass ECE, classwise ECE and equal-mass classwise ECE) and netcal (MMCE,
     O(N^2)); metrics they lack (ACE/TACE, KS, KDE-ECE) are not counted for them;
-  * the batched form's networks per second on CPU, and on CUDA when available.
+  * the batched form's networks per second on CPU, and on CUDA when available (and with
+    ``mce: signed``, which keeps the top-label bins' signed sums too).
 
 Usage: python bench/bench_metrics.py [--n 10000] [--k 100] [--batch 16] [--no-public] [--no-tune]
 """
@@ -101,6 +102,8 @@ def main() -> None:
         y = labels.to(device)
         t = timed(lambda: metrics.measure_batch(batch, y), max(1, args.repeats // 3))
         print(f"  measure_batch on {device}: {args.batch} networks in {t:.2f} s = {args.batch / t:.1f} networks/s")
+        t = timed(lambda: metrics.measure_batch(batch, y, mce="signed"), max(1, args.repeats // 3))
+        print(f"  measure_batch on {device}, mce signed: {args.batch / t:.1f} networks/s")
         t = timed(lambda: calibration.measure_stages_batch(batch, y), max(1, args.repeats // 3))
         print(f"  measure_stages_batch on {device}: {args.batch / t:.1f} networks/s (pre + post + fit)")
 
