@@ -23,12 +23,11 @@ import random
 import time
 
 import torch
-from torch import nn
 
 from calibench.inference.precision import with_precision
 from calibench.inference.precision_modes import PRECISIONS
 from calibench.sources.nats.minibench import sample_sss_archs, sample_tss_archs
-from calibench.sources.nats.networks import build_network, inference_network
+from calibench.sources.nats.networks import build_network, inference_network, randomise_
 
 OPS = ("none", "skip_connect", "nor_conv_1x1", "nor_conv_3x3", "avg_pool_3x3")
 
@@ -51,28 +50,6 @@ def architectures(space: str, n: int) -> list[str]:
     return (fixed + rest)[:n]
 
 
-def randomise(net: nn.Module, seed: int) -> nn.Module:
-    """He-scaled weights; BN running statistics from a batch, then perturbed (so folding matters)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)):
-                m.weight.normal_(0, (2 / m.weight[0].numel()) ** 0.5, generator=g)
-                if m.bias is not None:
-                    m.bias.normal_(0, 0.1, generator=g)
-            elif isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5, generator=g)
-                m.bias.normal_(0, 0.2, generator=g)
-                m.reset_running_stats()
-                m.momentum = None
-        net.train()(torch.randn(32, 3, 32, 32, generator=g))
-        for m in net.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.add_(torch.randn(m.num_features, generator=g) * 0.2 * m.running_var.sqrt())
-                m.running_var.mul_(torch.empty(m.num_features).uniform_(0.5, 2.0, generator=g))
-    return net.eval()
-
-
 def relative_error(z: torch.Tensor, ref: torch.Tensor) -> float:
     return float((z.double().cpu() - ref).abs().max() / ref.abs().max().clamp(min=1e-300))
 
@@ -91,7 +68,7 @@ def main() -> None:
     rows = []
     for space in ("sss", "tss"):
         for i, arch in enumerate(architectures(space, args.archs)):
-            net = randomise(build_network(space, arch, 100), seed=1000 + i)
+            net = randomise_(build_network(space, arch, 100), seed=1000 + i, stats_batch=32)
             with torch.no_grad():
                 ref = net.double()(images.double())[1]
                 net.float()

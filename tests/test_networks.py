@@ -11,7 +11,9 @@ import torch
 from torch import nn
 
 from calibench.sources.nats.archstr import SSS_GENOTYPE
-from calibench.sources.nats.networks import build_network, count_parameters, inference_network, multiply_adds
+from calibench.sources.nats.networks import (
+    build_network, count_parameters, inference_network, multiply_adds, randomise_,
+)
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nats-bench-samples"
 ARCHIVES = {"tss": SAMPLES / "NATS-tss-v1_0-3ffb9-simple", "sss": SAMPLES / "NATS-sss-v1_0-50262-simple"}
@@ -67,28 +69,6 @@ def xautodl():
     return reference
 
 
-def _randomise(net: nn.Module, seed: int) -> nn.Module:
-    """Random weights; BN running stats from a batch (realistic scale), then perturbed so folding matters."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in net.modules():
-            if isinstance(m, (nn.Conv2d, nn.Linear)):
-                m.weight.normal_(0, (2 / m.weight[0].numel()) ** 0.5, generator=g)
-                if m.bias is not None:
-                    m.bias.normal_(0, 0.1, generator=g)
-            elif isinstance(m, nn.BatchNorm2d):
-                m.weight.uniform_(0.5, 1.5, generator=g)
-                m.bias.normal_(0, 0.2, generator=g)
-                m.reset_running_stats()
-                m.momentum = None
-        net.train()(torch.randn(16, 3, 32, 32, generator=g))
-        for m in net.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.add_(torch.randn(m.num_features, generator=g) * 0.2 * m.running_var.sqrt())
-                m.running_var.mul_(torch.empty(m.num_features).uniform_(0.5, 2.0, generator=g))
-    return net.eval()
-
-
 def _cases(space: str, indices) -> list:
     return [pytest.param(space, i, CLASSES[n % 3], id=f"{space}-{i}-{CLASSES[n % 3]}") for n, i in enumerate(indices)]
 
@@ -96,7 +76,7 @@ def _cases(space: str, indices) -> list:
 @pytest.mark.parametrize("space, index, num_classes", _cases("tss", TSS_INDICES) + _cases("sss", SSS_INDICES))
 def test_matches_xautodl(xautodl, space, index, num_classes):
     arch = _meta(space)[index]
-    ref = _randomise(xautodl(space, arch, num_classes), seed=index)
+    ref = randomise_(xautodl(space, arch, num_classes), seed=index, stats_batch=16)
     ours = build_network(space, arch, num_classes)
     ref_sd, ours_sd = ref.state_dict(), ours.state_dict()
     assert list(ours_sd) == list(ref_sd)
@@ -122,7 +102,7 @@ def test_matches_xautodl(xautodl, space, index, num_classes):
 def test_inference_form_sub_batches_and_single_images():
     arch = "|nor_conv_3x3~0|+|avg_pool_3x3~0|skip_connect~1|+|nor_conv_1x1~0|none~1|skip_connect~2|"
     net = build_network("tss", arch, 10)
-    _randomise(net, seed=1)
+    randomise_(net, seed=1, stats_batch=16)
     fast = inference_network(net)
     x = torch.randn(7, 3, 16, 16, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():
@@ -195,7 +175,7 @@ def test_the_nchw_form_cuda_runs_gives_the_channels_last_logits(space, arch):
     """CUDA runs the inference form in NCHW (engine.activation_format): same logits as the CPU's
     channels-last form within float32 summation order, and NCHW throughout (no layout copies)."""
     net = build_network(space, arch, 100)
-    _randomise(net, seed=3)
+    randomise_(net, seed=3, stats_batch=16)
     channels_last, nchw = inference_network(net), inference_network(net, torch.contiguous_format)
     assert all(m.weight.stride() == torch.empty(m.weight.shape).stride()  # NCHW strides, 1x1 weights too
                for m in nchw.modules() if isinstance(m, nn.Conv2d))

@@ -155,10 +155,11 @@ def build_network(space: str, arch_str: str, num_classes: int) -> TinyNetwork:
     raise ValueError(f"unknown search space {space!r} (expected 'tss' or 'sss')")
 
 
-def randomise_(net: nn.Module, seed: int) -> nn.Module:
+def randomise_(net: nn.Module, seed: int, stats_batch: int = 0) -> nn.Module:
     """In place, for tests and benchmarks: He-scaled random weights (biases N(0, 0.1)) and random
     batch-norm parameters and running statistics, so that folding matters; returns ``net`` in
-    eval mode."""
+    eval mode. ``stats_batch`` > 0: the running statistics of a training-mode pass over that many
+    random 32x32 images (activations at a realistic scale), then perturbed."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for m in net.modules():
@@ -169,8 +170,18 @@ def randomise_(net: nn.Module, seed: int) -> nn.Module:
             elif isinstance(m, nn.BatchNorm2d):
                 m.weight.uniform_(0.5, 1.5, generator=g)
                 m.bias.normal_(0, 0.2, generator=g)
-                m.running_mean.normal_(0, 0.2, generator=g)
-                m.running_var.uniform_(0.5, 2.0, generator=g)
+                if stats_batch:
+                    m.reset_running_stats()
+                    m.momentum = None
+                else:
+                    m.running_mean.normal_(0, 0.2, generator=g)
+                    m.running_var.uniform_(0.5, 2.0, generator=g)
+        if stats_batch:
+            net.train()(torch.randn(stats_batch, 3, 32, 32, generator=g))
+            for m in net.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.running_mean.add_(torch.randn(m.num_features, generator=g) * 0.2 * m.running_var.sqrt())
+                    m.running_var.mul_(torch.empty(m.num_features).uniform_(0.5, 2.0, generator=g))
     return net.eval()
 
 
@@ -246,7 +257,8 @@ def _avg_pool_3x3(h: Tensor) -> Tensor:
 
 
 class _Edge(nn.Module):
-    """A live edge: [ReLU] -> [conv without bias] -> [3x3 average pool]."""
+    """A live edge: [ReLU] -> [conv without bias] -> [3x3 average pool]; identity if none of them.
+    The conv is one network's or, stacked, M networks' as one grouped conv."""
 
     def __init__(self, src: int, relu: bool, conv: nn.Conv2d | None, pool: bool):
         super().__init__()
@@ -282,7 +294,8 @@ def _edge_parts(layer: nn.Module) -> tuple[bool, nn.Conv2d | None, Tensor | None
 
 
 class _Node(nn.Module):
-    """Sum of live edges plus the summed biases of all its conv edges (pooling keeps a constant)."""
+    """Sum of live edges plus the summed biases of all its conv edges (pooling keeps a constant):
+    carried by its first plain convolution where it has one, else added after the sum."""
 
     def __init__(self, index: int, edges: list[_Edge], bias: Tensor | None, channels: int):
         super().__init__()
@@ -313,26 +326,23 @@ class _Node(nn.Module):
         return acc
 
 
-class _FastCell(nn.Module):
+class _PrunedCell(nn.Module):
     """A cell without its `none` edges, edges out of exactly-zero nodes (a conv's bias survives them:
-    conv(relu(0)) = bias) and nodes that do not reach the output."""
+    conv(relu(0)) = bias) and nodes that do not reach the output. ``rows``: per node, its incoming
+    edges as (source node, :class:`_Edge` or None for `none`, folded bias or None); ``channels``:
+    the width of every node."""
 
-    def __init__(self, cell: NormalCell):
+    def __init__(self, rows: list[list[tuple[int, _Edge | None, Tensor | None]]], channels: int):
         super().__init__()
-        parts = iter([_edge_parts(layer) for layer in cell.layers])
         zero = [False]  # node j is exactly zero
         specs = []
-        for node in cell.cell:
+        for row in rows:
             edges, bias = [], None
-            for _, src in node:
-                part = next(parts)
-                if part is None:
-                    continue
-                relu, conv, b, pool = part
+            for src, edge, b in row:
                 if b is not None:
                     bias = b if bias is None else bias + b
-                if not zero[src]:
-                    edges.append(_Edge(src, relu, conv, pool))
+                if edge is not None and not zero[src]:
+                    edges.append(edge)
             zero.append(not edges and bias is None)
             specs.append((edges, bias))
         needed = {len(specs)}
@@ -340,7 +350,7 @@ class _FastCell(nn.Module):
             if j in needed:
                 needed.update(e.src for e in specs[j - 1][0])
         self.nodes = nn.ModuleList(
-            _Node(j, *specs[j - 1], cell.c_out) for j in range(1, len(specs) + 1) if j in needed
+            _Node(j, *specs[j - 1], channels) for j in range(1, len(specs) + 1) if j in needed
         )
         self.num_nodes = len(specs) + 1
 
@@ -350,6 +360,25 @@ class _FastCell(nn.Module):
         for node in self.nodes:
             nodes[node.index] = node(nodes, relus)
         return nodes[-1]
+
+
+class _FastCell(_PrunedCell):
+    """The inference form of one :class:`NormalCell`."""
+
+    def __init__(self, cell: NormalCell):
+        parts = iter([_edge_parts(layer) for layer in cell.layers])
+        rows = []
+        for node in cell.cell:
+            row = []
+            for _, src in node:
+                part = next(parts)
+                if part is None:
+                    row.append((src, None, None))
+                else:
+                    relu, conv, bias, pool = part
+                    row.append((src, _Edge(src, relu, conv, pool), bias))
+            rows.append(row)
+        super().__init__(rows, cell.c_out)
 
 
 class _FastReduction(nn.Module):

@@ -41,8 +41,8 @@ from torch.nn import functional as F
 from calibench.inference.engine import Launched, enqueue_to_host
 from calibench.sources.nats.archstr import parse_sss
 from calibench.sources.nats.networks import (
-    AvgPool, NormalCell, ProjectedSkip, ReLUConvBN, ResidualReduction, TinyNetwork, Zero, _avg_pool_3x3,
-    _bn_affine, _fold,
+    AvgPool, NormalCell, ProjectedSkip, ReLUConvBN, ResidualReduction, TinyNetwork, Zero, _bn_affine, _Edge, _fold,
+    _PrunedCell,
 )
 
 __all__ = ["StackedNetwork", "bucket_entries", "resolve_networks_per_pass", "sss_buckets", "sss_multiply_adds",
@@ -202,25 +202,6 @@ def _padded_bias(biases: Sequence[Tensor], c_out: int) -> Tensor:
     return out.flatten()
 
 
-class _StackedEdge(nn.Module):
-    """[ReLU] -> [grouped conv] -> [3x3 average pool]; identity if neither."""
-
-    def __init__(self, src: int, relu: bool, conv: nn.Conv2d | None, pool: bool):
-        super().__init__()
-        self.src, self.relu, self.conv, self.pool = src, relu, conv, pool
-        self.fresh = conv is not None or pool  # returns a new tensor (safe to add into)
-
-    def forward(self, nodes: list[Tensor | None], relus: dict[int, Tensor]) -> Tensor:
-        h = nodes[self.src]
-        if self.relu:
-            if self.src not in relus:
-                relus[self.src] = F.relu(h)
-            h = relus[self.src]
-        if self.conv is not None:
-            h = self.conv(h)
-        return _avg_pool_3x3(h) if self.pool else h
-
-
 def _stacked_edge(layers: Sequence[nn.Module], widths: Sequence[int], src: int, c_in: int, c_out: int):
     """(edge or None, bias or None) of one cell edge across the M networks (``layers``: theirs,
     ``widths``: their cells' output widths), padded to ``c_in`` -> ``c_out``."""
@@ -228,7 +209,7 @@ def _stacked_edge(layers: Sequence[nn.Module], widths: Sequence[int], src: int, 
     if isinstance(first, Zero):
         return None, None
     if all(isinstance(layer, nn.Identity) for layer in layers):
-        return _StackedEdge(src, False, None, False), None
+        return _Edge(src, False, None, False), None
     if all(isinstance(layer, (nn.Identity, ProjectedSkip)) for layer in layers):
         like = next(layer.conv.weight for layer in layers if isinstance(layer, ProjectedSkip))
         weights, biases = [], []
@@ -240,93 +221,40 @@ def _stacked_edge(layers: Sequence[nn.Module], widths: Sequence[int], src: int, 
             else:  # an Identity where the bucket needs a projection: an exact 1x1 identity convolution
                 weights.append(torch.eye(width, dtype=like.dtype, device=like.device).view(width, width, 1, 1))
                 biases.append(like.new_zeros(width))
-        return _StackedEdge(src, False, _conv(weights, None, c_out, c_in), False), _padded_bias(biases, c_out)
+        return _Edge(src, False, _conv(weights, None, c_out, c_in), False), _padded_bias(biases, c_out)
     if all(isinstance(layer, ReLUConvBN) for layer in layers):
         folded = [_fold(layer.op[1], layer.op[2]) for layer in layers]
         kernel, stride = layers[0].op[1].kernel_size[0], layers[0].op[1].stride[0]
         conv = _conv([f.weight.detach() for f, _ in folded], None, c_out, c_in, stride, kernel // 2)
-        return _StackedEdge(src, True, conv, False), _padded_bias([b for _, b in folded], c_out)
+        return _Edge(src, True, conv, False), _padded_bias([b for _, b in folded], c_out)
     if all(isinstance(layer, AvgPool) and layer.preprocess is None for layer in layers):
-        return _StackedEdge(src, False, None, True), None
+        return _Edge(src, False, None, True), None
     if all(isinstance(layer, AvgPool) and layer.preprocess is not None for layer in layers):
         folded = [_fold(layer.preprocess.op[1], layer.preprocess.op[2]) for layer in layers]
         conv = _conv([f.weight.detach() for f, _ in folded], None, c_out, c_in)
-        return _StackedEdge(src, True, conv, True), _padded_bias([b for _, b in folded], c_out)
+        return _Edge(src, True, conv, True), _padded_bias([b for _, b in folded], c_out)
     raise ValueError(f"cannot stack edge modules {sorted({type(layer).__name__ for layer in layers})}")
 
 
-class _StackedNode(nn.Module):
-    """Sum of live edges plus the summed biases of its conv edges: carried by its first plain
-    convolution where it has one (as the inference form), else added after the sum."""
-
-    def __init__(self, index: int, edges: list[_StackedEdge], bias: Tensor | None, channels: int):
-        super().__init__()
-        self.index, self.channels = index, channels
-        edges = sorted(edges, key=lambda e: not (e.conv is not None and not e.pool))  # plain convs first
-        if bias is not None and edges and edges[0].conv is not None and not edges[0].pool:
-            edges[0].conv.bias, bias = nn.Parameter(bias, requires_grad=False), None
-        self.edges = nn.ModuleList(edges)
-        self.register_buffer("bias", None if bias is None else bias.view(1, -1, 1, 1))
-
-    def forward(self, nodes: list[Tensor | None], relus: dict[int, Tensor]) -> Tensor:
-        acc, fresh = None, False
-        for edge in self.edges:
-            h = edge(nodes, relus)
-            if acc is None:
-                acc, fresh = h, edge.fresh
-            elif fresh:
-                acc.add_(h)
-            else:
-                acc, fresh = acc + h, True
-        if acc is None:  # every input is `none` or exactly zero
-            x = nodes[0]
-            acc = x.new_zeros(x.shape[0], self.channels, *x.shape[2:])
-            if not x.is_contiguous():  # channels-last, as the rest
-                acc = acc.contiguous(memory_format=_CL)
-            fresh = True
-        if self.bias is not None:
-            acc = acc.add_(self.bias) if fresh else acc + self.bias
-        return acc
-
-
-class _StackedCell(nn.Module):
-    """M normal cells of one genotype; like the inference form, without `none` edges, edges out
-    of exactly-zero nodes (their biases kept) and nodes that do not reach the output."""
+class _StackedCell(_PrunedCell):
+    """M normal cells of one genotype, pruned as the inference form."""
 
     def __init__(self, cells: Sequence[NormalCell], c_in: int, c_out: int):
-        super().__init__()
-        m = len(cells)
         genotype = cells[0].cell
         if any(cell.cell != genotype for cell in cells):
             raise ValueError("cannot stack cells of different genotypes")
         layers_of = [list(cell.layers) for cell in cells]
-        zero, specs, k = [False], [], 0
+        widths = [cell.c_out for cell in cells]
+        rows, k = [], 0
         for node in genotype:
-            edges, bias = [], None
+            row = []
             for _, src in node:
-                layers = [layers_of[j][k] for j in range(m)]
-                edge, b = _stacked_edge(layers, [cell.c_out for cell in cells], src, c_in if src == 0 else c_out, c_out)
+                edge, bias = _stacked_edge([layers[k] for layers in layers_of], widths, src,
+                                           c_in if src == 0 else c_out, c_out)
+                row.append((src, edge, bias))
                 k += 1
-                if b is not None:
-                    bias = b if bias is None else bias + b
-                if edge is not None and not zero[src]:
-                    edges.append(edge)
-            zero.append(not edges and bias is None)
-            specs.append((edges, bias))
-        needed = {len(specs)}
-        for j in range(len(specs), 0, -1):
-            if j in needed:
-                needed.update(e.src for e in specs[j - 1][0])
-        self.nodes = nn.ModuleList(
-            _StackedNode(j, *specs[j - 1], m * c_out) for j in range(1, len(specs) + 1) if j in needed)
-        self.num_nodes = len(specs) + 1
-
-    def forward(self, x: Tensor) -> Tensor:
-        nodes: list[Tensor | None] = [x] + [None] * (self.num_nodes - 1)
-        relus: dict[int, Tensor] = {}
-        for node in self.nodes:
-            nodes[node.index] = node(nodes, relus)
-        return nodes[-1]
+            rows.append(row)
+        super().__init__(rows, len(cells) * c_out)
 
 
 class _StackedReduction(nn.Module):
