@@ -1,6 +1,6 @@
 """Command line: ``run``, ``query``, ``top``, ``make-minibench``, and the workflow's job steps.
 
-The job steps (``population``, ``labels``, ``infer-chunk``, ``measure-chunk``,
+The job steps (``population``, ``labels``, ``infer-chunk``, ``odir-search``, ``measure-chunk``,
 ``build-table``, ``analysis-part``, ``report``) are what the Snakemake rules call; their code is in
 :mod:`calibench.run.job_steps`, their options are parsed here.
 """
