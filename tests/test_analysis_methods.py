@@ -147,7 +147,7 @@ def test_methods_summary_matches_an_independent_computation(df):
     metrics = ["ece_15", "cwce_15", "ace_15", "tace_15", "ksce", "nll", "brier", "accuracy"]
     assert list(summary.columns) == ["space", "hp", "dataset", "stage", "metric", "n", "n_nan", "n_inf", "mean",
                                      "median", "q25", "q75", "iqr", "n_underdetermined", "n_worse_than_pre", "best",
-                                     "next_stage", "p_vs_next", "n_vs_next"]
+                                     "next_stage", "p_vs_next", "n_vs_next", "networks_vs_next"]
     assert len(summary) == 2 * 2 * len(ALL_STAGES) * len(metrics)
     assert set(summary["metric"]) == set(metrics)
     nets = df[df["arch_index"] == df["measured_by"]]
@@ -399,12 +399,24 @@ def test_summary_html_marks_the_best_medians_and_counts_failures(df):
         assert bold == ([best["stage"]] if ahead else []), (space, dataset, metric, p)
         if ahead:  # the test against scipy's, on the same networks
             assert best["p_vs_next"] == pytest.approx(p, rel=1e-12) and best["n_vs_next"] == len(d)
+            assert best["networks_vs_next"] == int((np.isfinite(x) & np.isfinite(y)).sum())
             assert cells[best["stage"]].startswith(f"<b>{am._fmt(best['median'])} [{am._fmt(best['q25'])}–")
         else:
             assert f"best median, not ahead of {nxt['stage']}" in cells[best["stage"]]
         seen.add(ahead)
     assert seen == {True, False}  # both cases occur in this population
     assert "<table" in am.summary_html(summary) and am.summary_html(summary.iloc[:0]) == ""
+    # Below analysis.min_networks no test decides: nothing bold, every best median says so with its n.
+    few = am.summary_grid(summary, min_networks=int(summary["networks_vs_next"].max()) + 1)
+    cells = few[list(dict.fromkeys(summary["metric"]))].to_numpy().ravel()
+    assert not any(cell.startswith("<b>") for cell in cells)
+    for best in summary[summary["best"] & summary["next_stage"].notna()].itertuples():
+        cell = few.loc[(best.space, best.hp, best.dataset, best.stage), best.metric]
+        assert (f"best median; against {best.next_stage}: too few networks to decide (n = {best.networks_vs_next})"
+                in cell), cell
+    tested = summary["best"] & summary["next_stage"].notna()
+    at_n = am.summary_grid(summary, min_networks=int(summary.loc[tested, "networks_vs_next"].min()))
+    pd.testing.assert_frame_equal(at_n, grid.set_index(["space", "hp", "dataset", "stage"]))
 
 
 def test_wins_html_gives_shares_and_margins(df):
@@ -462,8 +474,11 @@ def test_run_analysis_with_five_methods(tmp_path):
         assert heading in report
     best = summary[summary["best"]]  # a best median per table and metric: bold where the paired test says so
     assert len(best) == 2 * 8
-    not_ahead = best[~(best["p_vs_next"] < 0.05) & best["next_stage"].notna()]
+    # analysis.min_networks (30 by default): a test on fewer networks with both values decides nothing
+    few = best["next_stage"].notna() & (best["networks_vs_next"] < 30)
+    not_ahead = best[~few & ~(best["p_vs_next"] < 0.05) & best["next_stage"].notna()]
     assert report.count("best median, not ahead of") == len(not_ahead)
+    assert report.count("best median; against") == few.sum() > 0
     assert "<th>failed</th>" in report and "<th>networks</th>" in report and " inf)</small>" in report
     plots = sorted((results / "plots").rglob("*.png"))
     for plot in plots:

@@ -120,11 +120,13 @@ def test_a_nas_setting_reruns_only_the_nas_part_and_the_report(tmp_path, parts_r
     nas = pd.read_csv(results / "analysis" / "nas.csv")
     assert (nas["repeats"] == 3).all() and (nas["budget"] == 2).all()
     assert _planned_jobs(workdir) == {}
-    # analysis.min_networks is the report's, the explorer's (its Kendall tab marks cells on fewer) and the
-    # method gains' (the architecture part): only they rerun (planned, not run)
+    # analysis.min_networks is the report's, the explorer's (its Kendall tab marks cells on fewer), the
+    # method gains' (the architecture part) and the methods table's (its paired tests): only they rerun
+    # (planned, not run)
     _set_config(workdir, analysis={**TINY["analysis"], "nas": {"repeats": 3, "budget": 2, "seed": 0},
                                    "min_networks": 3})
-    assert _planned_jobs(workdir) == {"analysis_architecture": 1, "assemble_report": 1, "explorer": 1, "all": 1}
+    assert _planned_jobs(workdir) == {"analysis_architecture": 1, "analysis_methods": 1, "assemble_report": 1,
+                                      "explorer": 1, "all": 1}
 
 
 def test_a_bad_robustness_file_fails_only_its_part(tmp_path, parts_run):

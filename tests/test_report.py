@@ -4,6 +4,7 @@ has one section per question with its findings and figures."""
 from __future__ import annotations
 
 import re
+import shutil
 import warnings
 
 import numpy as np
@@ -107,9 +108,10 @@ def test_question_1_3_4_findings_are_the_kendall_table_rows(run):
         assert r.interval == "bootstrap"
     nets = _nets(run["df"])
     for r in found[found["question"] == "q3"].itertuples():
-        other = re.search(r"agrees (?:most|least) with (\S+)", r.text).group(1)
+        named = re.search(r"agrees (?:most|least) with ([^()]+?)(?: \(tied\))? \(", r.text).group(1)
         part = nets[(nets["space"] == r.space) & (nets["dataset"] == r.dataset)]
-        assert r.value == pytest.approx(_scipy(part["pre_ece_15"], part[other]), abs=1e-12)
+        for other in named.split(", "):  # every metric of a tie
+            assert r.value == pytest.approx(_scipy(part["pre_ece_15"], part[other]), abs=1e-12)
     q3 = found[found["question"] == "q3"]
     for (space, dataset), pair in q3.groupby(["space", "dataset"]):
         most, least = pair.iloc[0], pair.iloc[1]
@@ -406,3 +408,66 @@ def test_question_7_findings_name_their_networks_ties_and_too_few():
     width = pd.DataFrame(columns=["hp", "dataset", "width", "accuracy", "pre_ece_15"])
     (row,) = architecture.findings(kernel, width, [15], min_networks=4)
     assert "(1 networks) against 0.200 at 9 (3)" in row["text"] and row["text"].endswith("(n = 1)"), row["text"]
+
+
+def test_question_2_and_3_findings_name_every_metric_of_a_tie():
+    """A tie at the most (or least) agreeing metric names each tied metric: naming one would be
+    a ranking the data do not support. Without a tie, one name as before."""
+    from calibench.report.findings import _q2, _q3
+
+    taus = {"pre_ksce": 1.0, "pre_kdece": 1.0, "pre_ece_em_15": 1.0, "pre_mce_15": -0.4, "pre_nll": -0.4,
+            "pre_brier": 0.2}
+    kendall = pd.DataFrame([{"figure": "metrics", "population": "all", "stage": None, "space": "tss", "hp": "200",
+                             "dataset": "cifar10", "row": "pre_ece_15", "col": col, "tau": tau, "lo": tau - 0.1,
+                             "hi": tau, "interval": "bootstrap", "n": 40} for col, tau in taus.items()])
+    most, least = _q3(kendall, 15, 30)
+    assert "agrees most with pre_ece_em_15, pre_kdece, pre_ksce (tied) (" in most["text"], most["text"]
+    assert "the interval of pre_ece_em_15 not widened" in most["text"] and most["value"] == 1.0, most["text"]
+    assert "agrees least with pre_mce_15, pre_nll (tied) (" in least["text"], least["text"]
+    single = kendall[kendall["col"] != "pre_nll"]
+    _, least = _q3(single, 15, 30)
+    assert "agrees least with pre_mce_15 (tss" in least["text"] and "its interval not widened" in least["text"]
+    robustness = pd.DataFrame([{"kind": "robustness", "population": "all", "metric": "pre_ece_15", "space": "tss",
+                                "hp": "200", "dataset": "cifar10", "robustness": name, "tau": tau, "lo": tau - 0.1,
+                                "hi": min(tau + 0.1, 1.0), "n": 40}
+                               for name, tau in (("gaussian_noise", -0.5), ("fog", 0.5), ("blur", 0.3))])
+    (row,) = _q2(robustness, 30)
+    assert "strongest column fog, gaussian_noise (tied) (" in row["text"] and "the interval of fog" in row["text"]
+    (row,) = _q2(robustness[robustness["robustness"] != "fog"], 30)
+    assert "strongest column gaussian_noise (median" in row["text"] and row["value"] == -0.5, row["text"]
+
+
+def test_question_4_table_is_the_reports_and_says_too_few_below_min_networks(run, tmp_path):
+    """The Q4 table (pre against post-method ECE taus) gives tau alone, "too few", below
+    analysis.min_networks, with its interval from there on; the report makes it (the kendall
+    part's intervals do not depend on min_networks) and leaves out the one an older kendall
+    part's manifest may hold."""
+    from calibench import integrity
+    from calibench.analysis import registry
+    from calibench.analysis.kendall import q4_block
+    from calibench.layout import part_manifest
+    from calibench.report.assemble import write
+
+    rows = [{"figure": "pre_post", "population": "all", "row": "pre_ece_15", "col": f"{s}_ece_15", "stage": s,
+             "space": "tss", "hp": "200", "dataset": d, "tau": 0.8, "lo": 0.7, "hi": 0.9, "n": n}
+            for s in ("post", "vs") for d, n in (("cifar10", 5), ("cifar100", 40))]
+    html = q4_block(pd.DataFrame(rows), [15], min_networks=30)
+    assert html.count("<td>0.800 (too few)</td>") == 2 and html.count("<td>0.800 [0.70, 0.90]</td>") == 2, html
+    assert "on fewer than 30 networks" in html
+    assert "(too few)" not in q4_block(pd.DataFrame(rows), [15], min_networks=5)
+
+    page = run["out"]["report"].read_text()
+    assert page.count("Question 4: does a method affect all networks uniformly?") == 1
+    assert "(too few)" not in page  # 40 networks a table, min_networks 30
+    assert integrity.read_json(part_manifest(run["results"], "kendall"))["blocks"] == []
+    results = shutil.copytree(run["results"], tmp_path / "results")
+    manifest = part_manifest(results, "kendall")
+    doc = integrity.read_json(manifest)
+    doc["blocks"] = [{"section": "methods", "order": 20, "html": "<h3>an older kendall part's Q4 table</h3>"}]
+    integrity.write_json(doc, manifest)
+    tables = sorted(str(p) for p in (run["results"].parent / "tables").glob("*.parquet"))
+    parts = [p.name for p in registry.parts_of_tables(run["conf"], list(at.table_stages(tables)))]
+    conf = {**run["conf"], "analysis": {**run["conf"]["analysis"], "min_networks": 50}}
+    page = write({**registry.report_settings(conf), "parts": parts}, tables, results)["report"].read_text()
+    assert "an older kendall part" not in page and page.count("Question 4: does a method") == 1
+    assert page.count("(too few)</td>") == 2 * 2 * 7  # spaces x datasets x methods, 40 networks each

@@ -271,10 +271,11 @@ def question4_findings(kendall: pd.DataFrame, bins: Sequence[int]) -> pd.DataFra
     return q4[["space", "hp", "dataset", "stage", "tau", "lo", "hi", "n", "interval"]].reset_index(drop=True)
 
 
-def q4_html(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
+def q4_html(kendall: pd.DataFrame, bins: Sequence[int], min_networks: int = 0) -> str:
     """Kendall tau of pre- against post-method ECE at the same bin count (nearest 15), all
     networks: one row per table with its networks (``n``), one column per method, each cell
-    tau with its interval where the table has one (``0.812 [0.78, 0.84]``)."""
+    tau with its interval where the table has one (``0.812 [0.78, 0.84]``); on fewer than
+    ``min_networks`` networks tau alone, "too few" (``0.800 (too few)``)."""
     if kendall.empty or "stage" not in kendall.columns:
         return ""
     b = nearest_bins(bins)
@@ -285,6 +286,8 @@ def q4_html(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
     def cell(r) -> str:
         if pd.isna(r.tau):
             return "–"
+        if r.n < min_networks:
+            return f"{r.tau:.3f} (too few)"
         interval = f" [{r.lo:.2f}, {r.hi:.2f}]" if "lo" in q4 and pd.notna(r.lo) and pd.notna(r.hi) else ""
         return f"{r.tau:.3f}{interval}"
 
@@ -296,15 +299,17 @@ def q4_html(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
     return grid.to_html(na_rep="–")
 
 
-def q4_block(kendall: pd.DataFrame, bins: Sequence[int]) -> str:
-    """Question 4 per method for the report's methods section ('' if there is none)."""
-    table = q4_html(kendall, bins)
+def q4_block(kendall: pd.DataFrame, bins: Sequence[int], min_networks: int = 0) -> str:
+    """Question 4 per method for the report's methods section ('' if there is none): the
+    report's, as it depends on ``analysis.min_networks`` (which this part's intervals do not)."""
+    table = q4_html(kendall, bins, min_networks)
     if not table:
         return ""
     b = nearest_bins(bins)
     return (f"<h3>Question 4: does a method affect all networks uniformly?</h3><p>Kendall tau-b between "
             f"the networks' ECE before and after each method ({b} bins, all networks; n networks per table, "
-            f"the bootstrap interval in brackets where the run computes one). Near 1: the method "
+            f"the bootstrap interval in brackets where the run computes one; on fewer than {min_networks} "
+            f"networks (<code>analysis.min_networks</code>) tau alone, too few networks to decide). Near 1: the method "
             f"keeps the networks' calibration ranking; low: it reorders them. The full matrices across bin "
             f"counts are the heatmaps below (<code>analysis/kendall.parquet</code>, figure "
             f"<code>pre_post</code>, column <code>stage</code>).</p>" + table)
@@ -423,4 +428,4 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
     question4_findings(kendall, bins).to_csv(output_path(results, "kendall", "question4"), index=False)
     demo = demo_suffix(settings)
     made = make_plots(kendall, demo, plots) + method_plots(kendall, methods, demo, plots)
-    return {"plots": made, "blocks": [("methods", 20, q4_block(kendall, bins))]}
+    return {"plots": made, "blocks": []}  # question 4's table is the report's (q4_block)

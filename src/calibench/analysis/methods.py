@@ -32,10 +32,12 @@ from calibench.analysis.tables import (KEYS, STAGE_NAMES, STAGES, demo_suffix, f
                                        stages_present, summary_metrics, table_stages)
 from calibench.metrics import registry
 from calibench.analysis.registry import output_path
+from calibench.analysis.stats import too_few
 from calibench.layout import target_name
 
 SUMMARY_COLUMNS = ["space", "hp", "dataset", "stage", "metric", "n", "n_nan", "n_inf", "mean", "median", "q25", "q75",
-                   "iqr", "n_underdetermined", "n_worse_than_pre", "best", "next_stage", "p_vs_next", "n_vs_next"]
+                   "iqr", "n_underdetermined", "n_worse_than_pre", "best", "next_stage", "p_vs_next", "n_vs_next",
+                   "networks_vs_next"]
 WINS_COLUMNS = ["space", "hp", "dataset", "metric", "stage", "n_networks", "outright", "tied", "share",
                 "margin_median", "margin_mean", "n_margin", "n_underdetermined"]
 FLAG = "fit_underdetermined"  # {stage}_fit_underdetermined: 1 where the fit had too little data
@@ -107,22 +109,24 @@ def best_against_next(part: pd.DataFrame, rows: Sequence[dict], metric: str,
     ``include_underdetermined``, no fit on too little data; the next best; and the paired
     Wilcoxon signed-rank test of their values over the table's networks
     (:func:`calibench.analysis.stats.paired_lower`, best first): ``{"best", "next_stage",
-    "p_vs_next", "n_vs_next"}`` (p NaN where there is no next stage, or where the signed ranks
-    lean the other way than the medians)."""
+    "p_vs_next", "n_vs_next", "networks_vs_next"}`` (p NaN where there is no next stage, or
+    where the signed ranks lean the other way than the medians; ``n_vs_next`` the non-zero
+    differences the test ranks, ``networks_vs_next`` the networks with both values finite)."""
     from calibench.analysis.stats import paired_lower
 
     sign = -1.0 if registry.higher_is_better(metric) else 1.0
     eligible = [r for r in rows if np.isfinite(r["median"]) and (include_underdetermined or not r["n_underdetermined"])]
     if not eligible:
-        return {"best": None, "next_stage": None, "p_vs_next": np.nan, "n_vs_next": 0}
+        return {"best": None, "next_stage": None, "p_vs_next": np.nan, "n_vs_next": 0, "networks_vs_next": 0}
     ranked = sorted(eligible, key=lambda r: sign * r["median"])
     best = ranked[0]["stage"]
     if len(ranked) < 2:
-        return {"best": best, "next_stage": None, "p_vs_next": np.nan, "n_vs_next": 0}
+        return {"best": best, "next_stage": None, "p_vs_next": np.nan, "n_vs_next": 0, "networks_vs_next": 0}
     nxt = ranked[1]["stage"]
     x, y = (part[f"{s}_{metric}"].to_numpy(dtype=float) for s in (best, nxt))
     p, n = paired_lower(sign * x, sign * y)
-    return {"best": best, "next_stage": nxt, "p_vs_next": p, "n_vs_next": n}
+    return {"best": best, "next_stage": nxt, "p_vs_next": p, "n_vs_next": n,
+            "networks_vs_next": int(np.sum(np.isfinite(x) & np.isfinite(y)))}
 
 
 def methods_summary(df: pd.DataFrame, bins: Sequence[int],
@@ -140,7 +144,7 @@ def methods_summary(df: pd.DataFrame, bins: Sequence[int],
     the stage had too little data, ``n_worse_than_pre`` those on which the stage is worse
     than ``pre`` (:func:`worse_than_pre`). ``best`` marks the stage with the best median of the
     table and metric, and its row holds ``next_stage`` and the paired test against it
-    (``p_vs_next``, ``n_vs_next``: :func:`best_against_next`).
+    (``p_vs_next``, ``n_vs_next``, ``networks_vs_next``: :func:`best_against_next`).
     """
     stages = stages_present(df)
     rows = []
@@ -157,7 +161,8 @@ def methods_summary(df: pd.DataFrame, bins: Sequence[int],
                 is_best = row["stage"] == found["best"]
                 rows.append({**row, "best": is_best, "next_stage": found["next_stage"] if is_best else None,
                              "p_vs_next": found["p_vs_next"] if is_best else np.nan,
-                             "n_vs_next": found["n_vs_next"] if is_best else 0})
+                             "n_vs_next": found["n_vs_next"] if is_best else 0,
+                             "networks_vs_next": found["networks_vs_next"] if is_best else 0})
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -353,13 +358,15 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
-def summary_grid(summary: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
+def summary_grid(summary: pd.DataFrame, level: float = 0.95, min_networks: int = 0) -> pd.DataFrame:
     """The method summary for the report: one row per (space, hp, dataset, stage) with the
     networks, the failed fits (NaN accuracy), the fits on too little data and the networks
     whose NLL is worse than ``pre``'s, one HTML cell per metric, ``median [q25–q75]``; the best
     median of each table and metric (``best``, :func:`best_against_next`) in bold where the
-    paired test puts it ahead of the next stage at ``level``, else marked "best median, not
-    ahead of <next> (p = …)"; infinite values and NaNs beyond the row's failed fits noted."""
+    paired test, on at least ``min_networks`` networks (``analysis.min_networks``), puts it
+    ahead of the next stage at ``level``, else marked "best median, not ahead of <next> (p = …)"
+    or "too few networks to decide (n = …)"; infinite values and NaNs beyond the row's failed
+    fits noted."""
     s = summary.copy()
     for name in ("n_underdetermined", "n_worse_than_pre"):
         if name not in s.columns:
@@ -372,12 +379,16 @@ def summary_grid(summary: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     cells = []
     for row, fail in zip(s.itertuples(), failed):
         text = f"{_fmt(row.median)} [{_fmt(row.q25)}–{_fmt(row.q75)}]"
-        ahead = bool(row.best) and row.p_vs_next < 1 - level
+        networks = row.networks_vs_next
+        few = bool(row.best) and isinstance(row.next_stage, str) and networks < min_networks
+        ahead = bool(row.best) and not few and row.p_vs_next < 1 - level
         if ahead:
             text = f"<b>{text}</b>"
         extra = row.n_nan - fail
         notes = [f"{extra} NaN"] * (extra > 0) + [f"{row.n_inf} inf"] * (row.n_inf > 0)
-        if row.best and not ahead and isinstance(row.next_stage, str):
+        if few:
+            notes.append(f"best median; against {html.escape(row.next_stage)}: {too_few(networks)}")
+        elif row.best and not ahead and isinstance(row.next_stage, str):
             p = "signed ranks lean the other way" if row.p_vs_next != row.p_vs_next else f"p = {row.p_vs_next:.2g}"
             notes.append(f"best median, not ahead of {html.escape(row.next_stage)}: {p}")
         if notes:
@@ -399,9 +410,9 @@ def summary_grid(summary: pd.DataFrame, level: float = 0.95) -> pd.DataFrame:
     return grid
 
 
-def summary_html(summary: pd.DataFrame, level: float = 0.95) -> str:
+def summary_html(summary: pd.DataFrame, level: float = 0.95, min_networks: int = 0) -> str:
     """:func:`summary_grid` as an HTML table ('' if there is nothing to show)."""
-    return summary_grid(summary, level).to_html(escape=False) if not summary.empty else ""
+    return summary_grid(summary, level, min_networks).to_html(escape=False) if not summary.empty else ""
 
 
 def wins_html(wins: pd.DataFrame, metric: str) -> str:
@@ -436,7 +447,8 @@ def flagged_text(summary: pd.DataFrame) -> str:
 
 
 def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int],
-                   include_underdetermined: bool = False, level: float = 0.95) -> list[tuple[str, int, str]]:
+                   include_underdetermined: bool = False, level: float = 0.95,
+                   min_networks: int = 0) -> list[tuple[str, int, str]]:
     """The methods section's blocks (section, order, HTML): the stages and the summary (10),
     the win shares (30); question 4 per method (20) is the Kendall part's."""
     if summary.empty:
@@ -467,10 +479,11 @@ def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int
              f"al. Bold: the best median of the table and metric (lowest; highest for accuracy)"
              + ("" if include_underdetermined else " among the stages without fits on too little data")
              + f", where a paired Wilcoxon signed-rank test over the networks puts that stage ahead of the "
-               f"next best at {level:.0%} (two-sided, no correction for the many tables and metrics); a best "
-               f"median the test does not separate from the next is marked as such. Full numbers (n, mean, "
-               f"IQR, the counts, the test's p and n): <code>analysis/methods_summary.csv</code>.</p>"
-             + summary_html(summary, level))
+               f"next best at {level:.0%} (two-sided, no correction for the many tables and metrics) on at "
+               f"least {min_networks} networks (<code>analysis.min_networks</code>); a best median the test "
+               f"does not separate from the next, or on fewer networks, is marked as such. Full numbers (n, "
+               f"mean, IQR, the counts, the test's p and n): <code>analysis/methods_summary.csv</code>.</p>"
+             + summary_html(summary, level, min_networks))
     blocks = [("methods", 10, intro + "\n" + table)]
     if not wins.empty:
         left = ("" if include_underdetermined else " A stage whose fit had too little data on a network takes no "
@@ -489,7 +502,8 @@ def section_blocks(summary: pd.DataFrame, wins: pd.DataFrame, bins: Sequence[int
 
 def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: Path) -> dict:
     """``settings``: the registry's settings (calibench.analysis.registry) of ``methods``
-    (``include_underdetermined``: rank fits on too little data too; default False)."""
+    (``include_underdetermined``: rank fits on too little data too, default False;
+    ``min_networks``: the fewest networks a test decides on, default 0)."""
     bins = settings["bins"]
     include = bool(settings["include_underdetermined"])
     wanted = set(KEYS) | {f"{s}_{m}" for s in STAGES for m in summary_metrics(bins)} | {"accuracy"}
@@ -503,4 +517,4 @@ def run(settings: Mapping, tables: Sequence[str | Path], results: Path, plots: P
     wins = method_wins(df, bins, stages_by_table, include)
     wins.to_parquet(output_path(results, "methods", "wins"), index=False)
     return {"plots": make_plots(df, wins, settings, plots),
-            "blocks": section_blocks(summary, wins, bins, include, level)}
+            "blocks": section_blocks(summary, wins, bins, include, level, int(settings.get("min_networks", 0)))}

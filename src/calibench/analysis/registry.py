@@ -91,7 +91,7 @@ BUILTIN = (
          lambda s: {**_bins_demo(s),
                     "include_underdetermined": bool(s["analysis"].get(
                         "include_underdetermined", schema_default("analysis", "include_underdetermined"))),
-                    "level": _level(s)},
+                    "level": _level(s), "min_networks": _min_networks(s)},
          {"summary": "methods_summary.parquet", "summary_csv": "methods_summary.csv", "wins": "method_wins.parquet"}),
     Part("reliability", "calibench.analysis.reliability", "Reliability diagrams",
          "Reliability diagrams of the best and worst network by HCS of every table (from the shards)",

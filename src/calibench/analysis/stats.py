@@ -39,9 +39,14 @@ import pandas as pd
 from calibench.analysis.tau_b import (_count, _dense_ranks, _jackknife_interval, _level, _pair,
                                       _tau_and_leave_one_out, jackknife_taus, kendall_jackknife, kendall_tau)
 
-__all__ = ["interval_side", "perfect_ranking_p", "wilcoxon_paired", "paired_lower", "kendall_tau", "bootstrap_indices",
+__all__ = ["too_few", "interval_side", "perfect_ranking_p", "wilcoxon_paired", "paired_lower", "kendall_tau", "bootstrap_indices",
            "bootstrap_taus", "kendall_bootstrap", "jackknife_taus",
            "kendall_jackknife", "kendall_matrix_ci", "kendall_cross_ci"]
+
+
+def too_few(n: int) -> str:
+    """The words of a finding, claim or test on fewer networks than ``analysis.min_networks``."""
+    return f"too few networks to decide (n = {int(n)})"
 
 
 # ---------------------------------------------------------------- intervals

@@ -22,7 +22,7 @@ import pandas as pd
 from calibench import integrity
 from calibench.analysis import parts as analysis_parts
 from calibench.analysis import registry
-from calibench.analysis.kendall import question4_findings
+from calibench.analysis.kendall import q4_block, question4_findings
 from calibench.analysis.nats import architecture, method_gains, schedules
 from calibench.analysis.tables import KEYS, first_seed, load_tables, measured, nearest_bins, table_stages
 from calibench.layout import claims_path, findings_path, odir_path, report_path, report_sums
@@ -162,10 +162,14 @@ def write(settings: Mapping, tables: Sequence[str | Path], results: str | Path) 
     pieces["failures"].append((0, failures_html(results, tables)))
     pieces["failures"].append((1, unstable_html(tables)))
     pieces["methods"].append((-1, odir_flags(results, tables)))
+    if "kendall" in parts:
+        pieces["methods"].append((20, q4_block(kendall, bins, few)))
     plots = []
     for part in parts:
         plots += [(p["title"], results / p["path"]) for p in manifests[part]["plots"]]
         for block in manifests[part]["blocks"]:
+            if part == "kendall" and block["section"] == "methods":
+                continue  # question 4's table, written by the kendall part before the report made it
             pieces.setdefault(block["section"], []).append((block["order"], block["html"]))
     blocks = {sid: "\n".join(text for _, text in sorted(items, key=lambda item: item[0]) if text)
               for sid, items in pieces.items()}

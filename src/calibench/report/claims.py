@@ -41,8 +41,8 @@ CLAIMS = {
            "below 0 among those at or below 90 %"),
     "q6": ("The bin size has a more substantial impact on post-ECE.",
            "per network, the relative change of ECE from the fewest to the most bins after temperature scaling "
-           "against before: paired Wilcoxon signed-rank test (two-sided), p below 1 - level, positive median "
-           "difference"),
+           "against before: paired Wilcoxon signed-rank test (two-sided), p below 1 - level, the signed ranks "
+           "leaning positive (post changes more)"),
     "q7": ("Wider model can worsen calibration performance, especially when dealing with complex datasets.",
            "SSS networks on CIFAR-100 and ImageNet16-120: Kendall tau of total channels (width) against ECE "
            "before recalibration, its jackknife interval above 0"),

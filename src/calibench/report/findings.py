@@ -21,15 +21,11 @@ import numpy as np
 import pandas as pd
 
 from calibench.analysis import stats
+from calibench.analysis.stats import too_few
 from calibench.analysis.findings import FINDING_COLUMNS, finding_row
 from calibench.analysis.tables import nearest_bins
 
 __all__ = ["FINDING_COLUMNS", "finding_row", "findings", "too_few"]
-
-
-def too_few(n: int) -> str:
-    """The words of a finding or claim outcome on too few networks."""
-    return f"too few networks to decide (n = {int(n)})"
 
 
 def _name(space, hp) -> str:
@@ -91,12 +87,13 @@ def _q2(robustness: pd.DataFrame | None, m: int) -> list[dict]:
     k = robustness[(robustness["kind"] == "robustness") & (robustness["population"] == "all")
                    & (robustness["metric"] == robustness["metric"].iloc[0])].dropna(subset=["tau"])
     for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
-        strongest = part.loc[part["tau"].abs().idxmax()]
+        tied = _at_extreme(part, part["tau"].abs(), max).sort_values("robustness")
+        strongest = tied.iloc[0]
         out.append(_tau_row("q2", space, hp, dataset,
                             f"{strongest['metric']} against robustness, {_name(space, hp)}, {dataset}: strongest "
-                            f"column {strongest['robustness']} (median tau over {len(part)} columns "
-                            f"{part['tau'].median():.2f}; the strongest of {len(part)}, its interval not "
-                            f"widened for that choice)",
+                            f"column {_names(tied['robustness'])} (median tau over {len(part)} columns "
+                            f"{part['tau'].median():.2f}; the strongest of {len(part)}, "
+                            f"{_whose_interval(tied['robustness'])} not widened for that choice)",
                             strongest["tau"], strongest["lo"], strongest["hi"], None, int(strongest["n"]), m))
     return out
 
@@ -107,12 +104,29 @@ def _q3(kendall: pd.DataFrame, b: int, m: int) -> list[dict]:
     k = kendall[(kendall["figure"] == "metrics") & (kendall["population"] == "all") & kendall["stage"].isna()
                 & (kendall["row"] == ref) & (kendall["col"] != ref)].dropna(subset=["tau"])
     for (space, hp, dataset), part in k.groupby(["space", "hp", "dataset"]):
-        for label, r in (("most", part.loc[part["tau"].idxmax()]), ("least", part.loc[part["tau"].idxmin()])):
+        for label, extreme in (("most", max), ("least", min)):
+            tied = _at_extreme(part, part["tau"], extreme).sort_values("col")
+            r = tied.iloc[0]
             out.append(_tau_row("q3", space, hp, dataset,
-                                f"ECE ({b} bins) agrees {label} with {r['col']} ({_name(space, hp)}, {dataset}; the "
-                                f"{label} of {len(part)} metrics, its interval not widened for that choice)",
+                                f"ECE ({b} bins) agrees {label} with {_names(tied['col'])} ({_name(space, hp)}, "
+                                f"{dataset}; the {label} of {len(part)} metrics, {_whose_interval(tied['col'])} not "
+                                f"widened for that choice)",
                                 r["tau"], r["lo"], r["hi"], r["interval"], int(r["n"]), m))
     return out
+
+
+def _at_extreme(part: pd.DataFrame, values: pd.Series, extreme) -> pd.DataFrame:
+    """The rows of ``part`` whose ``values`` equal their max (or min): every one of a tie."""
+    return part[values == extreme(values)]
+
+
+def _names(names: pd.Series) -> str:
+    """One name, or every name of a tie and "tied"."""
+    return names.iloc[0] if len(names) == 1 else f"{', '.join(names)} (tied)"
+
+
+def _whose_interval(names: pd.Series) -> str:
+    return "its interval" if len(names) == 1 else f"the interval of {names.iloc[0]}"
 
 
 def _q4(q4: pd.DataFrame, b: int, level: float, m: int) -> list[dict]:

@@ -32,6 +32,7 @@ from calibench.analysis.nats import method_gains as mg
 from calibench.results.archstr import EDGE_NAMES, parse_sss, tss_edge_ops
 from calibench.analysis.tables import STAGES, demo_suffix, first_seed, load_tables, measured, nearest_bins
 from calibench.analysis.registry import output_path
+from calibench.analysis.stats import too_few
 from calibench.vocabulary import NATS_SPACES
 
 SIZE_EDGES = [0, 80, 120, 160, 200, 240, 280, 321]  # total channels of the five layers: 40 .. 320
@@ -83,7 +84,7 @@ def brackets_html(brackets: pd.DataFrame) -> str:
 
 def few_networks(n: int, min_networks: int) -> str:
     """The caveat of a question-7 finding on fewer than ``min_networks`` networks, or ""."""
-    return f" — too few networks to decide (n = {int(n)})" if int(n) < int(min_networks) else ""
+    return f" — {too_few(n)}" if int(n) < int(min_networks) else ""
 
 
 def findings(kernel: pd.DataFrame, width: pd.DataFrame, bins: Sequence[int], min_networks: int = 0) -> list[dict]:
