@@ -471,3 +471,30 @@ def test_question_4_table_is_the_reports_and_says_too_few_below_min_networks(run
     page = write({**registry.report_settings(conf), "parts": parts}, tables, results)["report"].read_text()
     assert "an older kendall part" not in page and page.count("Question 4: does a method") == 1
     assert page.count("(too few)</td>") == 2 * 2 * 7  # spaces x datasets x methods, 40 networks each
+
+
+def test_a_nas_finding_names_its_repeats_and_the_welch_interval_of_the_difference():
+    """The NAS finding of a search that did not reach every architecture names its repeats and
+    architectures, and gives the difference of the mean accuracies with Welch's t interval,
+    as scipy's ttest_ind(equal_var=False) gives it from the runs themselves."""
+    from scipy.stats import ttest_ind
+
+    from calibench.report.findings import _nas
+
+    rng = np.random.default_rng(8)
+    by_hcs, by_acc = rng.uniform(0.80, 0.90, 6), rng.uniform(0.82, 0.93, 6)
+    want = ttest_ind(by_hcs, by_acc, equal_var=False).confidence_interval(0.9)
+    assert stats.welch_interval(by_hcs.mean(), by_hcs.std(ddof=1), by_acc.mean(), by_acc.std(ddof=1), 6, 0.9) == \
+        pytest.approx((want.low, want.high), rel=1e-12)
+    nas = pd.DataFrame([{"space": "tss", "hp": "200", "dataset": "cifar10", "algorithm": "evolution",
+                         "objective": objective, "budget": 20, "repeats": 6, "architectures": 500,
+                         "accuracy_mean": runs.mean(), "accuracy_sd": runs.std(ddof=1), "exhaustive": False}
+                        for objective, runs in (("hcs_1", by_hcs), ("accuracy", by_acc))])
+    (row,) = _nas(nas, 0.9)
+    assert "the mean of 6 searches each, over 500 architectures" in row["text"], row["text"]
+    assert f"[{100 * want.low:+.2f}, {100 * want.high:+.2f}] points at 90% (Welch t)" in row["text"], row["text"]
+    assert (row["lo"], row["hi"], row["interval"]) == (pytest.approx(want.low), pytest.approx(want.high), "welch")
+    (row,) = _nas(nas.assign(repeats=1, accuracy_sd=np.nan), 0.9)  # one search each: no interval
+    assert "Welch" not in row["text"] and np.isnan(row["lo"]) and row["interval"] is None
+    same = stats.welch_interval(0.8, 0.0, 0.7, 0.0, 4, 0.95)  # every search found the same architecture
+    assert same == pytest.approx((0.1, 0.1))

@@ -39,7 +39,7 @@ import pandas as pd
 from calibench.analysis.tau_b import (_count, _dense_ranks, _jackknife_interval, _level, _pair,
                                       _tau_and_leave_one_out, jackknife_taus, kendall_jackknife, kendall_tau)
 
-__all__ = ["too_few", "interval_side", "perfect_ranking_p", "wilcoxon_paired", "paired_lower", "kendall_tau", "bootstrap_indices",
+__all__ = ["too_few", "welch_interval", "interval_side", "perfect_ranking_p", "wilcoxon_paired", "paired_lower", "kendall_tau", "bootstrap_indices",
            "bootstrap_taus", "kendall_bootstrap", "jackknife_taus",
            "kendall_jackknife", "kendall_matrix_ci", "kendall_cross_ci"]
 
@@ -50,6 +50,25 @@ def too_few(n: int) -> str:
 
 
 # ---------------------------------------------------------------- intervals
+
+def welch_interval(mean_a: float, sd_a: float, mean_b: float, sd_b: float, n: int,
+                   level: float) -> tuple[float, float]:
+    """Welch's t interval at ``level`` of ``mean_a - mean_b``, two means of ``n`` independent
+    runs each with sample standard deviations ``sd_a``, ``sd_b`` (ddof 1); (NaN, NaN) where
+    it cannot be formed (fewer than 2 runs, an sd missing); zero width where both sds are 0."""
+    from scipy.stats import t
+
+    n = int(n)
+    va, vb = sd_a ** 2 / max(n, 1), sd_b ** 2 / max(n, 1)
+    if n < 2 or not np.isfinite(va + vb):
+        return float("nan"), float("nan")
+    d = float(mean_a - mean_b)
+    if va + vb == 0:
+        return d, d
+    df = (va + vb) ** 2 / ((va ** 2 + vb ** 2) / (n - 1))
+    half = float(t.ppf((1 + level) / 2, df)) * math.sqrt(va + vb)
+    return d - half, d + half
+
 
 def _interval(taus: np.ndarray, level: float) -> tuple[float, float]:
     ok = taus[~np.isnan(taus)]
