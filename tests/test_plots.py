@@ -78,3 +78,28 @@ def test_per_method_heatmap_values_legible_or_left_out(tmp_path):
     many = [5, 10, 15, 20, 25, 30, 50, 75, 100, 150]
     assert _methods_figure(_methods_block(stages, many), stages, "t", tmp_path / "b.png") is None
     assert plots.rendered_px(6, _png_width(tmp_path / "b.png")) < plots.ANNOTATION_MIN_PX  # what 6 pt gave
+
+
+def test_each_kendall_heatmap_names_its_networks_in_its_title(tmp_path, monkeypatch):
+    """A heatmap of taus says on how many networks they stand (a range where cells differ)."""
+    from calibench.analysis import kendall as ak
+
+    titles = []
+    monkeypatch.setattr(ak, "heatmap", lambda m, title, path: titles.append(title))
+    monkeypatch.setattr(ak, "heatmap_panels", lambda blocks, title, path: titles.append(title))
+    monkeypatch.setattr(ak, "_methods_figure", lambda block, stages, title, path: titles.append(title))
+    cells = [{"figure": "metrics", "population": "all", "stage": None, "metric": "*", "space": "tss", "hp": "200",
+              "dataset": "cifar10", "row": "pre_ece_15", "col": c, "tau": 0.5, "n": n}
+             for c, n in (("pre_nll", 6466), ("pre_brier", 6466))]
+    cells += [{"figure": "pre_post", "population": "all", "stage": s, "metric": "*", "space": "tss", "hp": "200",
+               "dataset": "cifar10", "row": "pre_ece_15", "col": f"{s}_ece_15", "tau": 0.5, "n": n}
+              for s, n in (("post", 40), ("vs", 42))]
+    cells += [{"figure": "datasets", "population": "all", "stage": None, "metric": "pre_ece_15", "space": "tss",
+               "hp": "200", "dataset": "*", "row": "cifar10", "col": "cifar100", "tau": 0.5, "n": 5}]
+    kendall = pd.DataFrame(cells)
+    ak.make_plots(kendall, "", tmp_path)
+    ak.method_plots(kendall, ["post", "vs"], "", tmp_path)
+    assert any(t.startswith("metrics, cifar10") and t.endswith(", n = 6,466 networks") for t in titles), titles
+    assert any(t.startswith("ECE pre vs post") and t.endswith(", n = 40 networks") for t in titles), titles
+    assert any(t.startswith("Kendall tau across datasets") and t.endswith(", n = 5 networks") for t in titles), titles
+    assert any(t.startswith("Question 4") and t.endswith(", n = 40–42 networks") for t in titles), titles

@@ -317,6 +317,14 @@ def q4_block(kendall: pd.DataFrame, bins: Sequence[int], min_networks: int = 0) 
 
 # ---------------------------------------------------------------- plots
 
+def _networks_text(block: pd.DataFrame) -> str:
+    """``, n = 6,466 networks`` (``n = 40–42`` where cells differ): a heatmap's title names its n."""
+    n = block["n"].dropna().astype(int) if "n" in block else pd.Series(dtype=int)
+    if n.empty:
+        return ""
+    return f", n = {n.min():,} networks" if n.min() == n.max() else f", n = {n.min():,}–{n.max():,} networks"
+
+
 def make_plots(kendall: pd.DataFrame, demo: str, plots: Path) -> list[tuple[str, Path]]:
     """One heatmap each: Fig. 2 for four metrics, Fig. 4a before recalibration, Fig. 4b for
     temperature scaling (every other block is in kendall.parquet)."""
@@ -331,7 +339,7 @@ def make_plots(kendall: pd.DataFrame, demo: str, plots: Path) -> list[tuple[str,
         blocks = [(metric, part[part["metric"] == metric]) for metric in dict.fromkeys(part["metric"])]
         title = f"Kendall tau across datasets ({label(space, hp)}){demo}"
         path = plots / f"kendall_datasets_{target_name(space, hp)}.png"
-        heatmap_panels(blocks, title, path)
+        heatmap_panels(blocks, title + _networks_text(part), path)
         made.append((f"Metrics across datasets ({label(space, hp)})", path))
     for (figure, metric, space, hp, dataset), m in kendall[single & (kendall["figure"] != "datasets")].groupby(
             ["figure", "metric", "space", "hp", "dataset"]):  # the other methods: method_plots
@@ -339,7 +347,7 @@ def make_plots(kendall: pd.DataFrame, demo: str, plots: Path) -> list[tuple[str,
         title = ({"metrics": f"metrics, {dataset}", "pre_post": f"ECE pre vs post scaling, {dataset}"}[figure]
                  + f" ({label(space, hp)})" + demo)
         path = plots / f"{name}.png"
-        heatmap(m, title, path)
+        heatmap(m, title + _networks_text(m), path)
         made.append((title, path))
     return made
 
@@ -391,7 +399,7 @@ def method_plots(kendall: pd.DataFrame, methods: Sequence[str], demo: str, plots
             continue
         title = f"Question 4: ECE pre vs after each method, {dataset} ({label(space, hp)}){demo}"
         path = plots / f"kendall_pre_methods_{target_name(space, hp)}_{dataset}.png".replace("-", "_")
-        _methods_figure(block, stages, title, path)
+        _methods_figure(block, stages, title + _networks_text(block), path)
         made.append((f"Question 4 for every method: Kendall tau of pre- against post-method ECE across bin "
                      f"counts, {dataset} ({label(space, hp)})", path))
     return made

@@ -235,7 +235,7 @@ def findings(comparison: pd.DataFrame, bins: Sequence[int] | None = None,
     for r in part.itertuples():
         few = r.n < min_networks
         ci = "" if few or r.interval is None or pd.isna(r.interval) else f" [{r.lo:.2f}, {r.hi:.2f}] ({r.interval})"
-        ci += f", too few networks to decide (n = {int(r.n)})" if few else ""
+        ci += f", {stats.too_few(r.n)}" if few else ""
         tau = "n/a" if math.isnan(r.tau) else f"{r.tau:.2f}"
         text = (f"{r.stage} {r.metric.upper()} ({b} bins), {r.space} hp {r.hp_a} against hp {r.hp_b}, {r.dataset}: "
                 f"median {r.median_a:.3f} against {r.median_b:.3f}, median paired difference {r.median_diff:+.3f} "
