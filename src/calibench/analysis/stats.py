@@ -39,7 +39,8 @@ import pandas as pd
 from calibench.analysis.tau_b import (_count, _dense_ranks, _jackknife_interval, _level, _pair,
                                       _tau_and_leave_one_out, jackknife_taus, kendall_jackknife, kendall_tau)
 
-__all__ = ["too_few", "welch_interval", "interval_side", "perfect_ranking_p", "wilcoxon_paired", "paired_lower", "kendall_tau", "bootstrap_indices",
+__all__ = ["too_few", "welch_interval", "interval_side", "perfect_ranking_p", "wilcoxon_paired", "paired_lower",
+           "kendall_tau", "bootstrap_indices",
            "bootstrap_taus", "kendall_bootstrap", "jackknife_taus",
            "kendall_jackknife", "kendall_matrix_ci", "kendall_cross_ci"]
 
