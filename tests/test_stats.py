@@ -284,7 +284,8 @@ def test_bad_input_raises_naming_the_argument(rng):
 def test_public_names():
     assert set(st.__all__) == {"kendall_tau", "bootstrap_indices", "bootstrap_taus", "kendall_bootstrap",
                                "jackknife_taus", "kendall_jackknife", "kendall_matrix_ci", "kendall_cross_ci",
-                               "interval_side", "perfect_ranking_p", "wilcoxon_paired", "paired_lower"}
+                               "interval_side", "perfect_ranking_p", "wilcoxon_paired", "paired_lower", "too_few",
+                               "welch_interval"}
     assert all(callable(getattr(st, name)) for name in st.__all__)
     assert list(itertools.islice(bs._index_rows(0, 2, 0), 2))[0].shape == (0,)
 
