@@ -256,6 +256,18 @@ def _avg_pool_3x3(h: Tensor) -> Tensor:
     return window_sum.mul_(_inverse_pool_count(*h.shape[2:], h.device, h.dtype))
 
 
+def _eval_only_(net: nn.Module, memory_format: torch.memory_format) -> None:
+    """In place: every conv weight in ``memory_format`` (NCHW by a clone: ``.contiguous()`` keeps a
+    1x1 weight's channels-last strides), no gradients, eval mode."""
+    if memory_format is torch.contiguous_format:
+        for module in net.modules():
+            if isinstance(module, nn.Conv2d):
+                module.weight = nn.Parameter(module.weight.clone(memory_format=torch.contiguous_format),
+                                             requires_grad=False)
+    net.requires_grad_(False)
+    net.eval()
+
+
 class _Edge(nn.Module):
     """A live edge: [ReLU] -> [conv without bias] -> [3x3 average pool]; identity if none of them.
     The conv is one network's or, stacked, M networks' as one grouped conv."""
@@ -423,13 +435,7 @@ class InferenceNetwork(nn.Module):
         if memory_format not in (_CL, torch.contiguous_format):
             raise ValueError(f"memory_format: expected torch.channels_last or torch.contiguous_format, got {memory_format}")
         self.memory_format = memory_format
-        if memory_format is torch.contiguous_format:
-            for module in self.modules():
-                if isinstance(module, nn.Conv2d):
-                    module.weight = nn.Parameter(module.weight.clone(memory_format=torch.contiguous_format),
-                                                  requires_grad=False)  # .contiguous() keeps a 1x1 weight's channels-last strides
-        self.requires_grad_(False)
-        self.eval()
+        _eval_only_(self, memory_format)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.device.type != "cpu":

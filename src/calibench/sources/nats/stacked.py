@@ -41,8 +41,8 @@ from torch.nn import functional as F
 from calibench.inference.engine import Launched, enqueue_to_host
 from calibench.sources.nats.archstr import parse_sss
 from calibench.sources.nats.networks import (
-    AvgPool, NormalCell, ProjectedSkip, ReLUConvBN, ResidualReduction, TinyNetwork, Zero, _bn_affine, _Edge, _fold,
-    _PrunedCell,
+    AvgPool, NormalCell, ProjectedSkip, ReLUConvBN, ResidualReduction, TinyNetwork, Zero, _bn_affine, _Edge,
+    _eval_only_, _fold, _PrunedCell,
 )
 
 __all__ = ["StackedNetwork", "bucket_entries", "resolve_networks_per_pass", "sss_buckets", "sss_multiply_adds",
@@ -321,13 +321,7 @@ class StackedNetwork(nn.Module):
         self.classifier = _conv(weights, [n.classifier.bias.detach() for n in nets], self.num_classes, c_prev)
         self.width_per_pixel = m * max(widths)  # widest stacked activation per input pixel
         self.memory_format = _CL if channels_last else torch.contiguous_format
-        if not channels_last:
-            for module in self.modules():
-                if isinstance(module, nn.Conv2d):
-                    module.weight = nn.Parameter(module.weight.clone(memory_format=torch.contiguous_format),
-                                                  requires_grad=False)  # .contiguous() keeps a 1x1 weight's channels-last strides
-        self.requires_grad_(False)
-        self.eval()
+        _eval_only_(self, self.memory_format)
 
     def activation_bytes(self, height: int, width: int, element_size: int = 4) -> float:
         """Bytes of the widest stacked activation of one image."""
