@@ -228,6 +228,7 @@ def _nas(nas: pd.DataFrame | None, level: float) -> list[dict]:
         acc = by.loc["accuracy"]
         for objective in [o for o in by.index if o.startswith("hcs_")][:1]:
             h = by.loc[objective]
+            diff = h["accuracy_mean"] - acc["accuracy_mean"]
             ece = next((c[:-5] for c in by.columns if c.startswith("pre_ece") and c.endswith("_mean")), None)
             ece_text = "" if ece is None else (f", ECE {100 * h[f'{ece}_mean']:.2f} % against "
                                                f"{100 * acc[f'{ece}_mean']:.2f} %")
@@ -236,8 +237,7 @@ def _nas(nas: pd.DataFrame | None, level: float) -> list[dict]:
                         f"architectures): the optimum by {objective} ({_name(space, hp)}, {dataset}) has accuracy")
                 out.append(finding_row("nas", space, hp, dataset,
                                        f"{head} {100 * h['accuracy_mean']:.2f} % against "
-                                       f"{100 * acc['accuracy_mean']:.2f} % by accuracy{ece_text}",
-                                       h["accuracy_mean"] - acc["accuracy_mean"]))
+                                       f"{100 * acc['accuracy_mean']:.2f} % by accuracy{ece_text}", diff))
                 continue
             runs = int(h["repeats"])
             lo, hi = stats.welch_interval(h["accuracy_mean"], h["accuracy_sd"], acc["accuracy_mean"],
@@ -247,9 +247,8 @@ def _nas(nas: pd.DataFrame | None, level: float) -> list[dict]:
                                    f"{h['algorithm']} by {objective} ({_name(space, hp)}, {dataset}; the mean of "
                                    f"{runs} searches each, over {int(h['architectures'])} architectures): accuracy "
                                    f"{100 * h['accuracy_mean']:.2f} % against {100 * acc['accuracy_mean']:.2f} % by "
-                                   f"accuracy, difference {100 * (h['accuracy_mean'] - acc['accuracy_mean']):+.2f} "
-                                   f"points{spread}{ece_text}",
-                                   h["accuracy_mean"] - acc["accuracy_mean"], lo, hi, None if np.isnan(lo) else "welch"))
+                                   f"accuracy, difference {100 * diff:+.2f} points{spread}{ece_text}",
+                                   diff, lo, hi, None if np.isnan(lo) else "welch"))
     return out
 
 
